@@ -1,0 +1,223 @@
+//! Backoff between attempts: exponential with jitter, never linear or fixed.
+//!
+//! Linear retry adds load to a system that is already down (spec 003 R-RES-RE-X3), and
+//! un-jittered exponential backoff synchronises clients into waves. Two jitter schemes are
+//! offered, both from AWS's "Exponential Backoff And Jitter" study:
+//!
+//! - **full jitter**: `sleep = random(0, min(max_backoff, initial * multiplier^(n-1)))`;
+//! - **decorrelated jitter**: `sleep = min(max_backoff, random(initial, previous * multiplier))`
+//!   (AWS uses a factor of 3; here the upstream's multiplier plays that role).
+//!
+//! The engine further bounds the delay by `Retry-After` and the remaining deadline.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which jitter scheme spreads retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Jitter {
+    /// `random(0, min(cap, base * multiplier^(n-1)))`: the least total work in AWS's study.
+    #[default]
+    Full,
+    /// `min(cap, random(base, previous * multiplier))`: never below the initial delay.
+    Decorrelated,
+}
+
+impl Jitter {
+    /// The configuration name (`"full"`, `"decorrelated"`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Jitter::Full => "full",
+            Jitter::Decorrelated => "decorrelated",
+        }
+    }
+}
+
+impl fmt::Display for Jitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Jitter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "full" => Ok(Jitter::Full),
+            "decorrelated" => Ok(Jitter::Decorrelated),
+            other => Err(format!(
+                "unknown jitter `{other}`: use \"full\" or \"decorrelated\""
+            )),
+        }
+    }
+}
+
+/// Exponential backoff with jitter.
+///
+/// # Default
+/// - `initial`: 100 ms
+/// - `multiplier`: 2.0
+/// - `max_backoff`: 1 s
+/// - `jitter`: [`Jitter::Full`]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// The base delay before the first retry.
+    pub initial: Duration,
+    /// Growth per retry; must be above 1 (validated by the registry).
+    pub multiplier: f64,
+    /// No single delay exceeds this.
+    pub max_backoff: Duration,
+    /// How the delay is randomised.
+    pub jitter: Jitter,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new()
+    }
+}
+
+impl Backoff {
+    /// The defaults listed on the type.
+    pub const fn new() -> Self {
+        Backoff {
+            initial: Duration::from_millis(100),
+            multiplier: 2.0,
+            max_backoff: Duration::from_secs(1),
+            jitter: Jitter::Full,
+        }
+    }
+
+    /// Sets the initial delay.
+    pub const fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Sets the multiplier.
+    pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// Sets the cap on one delay.
+    pub const fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Sets the jitter scheme.
+    pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The un-jittered ceiling of the delay before retry number `retry` (1-based):
+    /// `min(max_backoff, initial * multiplier^(retry-1))`. Saturates instead of overflowing.
+    pub fn ceiling(&self, retry: u32) -> Duration {
+        let exp = retry.saturating_sub(1).min(1024) as i32;
+        let factor = self.multiplier.max(1.0).powi(exp);
+        let secs = self.initial.as_secs_f64() * factor;
+        let cap = self.max_backoff.as_secs_f64();
+        if !secs.is_finite() || secs >= cap {
+            self.max_backoff
+        } else {
+            Duration::from_secs_f64(secs.max(0.0))
+        }
+    }
+
+    /// The jittered delay before retry number `retry` (1-based), given the previous delay
+    /// (zero before the first retry) and a random source.
+    pub fn delay(&self, retry: u32, previous: Duration, rng: &mut fastrand::Rng) -> Duration {
+        match self.jitter {
+            Jitter::Full => uniform(rng, Duration::ZERO, self.ceiling(retry)),
+            Jitter::Decorrelated => {
+                let low = self.initial.min(self.max_backoff);
+                let grown = previous.max(self.initial).as_secs_f64() * self.multiplier.max(1.0);
+                let high = if grown.is_finite() && grown < self.max_backoff.as_secs_f64() {
+                    Duration::from_secs_f64(grown)
+                } else {
+                    self.max_backoff
+                };
+                uniform(rng, low, high.max(low)).min(self.max_backoff)
+            }
+        }
+    }
+
+    /// The largest total of `retries` delays this backoff can produce (the in-memory retry
+    /// window, without attempt time).
+    pub fn worst_case_total(&self, retries: u32) -> Duration {
+        (1..=retries).map(|r| match self.jitter {
+            Jitter::Full => self.ceiling(r),
+            Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
+        }).sum()
+    }
+}
+
+/// A uniformly random duration in `[low, high]`, at nanosecond resolution.
+fn uniform(rng: &mut fastrand::Rng, low: Duration, high: Duration) -> Duration {
+    if high <= low {
+        return low;
+    }
+    let span = (high - low).as_nanos().min(u64::MAX as u128) as u64;
+    low + Duration::from_nanos(rng.u64(0..=span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn ceiling_grows_exponentially_and_caps() {
+        let b = Backoff::new().with_initial(500 * MS).with_max_backoff(Duration::from_secs(2));
+        assert_eq!(b.ceiling(1), 500 * MS);
+        assert_eq!(b.ceiling(2), 1000 * MS);
+        assert_eq!(b.ceiling(3), 2000 * MS);
+        assert_eq!(b.ceiling(4), 2000 * MS);
+        assert_eq!(b.ceiling(u32::MAX), 2000 * MS);
+    }
+
+    #[test]
+    fn worst_case_total_matches_spec_003_example() {
+        // 500 ms, x2, 3 attempts: 500 + 1000 ms between attempts.
+        let b = Backoff::new().with_initial(500 * MS).with_max_backoff(Duration::from_secs(5));
+        assert_eq!(b.worst_case_total(2), 1500 * MS);
+    }
+
+    #[test]
+    fn same_seed_same_delays() {
+        let b = Backoff::new();
+        let mut a = fastrand::Rng::with_seed(7);
+        let mut c = fastrand::Rng::with_seed(7);
+        for r in 1..6 {
+            assert_eq!(b.delay(r, Duration::ZERO, &mut a), b.delay(r, Duration::ZERO, &mut c));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn full_jitter_stays_within_zero_and_ceiling(
+            seed: u64, retry in 1u32..40, initial_ms in 1u64..2_000, mult in 1.01f64..10.0, cap_ms in 1u64..10_000
+        ) {
+            let b = Backoff::new().with_initial(initial_ms * MS).with_multiplier(mult).with_max_backoff(cap_ms * MS);
+            let d = b.delay(retry, Duration::ZERO, &mut fastrand::Rng::with_seed(seed));
+            prop_assert!(d <= b.ceiling(retry));
+            prop_assert!(d <= cap_ms * MS);
+        }
+
+        #[test]
+        fn decorrelated_jitter_stays_within_initial_and_cap(
+            seed: u64, prev_ms in 0u64..20_000, initial_ms in 1u64..2_000, mult in 1.01f64..10.0, cap_ms in 1u64..10_000
+        ) {
+            let b = Backoff::new().with_initial(initial_ms * MS).with_multiplier(mult)
+                .with_max_backoff(cap_ms * MS).with_jitter(Jitter::Decorrelated);
+            let d = b.delay(2, prev_ms * MS, &mut fastrand::Rng::with_seed(seed));
+            prop_assert!(d <= cap_ms * MS);
+            prop_assert!(d >= (initial_ms * MS).min(cap_ms * MS));
+        }
+    }
+}

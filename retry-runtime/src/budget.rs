@@ -1,0 +1,336 @@
+//! The per-upstream retry budget: retries may add at most a fraction of real traffic.
+//!
+//! Max attempts bounds one call; a budget bounds the *fleet*. When an upstream fails, every
+//! call wants to retry at once; the budget lets retries add at most `ratio` of the calls seen in
+//! the last `window`, plus a small floor per second so a quiet service can still retry
+//! (Finagle and Linkerd: 20 % + 10/s over 10 s; the SRE book: 10 %).
+//!
+//! ## Why not `tower::retry::budget::TpsBudget`
+//! It was evaluated first. It truncates fractional ratios (`(1.0 / retry_percent) as isize`,
+//! tower issue 857: a 0.3 ratio becomes one retry per 3 calls, 0.33), it panics on
+//! out-of-range configuration (`assert!`), and it cannot *peek*: checking whether a token exists
+//! withdraws it, while our engine must check the budget at step 2 and spend a token only when
+//! a retry really happens (a denied retry is free). This bucket keeps exact milli-token
+//! arithmetic, validates instead of panicking, and separates [`RetryBudget::has_token`] from
+//! [`RetryBudget::withdraw`].
+//!
+//! ## How it works
+//! The window is cut into [`SLOTS`] slots. Each slot is one `AtomicU64` for deposits and one for
+//! withdrawals, each tagged with the slot's epoch so a stale slot reads as empty and is reset by
+//! the first writer of the new epoch. No lock anywhere: a deposit is one CAS in the common case,
+//! a check reads `2 * SLOTS` atomics.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Number of slots the window is divided into.
+pub const SLOTS: usize = 10;
+
+const EPOCH_BITS: u32 = 24;
+const COUNT_BITS: u32 = 64 - EPOCH_BITS;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
+
+/// Budget settings of one upstream.
+///
+/// # Default
+/// - `ratio`: 0.2 (retries may add 20 % to the calls of the window)
+/// - `min_per_second`: 10
+/// - `window`: 10 s
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetConfig {
+    /// Retries allowed per call seen in the window (0.2 = one retry per five calls).
+    pub ratio: f64,
+    /// Retries always allowed per second of window, even with no traffic.
+    pub min_per_second: u32,
+    /// How long a call counts towards the budget (1 s to 60 s).
+    pub window: Duration,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig::new()
+    }
+}
+
+impl BudgetConfig {
+    /// The defaults listed on the type.
+    pub const fn new() -> Self {
+        BudgetConfig { ratio: 0.2, min_per_second: 10, window: Duration::from_secs(10) }
+    }
+
+    /// Sets the ratio.
+    pub const fn with_ratio(mut self, ratio: f64) -> Self {
+        self.ratio = ratio;
+        self
+    }
+
+    /// Sets the floor per second.
+    pub const fn with_min_per_second(mut self, min_per_second: u32) -> Self {
+        self.min_per_second = min_per_second;
+        self
+    }
+
+    /// Sets the window.
+    pub const fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Checks the ranges; the message names the fix.
+    pub fn validate(&self) -> Result<(), BudgetConfigError> {
+        if !(self.ratio.is_finite() && (0.0..=1000.0).contains(&self.ratio)) {
+            return Err(BudgetConfigError(format!(
+                "budget ratio {} is outside 0.0..=1000.0: use a fraction of traffic such as 0.2",
+                self.ratio
+            )));
+        }
+        if self.window < Duration::from_secs(1) || self.window > Duration::from_secs(60) {
+            return Err(BudgetConfigError(format!(
+                "budget window {:?} is outside 1s..=60s: use 10s",
+                self.window
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A budget configuration out of range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetConfigError(pub String);
+
+impl fmt::Display for BudgetConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BudgetConfigError {}
+
+/// A lock-free retry budget shared by every call to one upstream.
+pub struct RetryBudget {
+    config: BudgetConfig,
+    ratio_milli: u64,
+    reserve_milli: u64,
+    slot_len: Duration,
+    start: Instant,
+    deposits: [AtomicU64; SLOTS],
+    withdrawals: [AtomicU64; SLOTS],
+}
+
+impl fmt::Debug for RetryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryBudget")
+            .field("config", &self.config)
+            .field("available", &self.available())
+            .finish()
+    }
+}
+
+impl RetryBudget {
+    /// A budget with `config`, validated.
+    pub fn new(config: BudgetConfig) -> Result<Self, BudgetConfigError> {
+        config.validate()?;
+        let reserve = u64::from(config.min_per_second).saturating_mul(config.window.as_secs());
+        Ok(RetryBudget {
+            config,
+            ratio_milli: (config.ratio * 1000.0).round() as u64,
+            reserve_milli: reserve.saturating_mul(1000),
+            slot_len: config.window / SLOTS as u32,
+            start: Instant::now(),
+            deposits: Default::default(),
+            withdrawals: Default::default(),
+        })
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &BudgetConfig {
+        &self.config
+    }
+
+    fn epoch(&self) -> u64 {
+        let elapsed = Instant::now().saturating_duration_since(self.start);
+        (elapsed.as_nanos() / self.slot_len.as_nanos().max(1)) as u64
+    }
+
+    /// Records one real call (a first attempt). Calls earn retries.
+    pub fn deposit(&self) {
+        let epoch = self.epoch();
+        bump(&self.deposits[(epoch % SLOTS as u64) as usize], epoch, 1);
+    }
+
+    fn balance_milli(&self, epoch: u64) -> i128 {
+        let (mut deposits, mut withdrawals) = (0u64, 0u64);
+        for i in 0..SLOTS {
+            deposits = deposits.saturating_add(read(&self.deposits[i], epoch));
+            withdrawals = withdrawals.saturating_add(read(&self.withdrawals[i], epoch));
+        }
+        i128::from(self.reserve_milli) + i128::from(deposits) * i128::from(self.ratio_milli)
+            - i128::from(withdrawals) * 1000
+    }
+
+    /// `true` when a retry could be paid for now. Spends nothing.
+    pub fn has_token(&self) -> bool {
+        self.balance_milli(self.epoch()) >= 1000
+    }
+
+    /// Spends one retry token; `false` (and nothing spent) when the budget is empty.
+    pub fn withdraw(&self) -> bool {
+        let epoch = self.epoch();
+        let slot = &self.withdrawals[(epoch % SLOTS as u64) as usize];
+        bump(slot, epoch, 1);
+        if self.balance_milli(epoch) >= 0 {
+            return true;
+        }
+        // Lost a race for the last token: give it back.
+        unbump(slot, epoch);
+        false
+    }
+
+    /// Whole retries available now (never negative).
+    pub fn available(&self) -> u64 {
+        (self.balance_milli(self.epoch()).max(0) / 1000) as u64
+    }
+}
+
+fn pack(epoch: u64, count: u64) -> u64 {
+    ((epoch & EPOCH_MASK) << COUNT_BITS) | (count & COUNT_MASK)
+}
+
+/// The slot's count if it belongs to the window ending at `epoch`, else 0.
+fn read(slot: &AtomicU64, epoch: u64) -> u64 {
+    let v = slot.load(Ordering::Acquire);
+    let slot_epoch = v >> COUNT_BITS;
+    let age = (epoch & EPOCH_MASK).wrapping_sub(slot_epoch) & EPOCH_MASK;
+    if (age as usize) < SLOTS { v & COUNT_MASK } else { 0 }
+}
+
+fn bump(slot: &AtomicU64, epoch: u64, by: u64) {
+    let tag = epoch & EPOCH_MASK;
+    let mut current = slot.load(Ordering::Acquire);
+    loop {
+        let next = if current >> COUNT_BITS == tag {
+            pack(tag, (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK))
+        } else {
+            pack(tag, by)
+        };
+        match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+fn unbump(slot: &AtomicU64, epoch: u64) {
+    let tag = epoch & EPOCH_MASK;
+    let mut current = slot.load(Ordering::Acquire);
+    loop {
+        if current >> COUNT_BITS != tag || current & COUNT_MASK == 0 {
+            return; // the slot rolled over: the withdrawal already expired
+        }
+        match slot.compare_exchange_weak(current, current - 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn budget(ratio: f64, floor: u32) -> RetryBudget {
+        RetryBudget::new(BudgetConfig::new().with_ratio(ratio).with_min_per_second(floor)).unwrap()
+    }
+
+    #[test]
+    fn floor_alone_allows_floor_times_window() {
+        let b = budget(0.2, 1);
+        assert_eq!(b.available(), 10);
+        for _ in 0..10 {
+            assert!(b.withdraw());
+        }
+        assert!(!b.has_token());
+        assert!(!b.withdraw());
+        assert_eq!(b.available(), 0);
+    }
+
+    #[test]
+    fn fractional_ratios_are_exact() {
+        // tower#857: 0.3 must mean 3 retries per 10 calls, not 1 per 3.
+        let b = budget(0.3, 0);
+        for _ in 0..100 {
+            b.deposit();
+        }
+        assert_eq!(b.available(), 30);
+    }
+
+    #[test]
+    fn has_token_spends_nothing() {
+        let b = budget(0.0, 1);
+        for _ in 0..100 {
+            assert!(b.has_token());
+        }
+        assert_eq!(b.available(), 10);
+    }
+
+    #[test]
+    fn invalid_config_is_an_error_not_a_panic() {
+        assert!(RetryBudget::new(BudgetConfig::new().with_ratio(-1.0)).is_err());
+        assert!(RetryBudget::new(BudgetConfig::new().with_ratio(f64::NAN)).is_err());
+        assert!(RetryBudget::new(BudgetConfig::new().with_window(Duration::ZERO)).is_err());
+        assert!(RetryBudget::new(BudgetConfig::new().with_window(Duration::from_secs(61))).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deposits_and_withdrawals_expire_after_the_window() {
+        let b = budget(1.0, 0);
+        for _ in 0..5 {
+            b.deposit();
+        }
+        assert!(b.withdraw());
+        assert_eq!(b.available(), 4);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(b.available(), 4, "still inside the window");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(b.available(), 0, "calls older than the window earn nothing");
+        b.deposit();
+        assert_eq!(b.available(), 1);
+    }
+
+    #[test]
+    fn concurrent_withdrawals_never_overspend() {
+        let b = std::sync::Arc::new(budget(0.0, 2)); // 20 tokens
+        let granted: usize = (0..4)
+            .map(|_| {
+                let b = b.clone();
+                std::thread::spawn(move || (0..100).filter(|_| b.withdraw()).count())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum();
+        assert_eq!(granted, 20);
+        assert_eq!(b.available(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn balance_never_negative_and_grants_bounded(
+            ratio in 0.0f64..2.0, floor in 0u32..5, ops in proptest::collection::vec(any::<bool>(), 0..300)
+        ) {
+            let b = budget(ratio, floor);
+            let (mut calls, mut granted) = (0u64, 0u64);
+            for deposit in ops {
+                if deposit { b.deposit(); calls += 1; } else if b.withdraw() { granted += 1; }
+                prop_assert!(b.balance_milli(b.epoch()) >= 0);
+            }
+            let bound = u64::from(floor) * 10 + ((calls as f64) * ratio).ceil() as u64;
+            prop_assert!(granted <= bound);
+        }
+    }
+}

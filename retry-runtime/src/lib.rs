@@ -1,0 +1,15 @@
+//! HTTP retries that are safe by construction.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod classify;
+mod evidence;
+mod replay;
+
+pub mod backoff;
+pub mod budget;
+pub mod retry_after;
+
+pub use classify::{Classify, Failure, PermanentCategory, Pushback};
+pub use evidence::Evidence;
+pub use replay::Replayability;
