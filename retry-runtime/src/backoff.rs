@@ -148,10 +148,12 @@ impl Backoff {
     /// The largest total of `retries` delays this backoff can produce (the in-memory retry
     /// window, without attempt time).
     pub fn worst_case_total(&self, retries: u32) -> Duration {
-        (1..=retries).map(|r| match self.jitter {
-            Jitter::Full => self.ceiling(r),
-            Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
-        }).sum()
+        (1..=retries)
+            .map(|r| match self.jitter {
+                Jitter::Full => self.ceiling(r),
+                Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
+            })
+            .sum()
     }
 }
 
@@ -169,23 +171,29 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const MS: Duration = Duration::from_millis(1);
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
 
     #[test]
     fn ceiling_grows_exponentially_and_caps() {
-        let b = Backoff::new().with_initial(500 * MS).with_max_backoff(Duration::from_secs(2));
-        assert_eq!(b.ceiling(1), 500 * MS);
-        assert_eq!(b.ceiling(2), 1000 * MS);
-        assert_eq!(b.ceiling(3), 2000 * MS);
-        assert_eq!(b.ceiling(4), 2000 * MS);
-        assert_eq!(b.ceiling(u32::MAX), 2000 * MS);
+        let b = Backoff::new()
+            .with_initial(ms(500))
+            .with_max_backoff(Duration::from_secs(2));
+        assert_eq!(b.ceiling(1), ms(500));
+        assert_eq!(b.ceiling(2), ms(1000));
+        assert_eq!(b.ceiling(3), ms(2000));
+        assert_eq!(b.ceiling(4), ms(2000));
+        assert_eq!(b.ceiling(u32::MAX), ms(2000));
     }
 
     #[test]
     fn worst_case_total_matches_spec_003_example() {
         // 500 ms, x2, 3 attempts: 500 + 1000 ms between attempts.
-        let b = Backoff::new().with_initial(500 * MS).with_max_backoff(Duration::from_secs(5));
-        assert_eq!(b.worst_case_total(2), 1500 * MS);
+        let b = Backoff::new()
+            .with_initial(ms(500))
+            .with_max_backoff(Duration::from_secs(5));
+        assert_eq!(b.worst_case_total(2), ms(1500));
     }
 
     #[test]
@@ -194,7 +202,10 @@ mod tests {
         let mut a = fastrand::Rng::with_seed(7);
         let mut c = fastrand::Rng::with_seed(7);
         for r in 1..6 {
-            assert_eq!(b.delay(r, Duration::ZERO, &mut a), b.delay(r, Duration::ZERO, &mut c));
+            assert_eq!(
+                b.delay(r, Duration::ZERO, &mut a),
+                b.delay(r, Duration::ZERO, &mut c)
+            );
         }
     }
 
@@ -203,21 +214,21 @@ mod tests {
         fn full_jitter_stays_within_zero_and_ceiling(
             seed: u64, retry in 1u32..40, initial_ms in 1u64..2_000, mult in 1.01f64..10.0, cap_ms in 1u64..10_000
         ) {
-            let b = Backoff::new().with_initial(initial_ms * MS).with_multiplier(mult).with_max_backoff(cap_ms * MS);
+            let b = Backoff::new().with_initial(ms(initial_ms)).with_multiplier(mult).with_max_backoff(ms(cap_ms));
             let d = b.delay(retry, Duration::ZERO, &mut fastrand::Rng::with_seed(seed));
             prop_assert!(d <= b.ceiling(retry));
-            prop_assert!(d <= cap_ms * MS);
+            prop_assert!(d <= ms(cap_ms));
         }
 
         #[test]
         fn decorrelated_jitter_stays_within_initial_and_cap(
             seed: u64, prev_ms in 0u64..20_000, initial_ms in 1u64..2_000, mult in 1.01f64..10.0, cap_ms in 1u64..10_000
         ) {
-            let b = Backoff::new().with_initial(initial_ms * MS).with_multiplier(mult)
-                .with_max_backoff(cap_ms * MS).with_jitter(Jitter::Decorrelated);
-            let d = b.delay(2, prev_ms * MS, &mut fastrand::Rng::with_seed(seed));
-            prop_assert!(d <= cap_ms * MS);
-            prop_assert!(d >= (initial_ms * MS).min(cap_ms * MS));
+            let b = Backoff::new().with_initial(ms(initial_ms)).with_multiplier(mult)
+                .with_max_backoff(ms(cap_ms)).with_jitter(Jitter::Decorrelated);
+            let d = b.delay(2, ms(prev_ms), &mut fastrand::Rng::with_seed(seed));
+            prop_assert!(d <= ms(cap_ms));
+            prop_assert!(d >= (ms(initial_ms)).min(ms(cap_ms)));
         }
     }
 }

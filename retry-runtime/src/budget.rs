@@ -59,7 +59,11 @@ impl Default for BudgetConfig {
 impl BudgetConfig {
     /// The defaults listed on the type.
     pub const fn new() -> Self {
-        BudgetConfig { ratio: 0.2, min_per_second: 10, window: Duration::from_secs(10) }
+        BudgetConfig {
+            ratio: 0.2,
+            min_per_second: 10,
+            window: Duration::from_secs(10),
+        }
     }
 
     /// Sets the ratio.
@@ -205,7 +209,11 @@ fn read(slot: &AtomicU64, epoch: u64) -> u64 {
     let v = slot.load(Ordering::Acquire);
     let slot_epoch = v >> COUNT_BITS;
     let age = (epoch & EPOCH_MASK).wrapping_sub(slot_epoch) & EPOCH_MASK;
-    if (age as usize) < SLOTS { v & COUNT_MASK } else { 0 }
+    if (age as usize) < SLOTS {
+        v & COUNT_MASK
+    } else {
+        0
+    }
 }
 
 fn bump(slot: &AtomicU64, epoch: u64, by: u64) {
@@ -213,7 +221,10 @@ fn bump(slot: &AtomicU64, epoch: u64, by: u64) {
     let mut current = slot.load(Ordering::Acquire);
     loop {
         let next = if current >> COUNT_BITS == tag {
-            pack(tag, (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK))
+            pack(
+                tag,
+                (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK),
+            )
         } else {
             pack(tag, by)
         };
@@ -231,7 +242,8 @@ fn unbump(slot: &AtomicU64, epoch: u64) {
         if current >> COUNT_BITS != tag || current & COUNT_MASK == 0 {
             return; // the slot rolled over: the withdrawal already expired
         }
-        match slot.compare_exchange_weak(current, current - 1, Ordering::AcqRel, Ordering::Acquire) {
+        match slot.compare_exchange_weak(current, current - 1, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => return,
             Err(actual) => current = actual,
         }
@@ -244,7 +256,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn budget(ratio: f64, floor: u32) -> RetryBudget {
-        RetryBudget::new(BudgetConfig::new().with_ratio(ratio).with_min_per_second(floor)).unwrap()
+        RetryBudget::new(
+            BudgetConfig::new()
+                .with_ratio(ratio)
+                .with_min_per_second(floor),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -283,7 +300,9 @@ mod tests {
         assert!(RetryBudget::new(BudgetConfig::new().with_ratio(-1.0)).is_err());
         assert!(RetryBudget::new(BudgetConfig::new().with_ratio(f64::NAN)).is_err());
         assert!(RetryBudget::new(BudgetConfig::new().with_window(Duration::ZERO)).is_err());
-        assert!(RetryBudget::new(BudgetConfig::new().with_window(Duration::from_secs(61))).is_err());
+        assert!(
+            RetryBudget::new(BudgetConfig::new().with_window(Duration::from_secs(61))).is_err()
+        );
     }
 
     #[tokio::test(start_paused = true)]

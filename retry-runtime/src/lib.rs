@@ -1,15 +1,74 @@
 //! HTTP retries that are safe by construction.
+//!
+//! Every Rust retry crate decides from an error predicate alone. None knows whether the request
+//! reached the server, none refuses a non-idempotent write, none shares a retry budget across
+//! layers, none propagates a deadline. This crate decides every retry from **evidence** (was the
+//! request even sent?), body replayability, status, deadline and a shared **retry budget**, and
+//! its `#[retry]` macro refuses at compile time to retry a write that has no idempotency key.
+//!
+//! # Why evidence, not predicates
+//! "Retry on timeout" retries a payment whose response was lost after the charge. The engine
+//! retries a write only when the request is *proven* not sent ([`Evidence::NotSent`]) or the
+//! write carries an idempotency key the upstream deduplicates; otherwise the outcome is
+//! [`Ambiguous`], a third answer that is neither success nor failure.
+//!
+//! # Why budgets, not just max attempts
+//! Max attempts bounds one call; during an outage every call retries at once and the failing
+//! upstream gets `max_attempts` times its normal load. The per-upstream [`budget`] lets retries
+//! add only a fraction of real traffic, and the [operation scope](operation) shares one retry
+//! allowance and one deadline across every layer of a business operation (3 calls, not 3 x 3).
+//!
+//! # The decision order
+//! The [`DefaultEngine`] evaluates, in order, and a later rule never re-enables an earlier
+//! denial: attempts, budget, body replayability, response already delivered, draining,
+//! deadline, permanent failure, ambiguity of a sent write, then the status rules (408, 425,
+//! 429, 401, 500, 502-504, other 4xx).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attempt;
+mod call;
 mod classify;
+mod decision;
+mod drain;
+mod error;
 mod evidence;
+mod observe;
 mod replay;
+mod retry;
+mod scope;
 
 pub mod backoff;
 pub mod budget;
+pub mod config;
+pub mod engine;
+pub mod registry;
 pub mod retry_after;
 
+pub use attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
+pub use call::{Call, CallSpec, Reconciled, Step};
 pub use classify::{Classify, Failure, PermanentCategory, Pushback};
+pub use config::UpstreamConfig;
+pub use decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
+pub use drain::Drain;
+pub use engine::{DefaultEngine, EligibilityEngine};
+pub use error::{Ambiguous, Error};
 pub use evidence::Evidence;
+pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
+pub use retry::{Retry, RetryCall};
+pub use scope::{Operation, OperationBuilder, operation};
+
+/// Re-exported so users name methods without depending on `http` themselves.
+pub use http::Method;
+
+#[doc(hidden)]
+pub mod __private {
+    //! Items the `#[retry]` expansion refers to. Not a public API.
+    pub use crate::attempt::IntoIdempotencyKey;
+    pub use crate::call::{Call, CallSpec, Reconciled, Step};
+    pub use crate::registry::Registry;
+    pub use crate::{Error, Method, Replayability};
+    pub use ::core;
+    pub use ::std;
+}

@@ -53,7 +53,10 @@ mod tests {
     #[test]
     fn multipart_is_as_weak_as_its_weakest_part() {
         assert_eq!(Replayability::weakest([Replayable, Reopenable]), Reopenable);
-        assert_eq!(Replayability::weakest([Replayable, OneShot, Reopenable]), OneShot);
+        assert_eq!(
+            Replayability::weakest([Replayable, OneShot, Reopenable]),
+            OneShot
+        );
         assert_eq!(Replayability::weakest([Replayable, Replayable]), Replayable);
         assert_eq!(Replayability::weakest([]), Replayable);
     }

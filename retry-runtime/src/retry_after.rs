@@ -24,9 +24,7 @@ impl fmt::Display for RetryAfterError {
         f.write_str(match self {
             RetryAfterError::Empty => "empty Retry-After value",
             RetryAfterError::Overflow => "Retry-After delay overflows",
-            RetryAfterError::Malformed => {
-                "Retry-After is neither delay-seconds nor an HTTP-date"
-            }
+            RetryAfterError::Malformed => "Retry-After is neither delay-seconds nor an HTTP-date",
         })
     }
 }
@@ -60,11 +58,19 @@ pub fn parse(value: &str, now: SystemTime) -> Result<Duration, RetryAfterError> 
     if value.bytes().all(|b| b.is_ascii_digit()) {
         let secs: u64 = value.parse().map_err(|_| RetryAfterError::Overflow)?;
         let delay = Duration::from_secs(secs);
-        return if delay > MAX_DELAY { Err(RetryAfterError::Overflow) } else { Ok(delay) };
+        return if delay > MAX_DELAY {
+            Err(RetryAfterError::Overflow)
+        } else {
+            Ok(delay)
+        };
     }
     let date = httpdate::parse_http_date(value).map_err(|_| RetryAfterError::Malformed)?;
     let delay = date.duration_since(now).unwrap_or(Duration::ZERO);
-    if delay > MAX_DELAY { Err(RetryAfterError::Overflow) } else { Ok(delay) }
+    if delay > MAX_DELAY {
+        Err(RetryAfterError::Overflow)
+    } else {
+        Ok(delay)
+    }
 }
 
 /// Parses raw header bytes (which may not be UTF-8), emitting a trace event when the value is
@@ -104,14 +110,26 @@ mod tests {
 
     #[test]
     fn http_dates_in_all_three_forms() {
-        assert_eq!(parse("Wed, 21 Oct 2015 07:28:10 GMT", now()), Ok(Duration::from_secs(10)));
-        assert_eq!(parse("Wednesday, 21-Oct-15 07:28:10 GMT", now()), Ok(Duration::from_secs(10)));
-        assert_eq!(parse("Wed Oct 21 07:28:10 2015", now()), Ok(Duration::from_secs(10)));
+        assert_eq!(
+            parse("Wed, 21 Oct 2015 07:28:10 GMT", now()),
+            Ok(Duration::from_secs(10))
+        );
+        assert_eq!(
+            parse("Wednesday, 21-Oct-15 07:28:10 GMT", now()),
+            Ok(Duration::from_secs(10))
+        );
+        assert_eq!(
+            parse("Wed Oct 21 07:28:10 2015", now()),
+            Ok(Duration::from_secs(10))
+        );
     }
 
     #[test]
     fn past_dates_are_zero() {
-        assert_eq!(parse("Wed, 21 Oct 2015 07:27:00 GMT", now()), Ok(Duration::ZERO));
+        assert_eq!(
+            parse("Wed, 21 Oct 2015 07:27:00 GMT", now()),
+            Ok(Duration::ZERO)
+        );
     }
 
     #[test]
@@ -122,9 +140,18 @@ mod tests {
         assert_eq!(parse("1.5", now()), Err(RetryAfterError::Malformed));
         assert_eq!(parse("+5", now()), Err(RetryAfterError::Malformed));
         assert_eq!(parse("5s", now()), Err(RetryAfterError::Malformed));
-        assert_eq!(parse("99999999999999999999999", now()), Err(RetryAfterError::Overflow));
-        assert_eq!(parse("18446744073709551615", now()), Err(RetryAfterError::Overflow));
-        assert_eq!(parse("Wed, 21 Oct 2015 07:28:00", now()), Err(RetryAfterError::Malformed));
+        assert_eq!(
+            parse("99999999999999999999999", now()),
+            Err(RetryAfterError::Overflow)
+        );
+        assert_eq!(
+            parse("18446744073709551615", now()),
+            Err(RetryAfterError::Overflow)
+        );
+        assert_eq!(
+            parse("Wed, 21 Oct 2015 07:28:00", now()),
+            Err(RetryAfterError::Malformed)
+        );
         assert_eq!(parse("tomorrow", now()), Err(RetryAfterError::Malformed));
     }
 

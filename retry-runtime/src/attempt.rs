@@ -1,0 +1,230 @@
+//! What one attempt knows about itself, visible to the code it runs and to integrations.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::registry::Upstream;
+
+tokio::task_local! {
+    static ATTEMPT: Attempt;
+}
+
+/// An idempotency key, fixed before the first attempt and sent on every attempt.
+///
+/// Its `Debug` and `Display` never print the key itself (it may identify a payment): they print
+/// a short fingerprint. Use [`IdempotencyKey::as_str`] to send it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(Arc<str>);
+
+/// Why a string cannot be an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// The key is empty.
+    Empty,
+    /// The key is longer than 255 bytes.
+    TooLong(usize),
+    /// The key holds a byte not allowed in an HTTP header value (CR, LF, NUL, other controls).
+    NotAHeaderValue,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Empty => f.write_str("the idempotency key is empty: derive it from the operation (e.g. UUID v5 of order id + operation)"),
+            KeyError::TooLong(n) => write!(f, "the idempotency key is {n} bytes, above 255: use a UUID"),
+            KeyError::NotAHeaderValue => f.write_str("the idempotency key contains control characters (CR, LF, ...) that cannot go in a header: use a UUID"),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+impl IdempotencyKey {
+    /// The longest key accepted, in bytes.
+    pub const MAX_LEN: usize = 255;
+
+    /// Validates `key`: non-empty, at most 255 bytes, a valid visible header value.
+    pub fn new(key: impl Into<Arc<str>>) -> Result<Self, KeyError> {
+        let key: Arc<str> = key.into();
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > Self::MAX_LEN {
+            return Err(KeyError::TooLong(key.len()));
+        }
+        if !key
+            .bytes()
+            .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
+        {
+            return Err(KeyError::NotAHeaderValue);
+        }
+        Ok(IdempotencyKey(key))
+    }
+
+    /// The key, to send.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A short, non-reversible fingerprint for logs.
+    pub fn fingerprint(&self) -> u32 {
+        // FNV-1a: stable across runs, enough to correlate log lines.
+        self.0.bytes().fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        })
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey(#{:08x})", self.fingerprint())
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{:08x}", self.fingerprint())
+    }
+}
+
+/// A key-producing value accepted by `idempotency = ...` and [`Retry::idempotency`](crate::Retry::idempotency).
+pub trait IntoIdempotencyKey {
+    /// Converts, validating.
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError>;
+}
+
+impl IntoIdempotencyKey for IdempotencyKey {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        Ok(self)
+    }
+}
+impl IntoIdempotencyKey for String {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self)
+    }
+}
+impl IntoIdempotencyKey for &str {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self)
+    }
+}
+impl IntoIdempotencyKey for &String {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self.as_str())
+    }
+}
+impl IntoIdempotencyKey for Arc<str> {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self)
+    }
+}
+
+/// One attempt of a retrying call: its number, key, deadline and upstream.
+///
+/// Given to the attempt closure and available to integrations through [`Attempt::current`], so
+/// the HTTP layer can send the key, the attempt number and the remaining deadline.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub(crate) number: u32,
+    pub(crate) upstream: Arc<Upstream>,
+    pub(crate) method: http::Method,
+    pub(crate) key: Option<IdempotencyKey>,
+    pub(crate) deadline: Instant,
+    pub(crate) timeout: Duration,
+}
+
+impl Attempt {
+    /// The attempt the current task runs in, if any.
+    pub fn current() -> Option<Attempt> {
+        ATTEMPT.try_with(Clone::clone).ok()
+    }
+
+    /// Runs `f` with the current attempt without cloning it.
+    pub fn with_current<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
+        let mut f = Some(f);
+        match ATTEMPT.try_with(|a| (f.take().expect("called once"))(Some(a))) {
+            Ok(r) => r,
+            Err(_) => (f.take().expect("not called"))(None),
+        }
+    }
+
+    /// 1 for the first attempt.
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
+    /// How many times the request was re-sent before this attempt (OpenTelemetry's
+    /// `http.request.resend_count`).
+    pub fn resend_count(&self) -> u32 {
+        self.number - 1
+    }
+
+    /// The upstream's name.
+    pub fn upstream(&self) -> &str {
+        self.upstream.name()
+    }
+
+    /// The upstream's entry (its config).
+    pub fn upstream_entry(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
+    /// The declared method.
+    pub fn method(&self) -> &http::Method {
+        &self.method
+    }
+
+    /// The idempotency key, the same on every attempt.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// The operation's absolute deadline.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Time left before the deadline.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// This attempt's timeout: the upstream's attempt timeout clamped to the remaining deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(crate) async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
+        ATTEMPT.scope(self, fut).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_keys_are_refused() {
+        assert_eq!(IdempotencyKey::new(""), Err(KeyError::Empty));
+        assert_eq!(
+            IdempotencyKey::new("a".repeat(256)),
+            Err(KeyError::TooLong(256))
+        );
+        assert!(IdempotencyKey::new("a".repeat(255)).is_ok());
+        assert_eq!(
+            IdempotencyKey::new("abc\r\nX-Evil: 1"),
+            Err(KeyError::NotAHeaderValue)
+        );
+        assert_eq!(IdempotencyKey::new("a\0b"), Err(KeyError::NotAHeaderValue));
+    }
+
+    #[test]
+    fn debug_never_prints_the_key() {
+        let k = IdempotencyKey::new("secret-payment-42").unwrap();
+        assert!(!format!("{k:?} {k}").contains("secret"));
+        assert_eq!(k.as_str(), "secret-payment-42");
+    }
+}

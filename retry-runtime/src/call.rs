@@ -1,0 +1,401 @@
+//! The attempt loop's engine room: one [`Call`] drives the attempts of one retrying call.
+//!
+//! Both [`Retry::run`](crate::Retry::run) and the `#[retry]` macro drive a `Call`:
+//!
+//! ```text
+//! let mut call = Call::new(spec)?;
+//! loop {
+//!     let attempt = call.next_attempt()?;          // deadline check, budget deposit
+//!     let result = call.run(attempt, body).await;   // scope, timeout, span
+//!     match call.settle(result).await {             // decide, spend, drop, sleep
+//!         Step::Retry => continue,
+//!         Step::Done(result) => return result,
+//!         Step::Ambiguous { error, ambiguous } => /* reconcile or report */,
+//!     }
+//! }
+//! ```
+//!
+//! The loop is written out (by the macro) rather than hidden behind a closure so an attempt's
+//! body can borrow `&mut self` and the call's arguments afresh on every attempt.
+
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::attempt::{Attempt, IdempotencyKey};
+use crate::decision::{Decision, DenyReason, RetryReason};
+use crate::engine::{Context, Safety};
+use crate::observe::{self, CallKind};
+use crate::registry::{Registry, Upstream};
+use crate::scope::{Operation, min_deadline};
+use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
+
+/// What a retrying call is: which upstream, which method, which key.
+#[derive(Debug, Clone)]
+pub struct CallSpec<'r> {
+    /// The registry to look the upstream up in.
+    pub registry: &'r Registry,
+    /// The upstream's name.
+    pub upstream: &'r str,
+    /// The HTTP method the call sends.
+    pub method: http::Method,
+    /// The idempotency key, fixed before the first attempt.
+    pub key: Option<IdempotencyKey>,
+    /// The request body's replayability.
+    pub replay: Replayability,
+    /// The operation name for an implicit scope (defaults to the upstream's name).
+    pub operation: Option<Cow<'static, str>>,
+}
+
+/// The answer of a reconcile check for a write whose outcome was ambiguous (spec 004: "an
+/// idempotency key or a reliable way to check the result").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled<T> {
+    /// The write happened; here is its result.
+    Happened(T),
+    /// The write did not happen: retrying is safe.
+    NotHappened,
+    /// Cannot tell: the outcome stays ambiguous.
+    Unknown,
+}
+
+/// What to do after an attempt.
+#[derive(Debug)]
+pub enum Step<T, E> {
+    /// Retry: the backoff has already been slept.
+    Retry,
+    /// The call is over.
+    Done(Result<T, E>),
+    /// The outcome is ambiguous: reconcile, or report it with [`Call::ambiguous`].
+    Ambiguous {
+        /// The last attempt's error.
+        error: E,
+        /// What is known.
+        ambiguous: Ambiguous,
+    },
+}
+
+/// The state of one retrying call.
+#[derive(Debug)]
+pub struct Call<'r> {
+    registry: &'r Registry,
+    upstream: Arc<Upstream>,
+    method: http::Method,
+    safety: Safety,
+    replay: Replayability,
+    key: Option<IdempotencyKey>,
+    operation: Operation,
+    own_scope: bool,
+    deadline: Instant,
+    attempt: u32,
+    previous_delay: Duration,
+    auth_refresh_used: bool,
+    retried_mark: u64,
+    rng: fastrand::Rng,
+    span: tracing::Span,
+    attempt_span: tracing::Span,
+}
+
+impl<'r> Call<'r> {
+    /// Looks up the upstream and opens (or joins) the operation scope.
+    pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
+        let upstream = spec.registry.upstream(spec.upstream)?;
+        let config = upstream.config();
+        let own_deadline = Instant::now() + config.deadline;
+        let retries = config.max_attempts.saturating_sub(1);
+        let (operation, own_scope) = match Operation::current() {
+            Some(op) => {
+                op.init_allowance(retries);
+                (op, false)
+            }
+            None => {
+                let name = spec
+                    .operation
+                    .unwrap_or_else(|| Cow::Owned(upstream.name().to_owned()));
+                (
+                    Operation::root(name, Some(own_deadline), Some(retries)),
+                    true,
+                )
+            }
+        };
+        let deadline =
+            min_deadline(operation.deadline(), Some(own_deadline)).unwrap_or(own_deadline);
+        let safety = Safety::of(
+            &spec.method,
+            spec.key.is_some(),
+            config.dedups_idempotency_key,
+        );
+        let span = tracing::info_span!(
+            "retry.call",
+            upstream = %upstream.name(),
+            operation = %operation.name(),
+            http.request.method = %spec.method,
+            safety = ?safety,
+            idempotency_key = spec.key.as_ref().map(tracing::field::display),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        Ok(Call {
+            registry: spec.registry,
+            rng: spec.registry.rng(),
+            upstream,
+            method: spec.method,
+            safety,
+            replay: spec.replay,
+            key: spec.key,
+            operation,
+            own_scope,
+            deadline,
+            attempt: 0,
+            previous_delay: Duration::ZERO,
+            auth_refresh_used: false,
+            retried_mark: 0,
+            span,
+            attempt_span: tracing::Span::none(),
+        })
+    }
+
+    /// Attempts started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The upstream called.
+    pub fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
+    /// Starts the next attempt, or fails with [`Error::DeadlineExceeded`] when less than the
+    /// minimum attempt budget is left (nothing is sent then).
+    pub fn next_attempt(&mut self) -> Result<Attempt, Error> {
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let config = self.upstream.config();
+        if remaining < config.min_attempt_budget || remaining.is_zero() {
+            self.span.in_scope(|| {
+                tracing::info!(target: "retry_runtime::decision", reason = "deadline", "no time left for an attempt")
+            });
+            return Err(Error::DeadlineExceeded {
+                upstream: self.upstream.name_arc().clone(),
+            });
+        }
+        if self.attempt == 0 {
+            self.upstream.budget().deposit();
+        }
+        self.attempt += 1;
+        self.retried_mark = self.operation.retried_failures();
+        self.attempt_span = tracing::info_span!(
+            parent: &self.span,
+            "retry.attempt",
+            attempt = self.attempt,
+            http.request.resend_count = self.attempt - 1,
+            evidence = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        );
+        Ok(Attempt {
+            number: self.attempt,
+            upstream: self.upstream.clone(),
+            method: self.method.clone(),
+            key: self.key.clone(),
+            deadline: self.deadline,
+            timeout: config.attempt_timeout.min(remaining),
+        })
+    }
+
+    /// Runs one attempt's future inside the operation scope and the attempt scope, under the
+    /// attempt timeout (clamped to the deadline).
+    pub async fn run<T, E, F>(&self, attempt: Attempt, fut: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        let timeout = attempt.timeout;
+        let number = attempt.number;
+        let timed = async move {
+            match tokio::time::timeout(timeout, fut).await {
+                Ok(result) => result,
+                Err(_) => Err(E::from(Error::AttemptTimeout {
+                    upstream: self.upstream.name_arc().clone(),
+                    attempt: number,
+                    timeout,
+                })),
+            }
+        };
+        let scoped = attempt.scope(timed).instrument(self.attempt_span.clone());
+        if self.own_scope {
+            self.operation.clone().scope(scoped).await
+        } else {
+            scoped.await
+        }
+    }
+
+    /// Decides after an attempt: returns success, or asks the engine, spends the retry (shared
+    /// allowance, then budget), drops the error and sleeps the backoff before answering
+    /// [`Step::Retry`]. Nothing from the failed attempt is held while sleeping.
+    pub async fn settle<T, E>(&mut self, result: Result<T, E>) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        let error = match result {
+            Ok(value) => {
+                self.finish(CallKind::of(true, self.attempt));
+                return Step::Done(Ok(value));
+            }
+            Err(error) => error,
+        };
+        let mut failure = Failure::of(&error);
+        if self.operation.retried_failures() > self.retried_mark {
+            failure.already_retried = true;
+        }
+        self.attempt_span
+            .record("evidence", failure.evidence.as_str());
+        if let Some(status) = failure.status {
+            self.attempt_span
+                .record("http.response.status_code", status);
+        }
+        let decision = self.decide(&failure);
+        self.apply(decision, error, &failure).await
+    }
+
+    /// After a reconcile check answered [`Reconciled::NotHappened`]: the write did not happen,
+    /// so the attempt counts as not sent and the remaining rules (attempts, budget, draining,
+    /// deadline) decide whether to retry.
+    pub async fn settle_not_happened<T, E>(&mut self, error: E) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        let failure = Failure::new(Evidence::NotSent);
+        let decision = self.decide(&failure);
+        self.apply(decision, error, &failure).await
+    }
+
+    /// Reports an ambiguous outcome as the caller's error type.
+    pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
+        self.finish(CallKind::Ambiguous);
+        if self.attempt > 1 {
+            self.operation.note_retried_failure();
+        }
+        E::from(Error::from(ambiguous))
+    }
+
+    fn decide(&mut self, failure: &Failure) -> Decision {
+        let config = self.upstream.config();
+        let ctx = Context {
+            attempt: self.attempt,
+            max_attempts: config.max_attempts,
+            operation_retries_left: self.operation.retries_left().unwrap_or(u32::MAX),
+            budget_has_token: self.upstream.budget().has_token(),
+            replay: self.replay,
+            draining: self.registry.drain().is_draining(),
+            remaining: self.deadline.saturating_duration_since(Instant::now()),
+            min_attempt_budget: config.min_attempt_budget,
+            safety: self.safety,
+            transient_500: config.transient_500,
+            can_refresh_auth: !self.auth_refresh_used && self.upstream.refresh_hook().is_some(),
+            backoff: &config.backoff,
+            previous_delay: self.previous_delay,
+        };
+        self.registry.engine().decide(&ctx, failure, &mut self.rng)
+    }
+
+    async fn apply<T, E>(&mut self, decision: Decision, error: E, failure: &Failure) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        match decision {
+            Decision::Retry { delay, reason } => {
+                // Spend only now that the retry really happens: a denied retry is free.
+                if !self.operation.take_retry() {
+                    return self.deny(DenyReason::MaxAttempts, error);
+                }
+                if !self.upstream.budget().withdraw() {
+                    self.operation.give_back_retry();
+                    return self.deny(DenyReason::BudgetExhausted, error);
+                }
+                self.span.in_scope(|| {
+                    tracing::info!(
+                        target: "retry_runtime::decision",
+                        decision = "retry",
+                        reason = %reason,
+                        attempt = self.attempt,
+                        evidence = failure.evidence.as_str(),
+                        status = failure.status,
+                        delay_ms = delay.as_millis() as u64,
+                        "retrying"
+                    )
+                });
+                observe::retried(self.upstream.name(), self.upstream.budget().available());
+                // Drop the error (and any response or connection it holds) before waiting.
+                drop(error);
+                if reason == RetryReason::RefreshAuth {
+                    self.auth_refresh_used = true;
+                    if let Some(hook) = self.upstream.refresh_hook().cloned()
+                        && let Err(e) = hook.refresh().instrument(self.span.clone()).await
+                    {
+                        self.finish(CallKind::of(false, self.attempt));
+                        return Step::Done(Err(E::from(Error::RefreshFailed(e))));
+                    }
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                self.previous_delay = delay;
+                Step::Retry
+            }
+            Decision::Denied(reason) => self.deny(reason, error),
+            Decision::Ambiguous(reason) => {
+                self.span.in_scope(|| {
+                    tracing::warn!(
+                        target: "retry_runtime::decision",
+                        decision = "ambiguous",
+                        reason = %reason,
+                        attempt = self.attempt,
+                        evidence = failure.evidence.as_str(),
+                        status = failure.status,
+                        "outcome unknown: not retrying a write that may have happened"
+                    )
+                });
+                let ambiguous = Ambiguous {
+                    upstream: self.upstream.name_arc().clone(),
+                    operation: self.operation.name().to_owned(),
+                    attempts: self.attempt,
+                    evidence: failure.evidence,
+                    status: failure.status,
+                    reason,
+                    idempotency_key: self.key.clone(),
+                    last_error: error.to_string(),
+                };
+                Step::Ambiguous { error, ambiguous }
+            }
+        }
+    }
+
+    fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
+        self.span.in_scope(|| {
+            tracing::info!(
+                target: "retry_runtime::decision",
+                decision = "denied",
+                reason = %reason,
+                attempt = self.attempt,
+                "not retrying"
+            )
+        });
+        observe::denied(self.upstream.name(), reason);
+        if self.attempt > 1 {
+            // Tell enclosing retrying calls that this failure was already retried here.
+            self.operation.note_retried_failure();
+        }
+        self.finish(CallKind::of(false, self.attempt));
+        Step::Done(Err(error))
+    }
+
+    fn finish(&mut self, kind: CallKind) {
+        self.span.record("attempts", self.attempt);
+        self.span.record("outcome", kind.as_str());
+        observe::call_finished(self.upstream.name(), kind);
+    }
+}

@@ -1,0 +1,269 @@
+//! The configuration of one named upstream, its defaults and the rules of spec 003.
+//!
+//! Tuning lives here, not in code: a config in code cannot change without a rebuild (spec 003,
+//! R-RES-RE-X4). Every rule is checked at load time and every violation is reported at once.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backoff::{Backoff, Jitter};
+use crate::budget::BudgetConfig;
+
+/// The longest in-memory retry window allowed (spec 003 R-RES-RE-4): beyond it, a handler holds
+/// a worker for too long; hand the work to a durable queue instead.
+pub const MAX_IN_MEMORY_WINDOW: Duration = Duration::from_secs(5);
+
+/// The largest `max_attempts` allowed (spec 003 R-RES-RE-3).
+pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
+
+/// Settings of one named upstream.
+///
+/// # Default
+/// | field | default | why |
+/// |---|---|---|
+/// | `max_attempts` | 3 | spec 003: 3 typical (the first attempt included), 5 at most |
+/// | `backoff.initial` | 500 ms | spec 003 R-RES-RE-2 |
+/// | `backoff.multiplier` | 2.0 | spec 003 R-RES-RE-2 |
+/// | `backoff.max_backoff` | 2 s | keeps the window under 5 s |
+/// | `backoff.jitter` | full | least total work in AWS's study |
+/// | `attempt_timeout` | 1 s | 0.5 + 1 + 3 x 1 = 4.5 s worst case, under the 5 s window |
+/// | `deadline` | 5 s | default operation deadline when no scope sets one |
+/// | `min_attempt_budget` | 50 ms | no attempt starts with less time than this left |
+/// | `transient_500` | false | a 500 is usually a bug, not an outage |
+/// | `idempotency_header` | `Idempotency-Key` | IETF draft header name |
+/// | `dedups_idempotency_key` | true | the upstream's contract promises dedup by key |
+/// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct UpstreamConfig {
+    /// Attempts per call, the first included (1..=5).
+    pub max_attempts: u32,
+    /// Delay between attempts.
+    pub backoff: Backoff,
+    /// Longest single attempt; clamped to the remaining deadline.
+    pub attempt_timeout: Duration,
+    /// Operation deadline used when no enclosing scope sets an earlier one.
+    pub deadline: Duration,
+    /// No attempt starts with less than this left before the deadline.
+    pub min_attempt_budget: Duration,
+    /// Whether a 500 is retried (safely idempotent operations only).
+    pub transient_500: bool,
+    /// Request header carrying the idempotency key.
+    pub idempotency_header: String,
+    /// Whether the upstream's contract promises to deduplicate writes by key. If not, a write
+    /// with a key is not safely idempotent (spec 003: no dedup promise, no retry of writes).
+    pub dedups_idempotency_key: bool,
+    /// The retry budget.
+    pub budget: BudgetConfig,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig::new()
+    }
+}
+
+impl UpstreamConfig {
+    /// The defaults listed on the type.
+    pub fn new() -> Self {
+        UpstreamConfig {
+            max_attempts: 3,
+            backoff: Backoff::new()
+                .with_initial(Duration::from_millis(500))
+                .with_multiplier(2.0)
+                .with_max_backoff(Duration::from_secs(2))
+                .with_jitter(Jitter::Full),
+            attempt_timeout: Duration::from_secs(1),
+            deadline: Duration::from_secs(5),
+            min_attempt_budget: Duration::from_millis(50),
+            transient_500: false,
+            idempotency_header: "Idempotency-Key".to_owned(),
+            dedups_idempotency_key: true,
+            budget: BudgetConfig::new(),
+        }
+    }
+
+    /// Sets max attempts.
+    pub fn with_max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+    /// Sets the backoff.
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+    /// Sets the attempt timeout.
+    pub fn with_attempt_timeout(mut self, t: Duration) -> Self {
+        self.attempt_timeout = t;
+        self
+    }
+    /// Sets the default operation deadline.
+    pub fn with_deadline(mut self, t: Duration) -> Self {
+        self.deadline = t;
+        self
+    }
+    /// Sets the minimum attempt budget.
+    pub fn with_min_attempt_budget(mut self, t: Duration) -> Self {
+        self.min_attempt_budget = t;
+        self
+    }
+    /// Sets whether 500 is transient.
+    pub fn with_transient_500(mut self, yes: bool) -> Self {
+        self.transient_500 = yes;
+        self
+    }
+    /// Sets the idempotency header name.
+    pub fn with_idempotency_header(mut self, name: impl Into<String>) -> Self {
+        self.idempotency_header = name.into();
+        self
+    }
+    /// Sets whether the upstream dedups by key.
+    pub fn with_dedups_idempotency_key(mut self, yes: bool) -> Self {
+        self.dedups_idempotency_key = yes;
+        self
+    }
+    /// Sets the budget.
+    pub fn with_budget(mut self, budget: BudgetConfig) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The worst-case in-memory retry window: every backoff at its ceiling plus every attempt
+    /// running to its timeout (spec 003: "1.5 s + 3 x callTimeout").
+    pub fn retry_window(&self) -> Duration {
+        self.backoff
+            .worst_case_total(self.max_attempts.saturating_sub(1))
+            + self.attempt_timeout.saturating_mul(self.max_attempts)
+    }
+
+    /// Every rule this config breaks (empty when valid). Each names the field and the fix.
+    pub fn violations(&self) -> Vec<Violation> {
+        let mut v = Vec::new();
+        let mut push = |field: &'static str, message: String| v.push(Violation { field, message });
+        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
+            push(
+                "max_attempts",
+                format!(
+                    "max_attempts = {} is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)",
+                    self.max_attempts
+                ),
+            );
+        }
+        if !(self.backoff.multiplier.is_finite() && self.backoff.multiplier > 1.0) {
+            push(
+                "multiplier",
+                format!(
+                    "multiplier = {} must be above 1: linear or fixed backoff hammers a failing upstream (spec 003 R-RES-RE-X3); use 2.0",
+                    self.backoff.multiplier
+                ),
+            );
+        }
+        if self.backoff.initial.is_zero() {
+            push(
+                "initial_backoff",
+                "initial_backoff must be above zero: use 500ms".to_owned(),
+            );
+        }
+        if self.backoff.max_backoff < self.backoff.initial {
+            push(
+                "max_backoff",
+                format!(
+                    "max_backoff ({:?}) is below initial_backoff ({:?}): raise max_backoff",
+                    self.backoff.max_backoff, self.backoff.initial
+                ),
+            );
+        }
+        if self.attempt_timeout.is_zero() {
+            push(
+                "attempt_timeout",
+                "attempt_timeout must be above zero: use 1s".to_owned(),
+            );
+        }
+        if self.deadline.is_zero() {
+            push("deadline", "deadline must be above zero: use 5s".to_owned());
+        }
+        if self.min_attempt_budget >= self.attempt_timeout && !self.attempt_timeout.is_zero() {
+            push(
+                "min_attempt_budget",
+                format!(
+                    "min_attempt_budget ({:?}) must be below attempt_timeout ({:?}): use 50ms",
+                    self.min_attempt_budget, self.attempt_timeout
+                ),
+            );
+        }
+        if (1..=MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
+            let window = self.retry_window();
+            if window > MAX_IN_MEMORY_WINDOW {
+                push(
+                    "max_attempts",
+                    format!(
+                        "the in-memory retry window is {window:?} (backoffs + max_attempts x attempt_timeout), above 5s: \
+                         lower max_attempts, the backoffs or attempt_timeout, or hand longer outages to the durable queue (spec 003 R-RES-RE-4)"
+                    ),
+                );
+            }
+        }
+        if let Err(e) = self.budget.validate() {
+            push("budget", e.0);
+        }
+        if self.idempotency_header.is_empty()
+            || http::HeaderName::from_bytes(self.idempotency_header.as_bytes()).is_err()
+        {
+            push(
+                "idempotency_header",
+                format!(
+                    "idempotency_header {:?} is not a valid HTTP header name: use \"Idempotency-Key\"",
+                    self.idempotency_header
+                ),
+            );
+        }
+        v
+    }
+}
+
+/// One broken rule of an upstream config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The config key at fault.
+    pub field: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_fit_the_window() {
+        let c = UpstreamConfig::new();
+        assert_eq!(c.violations(), vec![]);
+        assert_eq!(c.retry_window(), Duration::from_millis(4500));
+    }
+
+    #[test]
+    fn every_violation_is_reported_at_once() {
+        let c = UpstreamConfig::new()
+            .with_max_attempts(7)
+            .with_backoff(Backoff::new().with_multiplier(1.0))
+            .with_attempt_timeout(Duration::ZERO);
+        let fields: Vec<_> = c.violations().iter().map(|v| v.field).collect();
+        assert_eq!(fields, ["max_attempts", "multiplier", "attempt_timeout"]);
+        assert!(c.violations()[0].message.contains("durable queue"));
+    }
+
+    #[test]
+    fn window_above_five_seconds_is_refused() {
+        let c = UpstreamConfig::new().with_attempt_timeout(Duration::from_secs(2));
+        let v = c.violations();
+        assert_eq!(v.len(), 1);
+        assert!(v[0].message.contains("above 5s"), "{}", v[0].message);
+    }
+}

@@ -1,0 +1,208 @@
+//! The eligibility engine: the nine steps of spec 000, in order.
+//!
+//! Each step can only deny; none re-enables what an earlier one denied. The engine is pure: it
+//! reads a [`Context`] and a [`Failure`], spends nothing, and sleeps nothing. The attempt loop
+//! spends the budget token only when the answer is [`Decision::Retry`], so a denied retry is
+//! free.
+
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
+use crate::{Evidence, Failure, Replayability};
+
+/// Whether repeating the operation is harmless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Safety {
+    /// A read method (GET, HEAD, OPTIONS).
+    Read,
+    /// A write with an idempotency key the upstream deduplicates.
+    KeyedWrite,
+    /// A write without a key, or with a key the upstream does not promise to deduplicate.
+    UnsafeWrite,
+}
+
+impl Safety {
+    /// Classifies a method and key against the upstream's dedup promise.
+    pub fn of(method: &http::Method, has_key: bool, upstream_dedups: bool) -> Safety {
+        if is_read(method) {
+            Safety::Read
+        } else if has_key && upstream_dedups {
+            Safety::KeyedWrite
+        } else {
+            Safety::UnsafeWrite
+        }
+    }
+
+    /// "Safely idempotent" in spec 000's sense.
+    pub const fn is_safe(self) -> bool {
+        !matches!(self, Safety::UnsafeWrite)
+    }
+}
+
+/// GET, HEAD and OPTIONS (TRACE too, though nobody should send it).
+pub fn is_read(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
+    )
+}
+
+/// Everything the engine knows about the call, besides the failure itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// Attempts made so far, the failed one included (1 after the first attempt).
+    pub attempt: u32,
+    /// The call's own limit.
+    pub max_attempts: u32,
+    /// Retries left in the operation's shared allowance.
+    pub operation_retries_left: u32,
+    /// Whether the upstream's budget has a token (peeked, not spent).
+    pub budget_has_token: bool,
+    /// The request body's replayability.
+    pub replay: Replayability,
+    /// Whether the runtime is draining.
+    pub draining: bool,
+    /// Time left before the deadline.
+    pub remaining: Duration,
+    /// No attempt starts with less time left than this.
+    pub min_attempt_budget: Duration,
+    /// Whether repeating the operation is harmless.
+    pub safety: Safety,
+    /// Whether the upstream registered 500 as transient.
+    pub transient_500: bool,
+    /// Whether a 401 refresh hook exists and was not used yet in this call.
+    pub can_refresh_auth: bool,
+    /// The backoff schedule.
+    pub backoff: &'a Backoff,
+    /// The previous delay (zero before the first retry).
+    pub previous_delay: Duration,
+}
+
+/// Decides whether a failed attempt is retried. Implement it to replace the decision order;
+/// most users keep [`DefaultEngine`].
+pub trait EligibilityEngine: Send + Sync {
+    /// Decides for one failed attempt. `rng` is the call's seedable random source for jitter.
+    fn decide(&self, ctx: &Context<'_>, failure: &Failure, rng: &mut fastrand::Rng) -> Decision;
+}
+
+/// The decision order of spec 000.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultEngine;
+
+impl EligibilityEngine for DefaultEngine {
+    fn decide(&self, ctx: &Context<'_>, f: &Failure, rng: &mut fastrand::Rng) -> Decision {
+        use DenyReason::*;
+        // 1. attempts exhausted (this call's, or the operation's shared allowance)
+        if ctx.attempt >= ctx.max_attempts || ctx.operation_retries_left == 0 {
+            return Decision::Denied(MaxAttempts);
+        }
+        // 2. retry budget empty
+        if !ctx.budget_has_token {
+            return Decision::Denied(BudgetExhausted);
+        }
+        // 3. body not replayable
+        if !ctx.replay.can_replay() {
+            return Decision::Denied(BodyNotReplayable);
+        }
+        // 4. first byte already delivered
+        if f.response_delivered {
+            return Decision::Denied(ResponseAlreadyDelivered);
+        }
+        // 5. runtime draining
+        if ctx.draining {
+            return Decision::Denied(RuntimeDraining);
+        }
+        // 6. remaining deadline below the minimum attempt budget
+        if ctx.remaining < ctx.min_attempt_budget {
+            return Decision::Denied(Deadline);
+        }
+        // 7. permanent failure category
+        if let Some(category) = f.permanent {
+            return Decision::Denied(PermanentFailure(category));
+        }
+        // 7b. one retry owner (spec 004): a failure retried below, or a callee's pushback.
+        if f.already_retried {
+            return Decision::Denied(AlreadyRetried);
+        }
+        if let Some(p) = f.pushback {
+            return Decision::Denied(Pushback(p));
+        }
+        // 8. sent, no response, on an operation that is not safely idempotent
+        if f.evidence == Evidence::SentNoResponse && !ctx.safety.is_safe() {
+            return Decision::Ambiguous(AmbiguityReason::SentNoResponse);
+        }
+        // 9. status- and failure-specific rules
+        let reason = match rule(ctx, f) {
+            Ok(reason) => reason,
+            Err(other) => return other,
+        };
+        match delay(ctx, f, reason, rng) {
+            Some(delay) => Decision::Retry { delay, reason },
+            None => Decision::Denied(Deadline),
+        }
+    }
+}
+
+/// Step 9: the retry reason, or the final answer when the rule does not allow a retry.
+fn rule(ctx: &Context<'_>, f: &Failure) -> Result<RetryReason, Decision> {
+    let safe = ctx.safety.is_safe();
+    match (f.evidence, f.status) {
+        (Evidence::NotSent, _) => Ok(RetryReason::NotSent),
+        (Evidence::SentNoResponse, _) => Ok(RetryReason::Transport(Evidence::SentNoResponse)),
+        (Evidence::PartialResponse, status) if status.is_none_or(|s| (200..300).contains(&s)) => {
+            if safe {
+                Ok(RetryReason::Transport(Evidence::PartialResponse))
+            } else {
+                Err(Decision::Ambiguous(AmbiguityReason::PartialResponse))
+            }
+        }
+        (_, Some(status)) => status_rule(ctx, status),
+        (_, None) => Err(Decision::Denied(DenyReason::Status(0))),
+    }
+}
+
+/// The status table of spec 000.
+pub fn status_rule(ctx: &Context<'_>, status: u16) -> Result<RetryReason, Decision> {
+    let safe = ctx.safety.is_safe();
+    let deny = Err(Decision::Denied(DenyReason::Status(status)));
+    match status {
+        408 | 429 => Ok(RetryReason::Status(status)),
+        // At most one retry, and only after the first attempt (RFC 8470 §5.2).
+        425 if ctx.attempt == 1 => Ok(RetryReason::Status(425)),
+        425 => deny,
+        401 if safe && ctx.replay.can_replay() && ctx.can_refresh_auth => {
+            Ok(RetryReason::RefreshAuth)
+        }
+        401 => deny,
+        500 if ctx.transient_500 && safe => Ok(RetryReason::Status(500)),
+        500 => deny,
+        502..=504 if safe => Ok(RetryReason::Status(status)),
+        502..=504 => Err(Decision::Ambiguous(AmbiguityReason::Status(status))),
+        _ => deny,
+    }
+}
+
+/// The delay before the retry: `Retry-After` when the server sent one, else the jittered
+/// backoff; `None` when waiting would leave less than the minimum attempt budget.
+fn delay(
+    ctx: &Context<'_>,
+    f: &Failure,
+    reason: RetryReason,
+    rng: &mut fastrand::Rng,
+) -> Option<Duration> {
+    let room = ctx.remaining.checked_sub(ctx.min_attempt_budget)?;
+    if reason == RetryReason::RefreshAuth {
+        return Some(Duration::ZERO);
+    }
+    match f.retry_after {
+        // A server's hint is a floor, never a reason to retry past the deadline.
+        Some(hint) if hint > room => None,
+        Some(hint) => Some(hint),
+        None => Some(
+            ctx.backoff
+                .delay(ctx.attempt, ctx.previous_delay, rng)
+                .min(room),
+        ),
+    }
+}

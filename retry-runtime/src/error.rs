@@ -1,0 +1,185 @@
+//! The runtime's own errors, and the ambiguous outcome.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::attempt::{IdempotencyKey, KeyError};
+use crate::decision::AmbiguityReason;
+use crate::{Classify, Evidence, PermanentCategory};
+
+/// The outcome of a write whose fate is unknown: it may or may not have happened.
+///
+/// This is a third answer on purpose. Retrying might duplicate the side effect; reporting a
+/// plain failure would tell the caller the write did not happen, which may be false. Reconcile:
+/// query the upstream for the result, or replay with the same idempotency key.
+#[derive(Debug, Clone)]
+pub struct Ambiguous {
+    /// The upstream called.
+    pub upstream: Arc<str>,
+    /// The business operation (scope name).
+    pub operation: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last attempt's evidence.
+    pub evidence: Evidence,
+    /// The last attempt's status, if a response arrived.
+    pub status: Option<u16>,
+    /// Why the outcome is ambiguous.
+    pub reason: AmbiguityReason,
+    /// The idempotency key the attempts carried, if any: replay with it to settle the outcome.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// The last attempt's error, rendered.
+    pub last_error: String,
+}
+
+impl fmt::Display for Ambiguous {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "outcome unknown: {} on upstream `{}` (operation `{}`, {} attempt(s), evidence {}) may or may not have happened; \
+             reconcile by querying the upstream or replaying with the same idempotency key (last error: {})",
+            self.reason,
+            self.upstream,
+            self.operation,
+            self.attempts,
+            self.evidence,
+            self.last_error
+        )
+    }
+}
+
+impl std::error::Error for Ambiguous {}
+
+/// Errors raised by the runtime itself. Application error types wrap it (`From<Error>`) so a
+/// retrying function keeps its own signature.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The write may or may not have happened; see [`Ambiguous`].
+    Ambiguous(Box<Ambiguous>),
+    /// The upstream name is not in the registry.
+    UnknownUpstream {
+        /// The name asked for.
+        name: String,
+        /// The names the registry knows.
+        known: Vec<String>,
+    },
+    /// An attempt ran past its timeout (clamped to the deadline). The request may have been
+    /// sent: the evidence is `SentNoResponse`.
+    AttemptTimeout {
+        /// The upstream.
+        upstream: Arc<str>,
+        /// The attempt that timed out.
+        attempt: u32,
+        /// The timeout it had.
+        timeout: Duration,
+    },
+    /// The operation's deadline left no time for an attempt; nothing was sent.
+    DeadlineExceeded {
+        /// The upstream.
+        upstream: Arc<str>,
+    },
+    /// The idempotency key was refused before anything was sent.
+    InvalidIdempotencyKey(KeyError),
+    /// The credentials refresh after a 401 failed.
+    RefreshFailed(crate::registry::RefreshError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Ambiguous(a) => a.fmt(f),
+            Error::UnknownUpstream { name, known } => write!(
+                f,
+                "unknown upstream `{name}`: add it to the retry registry (known: {})",
+                if known.is_empty() {
+                    "none; was the registry loaded?".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+            Error::AttemptTimeout {
+                upstream,
+                attempt,
+                timeout,
+            } => {
+                write!(
+                    f,
+                    "attempt {attempt} to `{upstream}` timed out after {timeout:?}"
+                )
+            }
+            Error::DeadlineExceeded { upstream } => {
+                write!(
+                    f,
+                    "the operation's deadline passed before an attempt to `{upstream}` could start"
+                )
+            }
+            Error::InvalidIdempotencyKey(e) => e.fmt(f),
+            Error::RefreshFailed(e) => write!(f, "refreshing credentials after 401 failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Ambiguous(a) => Some(&**a),
+            Error::InvalidIdempotencyKey(e) => Some(e),
+            Error::RefreshFailed(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// The ambiguous outcome, if that is what this is.
+    pub fn as_ambiguous(&self) -> Option<&Ambiguous> {
+        match self {
+            Error::Ambiguous(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+impl From<Ambiguous> for Error {
+    fn from(a: Ambiguous) -> Self {
+        Error::Ambiguous(Box::new(a))
+    }
+}
+
+impl Classify for Error {
+    fn evidence(&self) -> Evidence {
+        match self {
+            Error::Ambiguous(a) => a.evidence,
+            Error::AttemptTimeout { .. } => Evidence::SentNoResponse,
+            Error::UnknownUpstream { .. }
+            | Error::DeadlineExceeded { .. }
+            | Error::InvalidIdempotencyKey(_)
+            | Error::RefreshFailed(_) => Evidence::NotSent,
+        }
+    }
+
+    fn status(&self) -> Option<u16> {
+        match self {
+            Error::Ambiguous(a) => a.status,
+            _ => None,
+        }
+    }
+
+    fn permanent(&self) -> Option<PermanentCategory> {
+        match self {
+            Error::UnknownUpstream { .. } => Some(PermanentCategory::Configuration),
+            Error::InvalidIdempotencyKey(_) => Some(PermanentCategory::InvalidRequest),
+            Error::RefreshFailed(_) => Some(PermanentCategory::Auth),
+            // An ambiguous outcome below must not be retried above: that is how one layer's
+            // uncertainty becomes another layer's duplicate.
+            Error::Ambiguous(_) => Some(PermanentCategory::Other),
+            Error::AttemptTimeout { .. } | Error::DeadlineExceeded { .. } => None,
+        }
+    }
+
+    fn already_retried(&self) -> bool {
+        matches!(self, Error::Ambiguous(a) if a.attempts > 1)
+    }
+}

@@ -1,0 +1,68 @@
+//! Metrics through the `metrics` facade (feature `metrics`); no-ops without it.
+//!
+//! Names follow Resilience4j's `retry.calls{kind}` so dashboards carry over:
+//! - `retry.calls{upstream, kind}`: `successful_without_retry`, `successful_with_retry`,
+//!   `failed_without_retry`, `failed_with_retry`, `ambiguous`
+//! - `retry.retries{upstream}`: retries started
+//! - `retry.denials{upstream, reason}`: denied retries by named reason
+//! - `retry.ambiguous{upstream}`: ambiguous outcomes
+//! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
+
+#![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+
+use crate::decision::DenyReason;
+
+/// How a call ended, for `retry.calls{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallKind {
+    SuccessfulWithoutRetry,
+    SuccessfulWithRetry,
+    FailedWithoutRetry,
+    FailedWithRetry,
+    Ambiguous,
+}
+
+impl CallKind {
+    pub(crate) fn of(success: bool, attempts: u32) -> CallKind {
+        match (success, attempts > 1) {
+            (true, false) => CallKind::SuccessfulWithoutRetry,
+            (true, true) => CallKind::SuccessfulWithRetry,
+            (false, false) => CallKind::FailedWithoutRetry,
+            (false, true) => CallKind::FailedWithRetry,
+        }
+    }
+
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            CallKind::SuccessfulWithoutRetry => "successful_without_retry",
+            CallKind::SuccessfulWithRetry => "successful_with_retry",
+            CallKind::FailedWithoutRetry => "failed_without_retry",
+            CallKind::FailedWithRetry => "failed_with_retry",
+            CallKind::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+pub(crate) fn call_finished(upstream: &str, kind: CallKind) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.calls", "upstream" => upstream.to_owned(), "kind" => kind.as_str())
+        .increment(1);
+    #[cfg(feature = "metrics")]
+    if kind == CallKind::Ambiguous {
+        metrics::counter!("retry.ambiguous", "upstream" => upstream.to_owned()).increment(1);
+    }
+}
+
+pub(crate) fn retried(upstream: &str, budget_available: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("retry.retries", "upstream" => upstream.to_owned()).increment(1);
+        metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
+            .set(budget_available as f64);
+    }
+}
+
+pub(crate) fn denied(upstream: &str, reason: DenyReason) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.denials", "upstream" => upstream.to_owned(), "reason" => reason.as_str()).increment(1);
+}

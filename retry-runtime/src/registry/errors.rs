@@ -1,0 +1,87 @@
+//! Configuration errors: every violation, located, with its fix.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where in a configuration source a value sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file (or a description of the source, such as `environment`).
+    pub source: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.source.display(), self.line, self.column)
+    }
+}
+
+/// One configuration mistake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The upstream concerned (empty for file-level errors).
+    pub upstream: String,
+    /// The key concerned.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+    /// Where, when the config came from a file or the environment.
+    pub location: Option<Location>,
+}
+
+impl ConfigError {
+    /// An error without a location.
+    pub fn new(upstream: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            upstream: upstream.to_owned(),
+            field: field.into(),
+            message: message.into(),
+            location: None,
+        }
+    }
+
+    /// Attaches a location.
+    pub fn at(mut self, location: Location) -> Self {
+        self.location = Some(location);
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = &self.location {
+            write!(f, "{loc}: ")?;
+        }
+        if !self.upstream.is_empty() {
+            write!(f, "upstream `{}`: ", self.upstream)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Every mistake found in one configuration, reported together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// The individual errors.
+    pub fn errors(&self) -> &[ConfigError] {
+        &self.0
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} configuration error(s):", self.0.len())?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}

@@ -1,0 +1,196 @@
+//! The attempt loop without the macro: `Retry::upstream("sber").method(..).run(..)`.
+
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::future::Future;
+
+use crate::attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
+use crate::call::{Call, CallSpec, Reconciled, Step};
+use crate::registry::Registry;
+use crate::{Classify, Error, Replayability};
+
+/// Entry point of the builder API. Choose the upstream, then the method (required: the runtime
+/// never assumes GET), then run.
+///
+/// ```
+/// use retry_runtime::{Error, Registry, Retry, UpstreamConfig};
+/// use http::Method;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let registry = Registry::builder().upstream("catalog", UpstreamConfig::new()).build().unwrap();
+/// let item: Result<u32, Error> = Retry::upstream("catalog")
+///     .registry(&registry)
+///     .method(Method::GET)
+///     .run(|attempt| async move {
+///         // send the request here; `attempt` carries the number, key and deadline
+///         Ok(attempt.number())
+///     })
+///     .await;
+/// assert_eq!(item.unwrap(), 1);
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "name the method with `.method(..)`, then `.run(..)`"]
+pub struct Retry<'r> {
+    registry: &'r Registry,
+    upstream: &'r str,
+    operation: Option<Cow<'static, str>>,
+}
+
+impl Retry<'static> {
+    /// A call to `upstream`, configured in the global registry (see [`Registry::global`]).
+    pub fn upstream(upstream: &'static str) -> Retry<'static> {
+        Retry {
+            registry: Registry::global(),
+            upstream,
+            operation: None,
+        }
+    }
+}
+
+impl<'r> Retry<'r> {
+    /// A call to `upstream` in `registry`.
+    pub fn in_registry(registry: &'r Registry, upstream: &'r str) -> Retry<'r> {
+        Retry {
+            registry,
+            upstream,
+            operation: None,
+        }
+    }
+
+    /// Uses `registry` instead of the global one.
+    pub fn registry<'s>(self, registry: &'s Registry) -> Retry<'s>
+    where
+        'r: 's,
+    {
+        Retry {
+            registry,
+            upstream: self.upstream,
+            operation: self.operation,
+        }
+    }
+
+    /// Names the operation when this call opens the scope (defaults to the upstream's name).
+    pub fn operation(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.operation = Some(name.into());
+        self
+    }
+
+    /// The HTTP method the call sends. A write (anything but GET, HEAD, OPTIONS) is retried
+    /// after it may have reached the server only with an idempotency key the upstream
+    /// deduplicates, or with a reconcile check.
+    pub fn method(self, method: http::Method) -> RetryCall<'r> {
+        RetryCall {
+            registry: self.registry,
+            upstream: self.upstream,
+            operation: self.operation,
+            method,
+            key: None,
+            replay: Replayability::Replayable,
+        }
+    }
+}
+
+/// A call ready to run; see [`Retry`].
+///
+/// # Default
+/// - no idempotency key
+/// - body [`Replayability::Replayable`] (no body, or bytes)
+#[derive(Debug, Clone)]
+#[must_use = "a retrying call does nothing until `.run(..)` is awaited"]
+pub struct RetryCall<'r> {
+    registry: &'r Registry,
+    upstream: &'r str,
+    operation: Option<Cow<'static, str>>,
+    method: http::Method,
+    key: Option<Result<IdempotencyKey, KeyError>>,
+    replay: Replayability,
+}
+
+impl<'r> RetryCall<'r> {
+    /// The idempotency key, fixed now and sent on every attempt. An invalid key (empty, over
+    /// 255 bytes, CR/LF) fails the call before anything is sent.
+    pub fn idempotency(mut self, key: impl IntoIdempotencyKey) -> Self {
+        self.key = Some(key.into_idempotency_key());
+        self
+    }
+
+    /// Declares the body's replayability (a one-shot stream is never retried).
+    pub fn body(mut self, replay: Replayability) -> Self {
+        self.replay = replay;
+        self
+    }
+
+    fn start<E: From<Error>>(self) -> Result<Call<'r>, E> {
+        let key = match self.key {
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => return Err(E::from(Error::InvalidIdempotencyKey(e))),
+            None => None,
+        };
+        Call::new(CallSpec {
+            registry: self.registry,
+            upstream: self.upstream,
+            method: self.method,
+            key,
+            replay: self.replay,
+            operation: self.operation,
+        })
+        .map_err(E::from)
+    }
+
+    /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error
+    /// (retry denied), or `E::from(Error::Ambiguous(..))` when a write's outcome is unknown.
+    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        let mut call = self.start::<E>()?;
+        loop {
+            let a = call.next_attempt()?;
+            let result = call.run(a.clone(), attempt(a)).await;
+            match call.settle(result).await {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
+            }
+        }
+    }
+
+    /// Like [`run`](Self::run), for a write without a key that has a reliable way to check its
+    /// result: before any retry of an ambiguous attempt, `reconcile` is asked. `Happened`
+    /// returns its value, `NotHappened` permits the retry, `Unknown` returns the ambiguous
+    /// outcome.
+    pub async fn run_reconciled<T, E, F, Fut, R, RFut>(
+        self,
+        mut attempt: F,
+        mut reconcile: R,
+    ) -> Result<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        R: FnMut() -> RFut,
+        RFut: Future<Output = Reconciled<T>>,
+        E: Classify + From<Error> + Display,
+    {
+        let mut call = self.start::<E>()?;
+        loop {
+            let a = call.next_attempt()?;
+            let result = call.run(a.clone(), attempt(a)).await;
+            let mut step = call.settle(result).await;
+            if let Step::Ambiguous { error, ambiguous } = step {
+                step = match reconcile().await {
+                    Reconciled::Happened(value) => return Ok(value),
+                    Reconciled::NotHappened => call.settle_not_happened(error).await,
+                    Reconciled::Unknown => return Err(call.ambiguous(ambiguous)),
+                };
+            }
+            match step {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
+            }
+        }
+    }
+}

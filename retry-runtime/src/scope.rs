@@ -1,0 +1,284 @@
+//! The operation scope: one deadline and one retry allowance per business operation.
+//!
+//! Two layers that each allow 3 attempts turn one user action into 9 calls on a failing
+//! dependency (spec 004). The scope fixes that: every retrying call inside one operation shares
+//! the scope's absolute deadline and its retry allowance, so the operation as a whole makes at
+//! most the first owner's attempts, however deep the call chain.
+//!
+//! A scope is opened explicitly with [`operation`] or implicitly by the first retrying call
+//! that finds none. It lives in a tokio task-local, so it follows the future, not the thread.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+tokio::task_local! {
+    static OPERATION: Operation;
+}
+
+const UNSET: u32 = u32::MAX;
+
+/// Retries left for a whole operation, shared by every retrying call inside it.
+#[derive(Debug)]
+struct Allowance {
+    /// [`UNSET`] until the first retrying call (or the scope's opener) fixes the limit.
+    retries_left: AtomicU32,
+    /// Incremented whenever a retrying call inside returns a failure it already retried, so an
+    /// enclosing call can tell that its attempt's failure was retried below.
+    retried_failures: AtomicU64,
+}
+
+/// A handle to the current business operation: its name, absolute deadline and shared retry
+/// allowance. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: Cow<'static, str>,
+    deadline: Option<Instant>,
+    allowance: Arc<Allowance>,
+}
+
+impl Operation {
+    /// The operation scope the current task runs in, if any.
+    pub fn current() -> Option<Operation> {
+        OPERATION.try_with(Clone::clone).ok()
+    }
+
+    /// The operation's name (for traces).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The absolute deadline, if one was set.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.inner.deadline
+    }
+
+    /// Time left until the deadline (`None`: no deadline).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.inner
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Retries the operation may still make (`None` while no limit has been fixed).
+    pub fn retries_left(&self) -> Option<u32> {
+        match self.inner.allowance.retries_left.load(Ordering::Acquire) {
+            UNSET => None,
+            n => Some(n),
+        }
+    }
+
+    /// Fixes the limit if none is set yet (the first retrying call owns it) and returns the
+    /// retries left.
+    pub(crate) fn init_allowance(&self, retries: u32) -> u32 {
+        let a = &self.inner.allowance.retries_left;
+        match a.compare_exchange(
+            UNSET,
+            retries.min(UNSET - 1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => retries.min(UNSET - 1),
+            Err(current) => current,
+        }
+    }
+
+    /// Takes one retry from the shared allowance; `false` when none is left.
+    pub(crate) fn take_retry(&self) -> bool {
+        self.inner
+            .allowance
+            .retries_left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
+                0 => None,
+                UNSET => Some(UNSET),
+                n => Some(n - 1),
+            })
+            .is_ok()
+    }
+
+    /// Gives back a retry taken by [`take_retry`](Self::take_retry) that did not happen.
+    pub(crate) fn give_back_retry(&self) {
+        let _ = self.inner.allowance.retries_left.fetch_update(
+            Ordering::AcqRel,
+            Ordering::Acquire,
+            |n| if n == UNSET { None } else { Some(n + 1) },
+        );
+    }
+
+    pub(crate) fn retried_failures(&self) -> u64 {
+        self.inner
+            .allowance
+            .retried_failures
+            .load(Ordering::Acquire)
+    }
+
+    pub(crate) fn note_retried_failure(&self) {
+        self.inner
+            .allowance
+            .retried_failures
+            .fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A root operation (no enclosing scope).
+    pub(crate) fn root(
+        name: Cow<'static, str>,
+        deadline: Option<Instant>,
+        retries: Option<u32>,
+    ) -> Self {
+        Operation {
+            inner: Arc::new(Inner {
+                name,
+                deadline,
+                allowance: Arc::new(Allowance {
+                    retries_left: AtomicU32::new(retries.map_or(UNSET, |r| r.min(UNSET - 1))),
+                    retried_failures: AtomicU64::new(0),
+                }),
+            }),
+        }
+    }
+
+    /// A scope nested in `self`: the earlier deadline wins and the allowance is shared.
+    pub(crate) fn nested(&self, name: Cow<'static, str>, deadline: Option<Instant>) -> Self {
+        Operation {
+            inner: Arc::new(Inner {
+                name,
+                deadline: min_deadline(self.inner.deadline, deadline),
+                allowance: self.inner.allowance.clone(),
+            }),
+        }
+    }
+
+    /// Runs `fut` inside this scope.
+    pub async fn scope<F: Future>(self, fut: F) -> F::Output {
+        OPERATION.scope(self, fut).await
+    }
+}
+
+/// The earlier of two optional deadlines.
+pub(crate) fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Opens a business operation scope: every retrying call inside shares its deadline and retry
+/// allowance.
+///
+/// ```
+/// use std::time::Duration;
+/// # async fn checkout() -> Result<(), ()> { Ok(()) }
+/// # async fn run() {
+/// let result = retry_runtime::operation("checkout")
+///     .deadline(Duration::from_millis(300))
+///     .max_retries(2)
+///     .run(checkout())
+///     .await;
+/// # }
+/// ```
+pub fn operation(name: impl Into<Cow<'static, str>>) -> OperationBuilder {
+    OperationBuilder {
+        name: name.into(),
+        timeout: None,
+        max_retries: None,
+    }
+}
+
+/// Configures an operation scope before running it; see [`operation`].
+///
+/// # Default
+/// - no deadline of its own (an enclosing scope's, or each upstream's default operation
+///   deadline, still applies)
+/// - the retry allowance is fixed by the first retrying call inside (its max attempts - 1)
+#[derive(Debug, Clone)]
+#[must_use = "an operation does nothing until `.run(fut)` is awaited"]
+pub struct OperationBuilder {
+    name: Cow<'static, str>,
+    timeout: Option<Duration>,
+    max_retries: Option<u32>,
+}
+
+impl OperationBuilder {
+    /// The operation must finish within `timeout` from when `run` starts. Nested inside another
+    /// operation, the earlier of the two deadlines applies.
+    pub fn deadline(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// At most `retries` retries across every retrying call inside (a root scope only; a nested
+    /// scope shares its parent's allowance).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = Some(retries);
+        self
+    }
+
+    /// Runs `fut` inside the scope. A deadline alone does not cancel `fut`: retrying calls
+    /// inside stop starting attempts once it passes and clamp each attempt to what remains.
+    pub async fn run<F: Future>(self, fut: F) -> F::Output {
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let op = match Operation::current() {
+            Some(parent) => parent.nested(self.name, deadline),
+            None => Operation::root(self.name, deadline, self.max_retries),
+        };
+        op.scope(fut).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn nested_scopes_take_the_earlier_deadline_and_share_the_allowance() {
+        let start = Instant::now();
+        operation("outer")
+            .deadline(Duration::from_millis(300))
+            .max_retries(2)
+            .run(async {
+                let outer = Operation::current().unwrap();
+                operation("inner")
+                    .deadline(Duration::from_secs(10))
+                    .run(async {
+                        let inner = Operation::current().unwrap();
+                        assert_eq!(inner.name(), "inner");
+                        assert_eq!(inner.deadline(), Some(start + Duration::from_millis(300)));
+                        assert!(inner.take_retry());
+                    })
+                    .await;
+                assert_eq!(outer.retries_left(), Some(1));
+                operation("tighter")
+                    .deadline(Duration::from_millis(100))
+                    .run(async {
+                        let d = Operation::current().unwrap().deadline();
+                        assert_eq!(d, Some(start + Duration::from_millis(100)));
+                    })
+                    .await;
+            })
+            .await;
+        assert!(Operation::current().is_none());
+    }
+
+    #[tokio::test]
+    async fn allowance_is_fixed_once_and_never_underflows() {
+        let op = Operation::root("x".into(), None, None);
+        assert_eq!(op.retries_left(), None);
+        assert_eq!(op.init_allowance(2), 2);
+        assert_eq!(op.init_allowance(5), 2, "the first owner fixes the limit");
+        assert!(op.take_retry());
+        assert!(op.take_retry());
+        assert!(!op.take_retry());
+        assert_eq!(op.retries_left(), Some(0));
+        op.give_back_retry();
+        assert_eq!(op.retries_left(), Some(1));
+    }
+}
