@@ -206,3 +206,6 @@ fn delay(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;

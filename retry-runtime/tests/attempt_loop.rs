@@ -1,0 +1,533 @@
+//! The attempt loop on tokio's paused clock: delays, Retry-After, deadlines, budgets, ambiguity,
+//! shared allowances and what is held during a backoff.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use retry_runtime::backoff::{Backoff, Jitter};
+use retry_runtime::budget::BudgetConfig;
+use retry_runtime::{
+    AmbiguityReason, Attempt, Classify, Error, Evidence, Method, Reconciled, Registry,
+    Replayability, Retry, UpstreamConfig, operation,
+};
+use tokio::time::Instant;
+
+/// A failure with chosen facts; records when it is dropped.
+#[derive(Debug)]
+struct Fail {
+    evidence: Evidence,
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+    #[allow(dead_code)] // held for its Drop
+    dropped: Option<DropProbe>,
+    runtime: Option<Error>,
+}
+
+/// Records the instant it is dropped (stands in for a response body or a bulkhead permit).
+#[derive(Debug)]
+struct DropProbe(Arc<Mutex<Vec<Instant>>>);
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push(Instant::now());
+    }
+}
+
+impl Fail {
+    fn new(evidence: Evidence) -> Self {
+        Fail {
+            evidence,
+            status: None,
+            retry_after: None,
+            dropped: None,
+            runtime: None,
+        }
+    }
+    fn status(status: u16) -> Self {
+        Fail {
+            status: Some(status),
+            ..Fail::new(Evidence::ResponseReceived)
+        }
+    }
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.runtime {
+            Some(e) => e.fmt(f),
+            None => write!(f, "fail {} {:?}", self.evidence, self.status),
+        }
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail {
+            evidence: e.evidence(),
+            status: e.status(),
+            runtime: Some(e),
+            ..Fail::new(Evidence::NotSent)
+        }
+    }
+}
+
+impl Classify for Fail {
+    fn evidence(&self) -> Evidence {
+        self.evidence
+    }
+    fn status(&self) -> Option<u16> {
+        self.status
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+    fn permanent(&self) -> Option<retry_runtime::PermanentCategory> {
+        self.runtime.as_ref().and_then(|e| e.permanent())
+    }
+    fn already_retried(&self) -> bool {
+        self.runtime.as_ref().is_some_and(|e| e.already_retried())
+    }
+}
+
+fn registry(config: UpstreamConfig) -> Registry {
+    Registry::builder()
+        .upstream("up", config)
+        .seed(42)
+        .build()
+        .unwrap()
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Runs a GET that always fails with `fail()` and returns the attempt start times.
+async fn starts_of_failing_call(
+    reg: &Registry,
+    fail: impl Fn() -> Fail,
+) -> (Vec<Instant>, Result<(), Fail>) {
+    let starts = Mutex::new(Vec::new());
+    let result = Retry::in_registry(reg, "up")
+        .method(Method::GET)
+        .run(|_| {
+            starts.lock().unwrap().push(Instant::now());
+            let f = fail();
+            async move { Err::<(), _>(f) }
+        })
+        .await;
+    (starts.into_inner().unwrap(), result)
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_jitter_delays_stay_within_the_exponential_ceiling() {
+    let backoff = Backoff::new()
+        .with_initial(ms(100))
+        .with_max_backoff(ms(1000));
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(5)
+            .with_backoff(backoff)
+            .with_attempt_timeout(ms(500)),
+    );
+    for _ in 0..20 {
+        let (starts, result) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+        assert_eq!(starts.len(), 5);
+        assert_eq!(
+            result.unwrap_err().status,
+            Some(503),
+            "the last error is returned"
+        );
+        for (i, w) in starts.windows(2).enumerate() {
+            let gap = w[1] - w[0];
+            assert!(
+                gap <= backoff.ceiling(i as u32 + 1),
+                "retry {}: {gap:?}",
+                i + 1
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn decorrelated_jitter_delays_stay_between_initial_and_cap() {
+    let backoff = Backoff::new()
+        .with_initial(ms(100))
+        .with_max_backoff(ms(800))
+        .with_jitter(Jitter::Decorrelated);
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(5)
+            .with_backoff(backoff)
+            .with_attempt_timeout(ms(500)),
+    );
+    for _ in 0..20 {
+        let (starts, _) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+        let gaps: Vec<_> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps.len(), 4);
+        for (i, gap) in gaps.iter().enumerate() {
+            assert!(*gap >= ms(100) && *gap <= ms(800), "{gap:?}");
+            if i > 0 {
+                assert!(gap.as_secs_f64() <= (gaps[i - 1].as_secs_f64() * 2.0).max(0.1) + 1e-6);
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn same_seed_gives_the_same_schedule() {
+    let config = UpstreamConfig::new()
+        .with_max_attempts(4)
+        .with_attempt_timeout(ms(300));
+    let gaps = |starts: Vec<Instant>| starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
+    let (a, _) = starts_of_failing_call(&registry(config.clone()), || Fail::status(503)).await;
+    let (b, _) = starts_of_failing_call(&registry(config), || Fail::status(503)).await;
+    assert_eq!(gaps(a), gaps(b));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_honoured_exactly() {
+    let reg = registry(UpstreamConfig::new());
+    let (starts, _) = starts_of_failing_call(&reg, || Fail {
+        retry_after: Some(Duration::from_secs(1)),
+        ..Fail::status(429)
+    })
+    .await;
+    assert_eq!(starts.len(), 3);
+    assert_eq!(starts[1] - starts[0], Duration::from_secs(1));
+    assert_eq!(starts[2] - starts[1], Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_beyond_the_deadline_denies_instead_of_sleeping() {
+    let reg = registry(UpstreamConfig::new());
+    let t0 = Instant::now();
+    let (starts, result) = starts_of_failing_call(&reg, || Fail {
+        retry_after: Some(Duration::from_secs(60)),
+        ..Fail::status(503)
+    })
+    .await;
+    assert_eq!(starts.len(), 1);
+    assert_eq!(Instant::now(), t0, "no sleep happened");
+    assert_eq!(result.unwrap_err().status, Some(503));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_cuts_the_loop() {
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(5)
+            .with_backoff(
+                Backoff::new()
+                    .with_initial(ms(100))
+                    .with_max_backoff(ms(400)),
+            )
+            .with_attempt_timeout(ms(200)),
+    );
+    let t0 = Instant::now();
+    let calls = AtomicU32::new(0);
+    let result: Result<(), Fail> = operation("checkout")
+        .deadline(ms(300))
+        .run(
+            Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|a: Attempt| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    assert!(a.timeout() <= a.remaining());
+                    async move {
+                        tokio::time::sleep(ms(120)).await;
+                        Err(Fail::status(503))
+                    }
+                }),
+        )
+        .await;
+    assert!(result.is_err());
+    assert!(
+        Instant::now() - t0 <= ms(300),
+        "took {:?}",
+        Instant::now() - t0
+    );
+    assert!(calls.load(Ordering::SeqCst) < 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_is_cut_at_its_timeout_and_a_read_is_retried() {
+    let reg = registry(UpstreamConfig::new().with_attempt_timeout(ms(200)));
+    let calls = AtomicU32::new(0);
+    let result: Result<u32, Error> = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|a| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if a.number() == 1 {
+                    std::future::pending::<()>().await;
+                }
+                Ok(a.number())
+            }
+        })
+        .await;
+    assert_eq!(result.unwrap(), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_write_without_key_is_ambiguous() {
+    let reg = registry(UpstreamConfig::new().with_attempt_timeout(ms(200)));
+    let result: Result<(), Error> = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .run(|_| std::future::pending())
+        .await;
+    let err = result.unwrap_err();
+    let amb = err.as_ambiguous().expect("ambiguous");
+    assert_eq!(amb.attempts, 1);
+    assert_eq!(amb.evidence, Evidence::SentNoResponse);
+    assert_eq!(amb.reason, AmbiguityReason::SentNoResponse);
+    assert_eq!(&*amb.upstream, "up");
+    assert!(amb.idempotency_key.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_from_a_failed_attempt_is_held_during_the_backoff() {
+    let reg = registry(UpstreamConfig::new());
+    let drops = Arc::new(Mutex::new(Vec::new()));
+    let ends = Mutex::new(Vec::new());
+    let starts = Mutex::new(Vec::new());
+    let _ = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|_| {
+            starts.lock().unwrap().push(Instant::now());
+            let drops = drops.clone();
+            let ends = &ends;
+            async move {
+                tokio::time::sleep(ms(10)).await;
+                ends.lock().unwrap().push(Instant::now());
+                Err::<(), _>(Fail {
+                    dropped: Some(DropProbe(drops)),
+                    ..Fail::status(503)
+                })
+            }
+        })
+        .await;
+    let (drops, ends, starts) = (
+        drops.lock().unwrap().clone(),
+        ends.into_inner().unwrap(),
+        starts.into_inner().unwrap(),
+    );
+    assert_eq!(starts.len(), 3);
+    for i in 0..2 {
+        // The error (standing in for a response or a bulkhead permit) is dropped when the attempt
+        // ends, not when the next one starts: the backoff holds nothing.
+        assert_eq!(drops[i], ends[i]);
+        assert!(drops[i] < starts[i + 1]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
+    let config = UpstreamConfig::new()
+        .with_backoff(Backoff::new().with_initial(ms(1)).with_max_backoff(ms(2)))
+        .with_budget(BudgetConfig::new().with_ratio(0.1).with_min_per_second(1));
+    let reg = registry(config);
+    let calls = AtomicU32::new(0);
+    for _ in 0..100 {
+        let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(|_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Err(Fail::status(503)) }
+            })
+            .await;
+    }
+    let retries = calls.load(Ordering::SeqCst) - 100;
+    // floor 1/s x 10 s window + 10 % of 100 calls
+    assert!(retries <= 10 + 10, "{retries} retries");
+    assert!(retries >= 10, "the floor is usable: {retries}");
+    // Denied retries spent nothing: 404s (denied) do not drain what remains.
+    let before = reg.upstream("up").unwrap().budget().available();
+    for _ in 0..50 {
+        let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(|_| async { Err(Fail::status(404)) })
+            .await;
+    }
+    assert!(reg.upstream("up").unwrap().budget().available() >= before);
+}
+
+#[tokio::test(start_paused = true)]
+async fn draining_stops_new_retries() {
+    let reg = registry(UpstreamConfig::new());
+    reg.drain().start();
+    let (starts, _) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+    assert_eq!(starts.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nested_retrying_calls_share_one_allowance() {
+    // Two layers that each allow 3 attempts against an always-failing dependency: 3 calls, not 9.
+    let reg = Registry::builder()
+        .upstream("middle", UpstreamConfig::new())
+        .upstream("catalog", UpstreamConfig::new())
+        .build()
+        .unwrap();
+    let catalog_calls = AtomicU32::new(0);
+    let middle_calls = AtomicU32::new(0);
+    let result: Result<(), Error> = Retry::in_registry(&reg, "middle")
+        .method(Method::GET)
+        .run(|_| {
+            middle_calls.fetch_add(1, Ordering::SeqCst);
+            let reg = &reg;
+            let catalog_calls = &catalog_calls;
+            async move {
+                Retry::in_registry(reg, "catalog")
+                    .method(Method::GET)
+                    .run(|_| {
+                        catalog_calls.fetch_add(1, Ordering::SeqCst);
+                        async {
+                            Err(Error::AttemptTimeout {
+                                upstream: "catalog".into(),
+                                attempt: 1,
+                                timeout: ms(1),
+                            })
+                        }
+                    })
+                    .await
+            }
+        })
+        .await;
+    assert!(result.is_err());
+    assert_eq!(catalog_calls.load(Ordering::SeqCst), 3);
+    assert_eq!(middle_calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_key_is_fixed_once_and_visible_to_every_attempt() {
+    let reg = registry(UpstreamConfig::new());
+    let seen = Mutex::new(Vec::new());
+    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .idempotency("order-7:register")
+        .run(|a| {
+            let current = Attempt::current().and_then(|c| c.idempotency_key().cloned());
+            seen.lock()
+                .unwrap()
+                .push((a.idempotency_key().cloned(), current));
+            async { Err(Fail::new(Evidence::SentNoResponse)) }
+        })
+        .await;
+    assert!(result.is_err());
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(
+        seen.len(),
+        3,
+        "a keyed write is retried after SentNoResponse"
+    );
+    for (given, _) in &seen {
+        assert_eq!(given.as_ref().unwrap().as_str(), "order-7:register");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_key_fails_before_anything_is_sent() {
+    let reg = registry(UpstreamConfig::new());
+    let calls = AtomicU32::new(0);
+    let result: Result<(), Error> = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .idempotency("bad\r\nkey")
+        .run(|_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .await;
+    assert!(matches!(result, Err(Error::InvalidIdempotencyKey(_))));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_upstream_is_an_error_never_a_default() {
+    let reg = registry(UpstreamConfig::new());
+    let result: Result<(), Error> = Retry::in_registry(&reg, "nope")
+        .method(Method::GET)
+        .run(|_| async { Ok(()) })
+        .await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownUpstream { name, known } if name == "nope" && known == &["up"])
+    );
+    assert!(err.to_string().contains("add it to the retry registry"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_body_is_sent_once() {
+    let reg = registry(UpstreamConfig::new());
+    let calls = AtomicU32::new(0);
+    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+        .method(Method::PUT)
+        .idempotency("k")
+        .body(Replayability::OneShot)
+        .run(|_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(Fail::status(503)) }
+        })
+        .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(result.unwrap_err().status, Some(503));
+}
+
+async fn reconciled(answer: Reconciled<u32>) -> (u32, Result<u32, Error>) {
+    let reg = registry(UpstreamConfig::new());
+    let calls = AtomicU32::new(0);
+    let answer = Mutex::new(Some(answer));
+    let result = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .run_reconciled(
+            |a| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if a.number() == 1 {
+                        Err(Error::AttemptTimeout {
+                            upstream: "up".into(),
+                            attempt: 1,
+                            timeout: ms(1),
+                        })
+                    } else {
+                        Ok(200)
+                    }
+                }
+            },
+            || {
+                let a = answer.lock().unwrap().take().unwrap_or(Reconciled::Unknown);
+                async move { a }
+            },
+        )
+        .await;
+    (calls.load(Ordering::SeqCst), result)
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconcile_answers_lead_where_they_should() {
+    let (calls, r) = reconciled(Reconciled::Happened(7)).await;
+    assert_eq!((calls, r.unwrap()), (1, 7), "happened: its value, no retry");
+    let (calls, r) = reconciled(Reconciled::NotHappened).await;
+    assert_eq!((calls, r.unwrap()), (2, 200), "did not happen: retried");
+    let (calls, r) = reconciled(Reconciled::Unknown).await;
+    assert_eq!(calls, 1);
+    assert!(
+        r.unwrap_err().as_ambiguous().is_some(),
+        "unknown: stays ambiguous"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_401_refreshes_once_then_replays() {
+    let reg = registry(UpstreamConfig::new());
+    let refreshes = Arc::new(AtomicU32::new(0));
+    let r = refreshes.clone();
+    reg.on_unauthorized("up", move || {
+        r.fetch_add(1, Ordering::SeqCst);
+        async { Ok(()) }
+    });
+    let (starts, result) = starts_of_failing_call(&reg, || Fail::status(401)).await;
+    assert_eq!(starts.len(), 2, "one refresh-and-replay, then denied");
+    assert_eq!(refreshes.load(Ordering::SeqCst), 1);
+    assert_eq!(result.unwrap_err().status, Some(401));
+}
