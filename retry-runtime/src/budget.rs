@@ -15,24 +15,13 @@
 //! [`RetryBudget::withdraw`].
 //!
 //! ## How it works
-//! The window is cut into [`SLOTS`] slots. Each slot is one `AtomicU64` for deposits and one for
-//! withdrawals, each tagged with the slot's epoch so a stale slot reads as empty and is reset by
-//! the first writer of the new epoch. No lock anywhere: a deposit is one CAS in the common case,
-//! a check reads `2 * SLOTS` atomics.
+//! Calls and retries are counted in lock-free sliding-window counters (see `window`): a
+//! deposit is one CAS in the common case, a check reads `2 * SLOTS` atomics.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-/// Number of slots the window is divided into.
-pub const SLOTS: usize = 10;
-
-const EPOCH_BITS: u32 = 24;
-const COUNT_BITS: u32 = 64 - EPOCH_BITS;
-const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
+use crate::window::{Clock, Counter};
 
 /// Budget settings of one upstream.
 ///
@@ -119,10 +108,9 @@ pub struct RetryBudget {
     config: BudgetConfig,
     ratio_milli: u64,
     reserve_milli: u64,
-    slot_len: Duration,
-    start: Instant,
-    deposits: [AtomicU64; SLOTS],
-    withdrawals: [AtomicU64; SLOTS],
+    clock: Clock,
+    deposits: Counter,
+    withdrawals: Counter,
 }
 
 impl fmt::Debug for RetryBudget {
@@ -143,10 +131,9 @@ impl RetryBudget {
             config,
             ratio_milli: (config.ratio * 1000.0).round() as u64,
             reserve_milli: reserve.saturating_mul(1000),
-            slot_len: config.window / SLOTS as u32,
-            start: Instant::now(),
-            deposits: Default::default(),
-            withdrawals: Default::default(),
+            clock: Clock::new(config.window),
+            deposits: Counter::default(),
+            withdrawals: Counter::default(),
         })
     }
 
@@ -156,22 +143,17 @@ impl RetryBudget {
     }
 
     fn epoch(&self) -> u64 {
-        let elapsed = Instant::now().saturating_duration_since(self.start);
-        (elapsed.as_nanos() / self.slot_len.as_nanos().max(1)) as u64
+        self.clock.epoch()
     }
 
     /// Records one real call (a first attempt). Calls earn retries.
     pub fn deposit(&self) {
-        let epoch = self.epoch();
-        bump(&self.deposits[(epoch % SLOTS as u64) as usize], epoch, 1);
+        self.deposits.add(self.epoch(), 1);
     }
 
     fn balance_milli(&self, epoch: u64) -> i128 {
-        let (mut deposits, mut withdrawals) = (0u64, 0u64);
-        for i in 0..SLOTS {
-            deposits = deposits.saturating_add(read(&self.deposits[i], epoch));
-            withdrawals = withdrawals.saturating_add(read(&self.withdrawals[i], epoch));
-        }
+        let deposits = self.deposits.sum(epoch);
+        let withdrawals = self.withdrawals.sum(epoch);
         i128::from(self.reserve_milli) + i128::from(deposits) * i128::from(self.ratio_milli)
             - i128::from(withdrawals) * 1000
     }
@@ -184,69 +166,18 @@ impl RetryBudget {
     /// Spends one retry token; `false` (and nothing spent) when the budget is empty.
     pub fn withdraw(&self) -> bool {
         let epoch = self.epoch();
-        let slot = &self.withdrawals[(epoch % SLOTS as u64) as usize];
-        bump(slot, epoch, 1);
+        self.withdrawals.add(epoch, 1);
         if self.balance_milli(epoch) >= 0 {
             return true;
         }
         // Lost a race for the last token: give it back.
-        unbump(slot, epoch);
+        self.withdrawals.sub_one(epoch);
         false
     }
 
     /// Whole retries available now (never negative).
     pub fn available(&self) -> u64 {
         (self.balance_milli(self.epoch()).max(0) / 1000) as u64
-    }
-}
-
-fn pack(epoch: u64, count: u64) -> u64 {
-    ((epoch & EPOCH_MASK) << COUNT_BITS) | (count & COUNT_MASK)
-}
-
-/// The slot's count if it belongs to the window ending at `epoch`, else 0.
-fn read(slot: &AtomicU64, epoch: u64) -> u64 {
-    let v = slot.load(Ordering::Acquire);
-    let slot_epoch = v >> COUNT_BITS;
-    let age = (epoch & EPOCH_MASK).wrapping_sub(slot_epoch) & EPOCH_MASK;
-    if (age as usize) < SLOTS {
-        v & COUNT_MASK
-    } else {
-        0
-    }
-}
-
-fn bump(slot: &AtomicU64, epoch: u64, by: u64) {
-    let tag = epoch & EPOCH_MASK;
-    let mut current = slot.load(Ordering::Acquire);
-    loop {
-        let next = if current >> COUNT_BITS == tag {
-            pack(
-                tag,
-                (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK),
-            )
-        } else {
-            pack(tag, by)
-        };
-        match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return,
-            Err(actual) => current = actual,
-        }
-    }
-}
-
-fn unbump(slot: &AtomicU64, epoch: u64) {
-    let tag = epoch & EPOCH_MASK;
-    let mut current = slot.load(Ordering::Acquire);
-    loop {
-        if current >> COUNT_BITS != tag || current & COUNT_MASK == 0 {
-            return; // the slot rolled over: the withdrawal already expired
-        }
-        match slot.compare_exchange_weak(current, current - 1, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => return,
-            Err(actual) => current = actual,
-        }
     }
 }
 

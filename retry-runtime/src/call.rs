@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -99,7 +100,15 @@ pub struct Call<'r> {
     rng: fastrand::Rng,
     span: tracing::Span,
     attempt_span: tracing::Span,
+    /// What the runtime itself did to the last attempt ([`LOCAL_NONE`] ...): the facts it knows
+    /// first-hand override whatever the caller's error type reports.
+    local: AtomicU8,
 }
+
+const LOCAL_NONE: u8 = 0;
+const LOCAL_CIRCUIT_OPEN: u8 = 1;
+const LOCAL_BULKHEAD_FULL: u8 = 2;
+const LOCAL_TIMED_OUT: u8 = 3;
 
 impl<'r> Call<'r> {
     /// Looks up the upstream and opens (or joins) the operation scope.
@@ -157,6 +166,7 @@ impl<'r> Call<'r> {
             retried_mark: 0,
             span,
             attempt_span: tracing::Span::none(),
+            local: AtomicU8::new(LOCAL_NONE),
         })
     }
 
@@ -207,8 +217,77 @@ impl<'r> Call<'r> {
     }
 
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
-    /// attempt timeout (clamped to the deadline).
+    /// attempt timeout (clamped to the deadline), after the circuit breaker and the bulkhead
+    /// admit it. The bulkhead permit is released as soon as the attempt ends, before any backoff.
     pub async fn run<T, E, F>(&self, attempt: Attempt, fut: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        self.run_with(attempt, move |_| fut).await
+    }
+
+    /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
+    /// bulkhead have admitted it.
+    pub async fn run_with<T, E, F, Fut>(&self, mut attempt: Attempt, make: F) -> Result<T, E>
+    where
+        F: FnOnce(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        let upstream = &self.upstream;
+        self.local.store(LOCAL_NONE, Ordering::Relaxed);
+        let admission = match upstream.breaker() {
+            Some(breaker) => match breaker.admit() {
+                Some(admission) => Some(admission),
+                None => {
+                    self.local.store(LOCAL_CIRCUIT_OPEN, Ordering::Relaxed);
+                    return Err(E::from(Error::CircuitOpen {
+                        upstream: upstream.name_arc().clone(),
+                    }));
+                }
+            },
+            None => None,
+        };
+        let permit = match upstream.bulkhead() {
+            Some(sem) => {
+                // The wait for a slot is bounded by the deadline (leaving the minimum attempt budget).
+                let until = self
+                    .deadline
+                    .checked_sub(upstream.config().min_attempt_budget)
+                    .unwrap_or(self.deadline);
+                match tokio::time::timeout_at(until, sem.clone().acquire_owned()).await {
+                    Ok(Ok(permit)) => Some(permit),
+                    _ => {
+                        if let (Some(b), Some(a)) = (upstream.breaker(), admission) {
+                            b.release(a);
+                        }
+                        self.local.store(LOCAL_BULKHEAD_FULL, Ordering::Relaxed);
+                        return Err(E::from(Error::BulkheadFull {
+                            upstream: upstream.name_arc().clone(),
+                        }));
+                    }
+                }
+            }
+            None => None,
+        };
+        attempt.timeout = attempt
+            .timeout
+            .min(self.deadline.saturating_duration_since(Instant::now()));
+        let fut = make(attempt.clone());
+        let result = self.run_admitted(attempt, fut).await;
+        drop(permit);
+        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
+            let failed = match &result {
+                Ok(_) => false,
+                Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
+            };
+            breaker.record(admission, failed);
+        }
+        result
+    }
+
+    async fn run_admitted<T, E, F>(&self, attempt: Attempt, fut: F) -> Result<T, E>
     where
         F: Future<Output = Result<T, E>>,
         E: From<Error>,
@@ -218,11 +297,14 @@ impl<'r> Call<'r> {
         let timed = async move {
             match tokio::time::timeout(timeout, fut).await {
                 Ok(result) => result,
-                Err(_) => Err(E::from(Error::AttemptTimeout {
-                    upstream: self.upstream.name_arc().clone(),
-                    attempt: number,
-                    timeout,
-                })),
+                Err(_) => Err({
+                    self.local.store(LOCAL_TIMED_OUT, Ordering::Relaxed);
+                    E::from(Error::AttemptTimeout {
+                        upstream: self.upstream.name_arc().clone(),
+                        attempt: number,
+                        timeout,
+                    })
+                }),
             }
         };
         let scoped = attempt.scope(timed).instrument(self.attempt_span.clone());
@@ -248,6 +330,13 @@ impl<'r> Call<'r> {
             Err(error) => error,
         };
         let mut failure = Failure::of(&error);
+        match self.local.load(Ordering::Relaxed) {
+            LOCAL_CIRCUIT_OPEN => failure.reject(crate::Rejection::CircuitOpen),
+            LOCAL_BULKHEAD_FULL => failure.reject(crate::Rejection::BulkheadFull),
+            // Cut by our own timeout: the request may have been sent, whatever the error says.
+            LOCAL_TIMED_OUT => failure.evidence = Evidence::SentNoResponse,
+            _ => {}
+        }
         if self.operation.retried_failures() > self.retried_mark {
             failure.already_retried = true;
         }

@@ -72,6 +72,25 @@ impl Pushback {
     }
 }
 
+/// An attempt refused locally, before anything was sent, to protect the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    /// The upstream's circuit breaker is open.
+    CircuitOpen,
+    /// The upstream's bulkhead had no free slot before the deadline.
+    BulkheadFull,
+}
+
+impl Rejection {
+    /// The stable snake-case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Rejection::CircuitOpen => "circuit_open",
+            Rejection::BulkheadFull => "bulkhead_full",
+        }
+    }
+}
+
 /// What a failed attempt's error knows about itself. Implement it for your adapter's error type
 /// (usually by delegating to the transport error it wraps) so the engine can decide.
 ///
@@ -137,6 +156,11 @@ pub trait Classify {
     fn pushback(&self) -> Option<Pushback> {
         None
     }
+
+    /// `Some` when the attempt was refused locally by the circuit breaker or the bulkhead.
+    fn rejection(&self) -> Option<Rejection> {
+        None
+    }
 }
 
 impl<T: Classify + ?Sized> Classify for Box<T> {
@@ -161,6 +185,9 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
     fn pushback(&self) -> Option<Pushback> {
         (**self).pushback()
     }
+    fn rejection(&self) -> Option<Rejection> {
+        (**self).rejection()
+    }
 }
 
 /// The facts the engine decides from, copied out of a [`Classify`] error so the error itself
@@ -181,6 +208,8 @@ pub struct Failure {
     pub already_retried: bool,
     /// The callee's "do not retry" signal.
     pub pushback: Option<Pushback>,
+    /// A local refusal (breaker, bulkhead).
+    pub rejection: Option<Rejection>,
 }
 
 impl Failure {
@@ -194,6 +223,7 @@ impl Failure {
             response_delivered: false,
             already_retried: false,
             pushback: None,
+            rejection: None,
         }
     }
 
@@ -214,7 +244,14 @@ impl Failure {
             response_delivered: error.response_delivered(),
             already_retried: error.already_retried(),
             pushback: error.pushback(),
+            rejection: error.rejection(),
         }
+    }
+
+    /// Marks the attempt as refused locally (nothing was sent).
+    pub fn reject(&mut self, rejection: Rejection) {
+        self.evidence = Evidence::NotSent;
+        self.rejection = Some(rejection);
     }
 
     /// Sets the `Retry-After` delay.

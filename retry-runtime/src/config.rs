@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Jitter};
+use crate::breaker::BreakerConfig;
 use crate::budget::BudgetConfig;
 
 /// The longest in-memory retry window allowed (spec 003 R-RES-RE-4): beyond it, a handler holds
@@ -33,6 +34,8 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `idempotency_header` | `Idempotency-Key` | IETF draft header name |
 /// | `dedups_idempotency_key` | true | the upstream's contract promises dedup by key |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
+/// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
+/// | `breaker` | on: 50 % of >= 20 attempts in 10 s, open 5 s, 3 probes | spec 003: retry always with a breaker |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
@@ -55,6 +58,10 @@ pub struct UpstreamConfig {
     pub dedups_idempotency_key: bool,
     /// The retry budget.
     pub budget: BudgetConfig,
+    /// Most attempts in flight at once to this upstream (`None`: unlimited).
+    pub bulkhead: Option<usize>,
+    /// The circuit breaker (`None`: disabled).
+    pub breaker: Option<BreakerConfig>,
 }
 
 impl Default for UpstreamConfig {
@@ -80,6 +87,8 @@ impl UpstreamConfig {
             idempotency_header: "Idempotency-Key".to_owned(),
             dedups_idempotency_key: true,
             budget: BudgetConfig::new(),
+            bulkhead: None,
+            breaker: Some(BreakerConfig::new()),
         }
     }
 
@@ -126,6 +135,16 @@ impl UpstreamConfig {
     /// Sets the budget.
     pub fn with_budget(mut self, budget: BudgetConfig) -> Self {
         self.budget = budget;
+        self
+    }
+    /// Sets the bulkhead size (`None`: unlimited).
+    pub fn with_bulkhead(mut self, max_in_flight: Option<usize>) -> Self {
+        self.bulkhead = max_in_flight;
+        self
+    }
+    /// Sets the circuit breaker (`None`: disabled).
+    pub fn with_breaker(mut self, breaker: Option<BreakerConfig>) -> Self {
+        self.breaker = breaker;
         self
     }
 
@@ -206,6 +225,14 @@ impl UpstreamConfig {
         }
         if let Err(e) = self.budget.validate() {
             push("budget", e.0);
+        }
+        if self.bulkhead == Some(0) {
+            push("bulkhead", "bulkhead = 0 would refuse every attempt: use the upstream's capacity, or remove the key for no limit".to_owned());
+        }
+        if let Some(b) = &self.breaker {
+            for (field, message) in b.violations() {
+                push(field, message);
+            }
         }
         if self.idempotency_header.is_empty()
             || http::HeaderName::from_bytes(self.idempotency_header.as_bytes()).is_err()

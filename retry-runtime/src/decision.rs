@@ -67,6 +67,10 @@ pub enum DenyReason {
     AlreadyRetried,
     /// The callee said "do not retry".
     Pushback(Pushback),
+    /// The upstream's circuit breaker is open: failing fast, not retrying.
+    CircuitOpen,
+    /// The upstream's bulkhead is full: not adding to the queue.
+    BulkheadFull,
     /// Step 9: the status is not retryable (other 4xx, 501, a second 425, a 401 that cannot be
     /// refreshed, a 500 not registered as transient, ...).
     Status(u16),
@@ -85,6 +89,8 @@ impl DenyReason {
             DenyReason::PermanentFailure(_) => "permanent_failure",
             DenyReason::AlreadyRetried => "already_retried",
             DenyReason::Pushback(_) => "pushback",
+            DenyReason::CircuitOpen => "circuit_open",
+            DenyReason::BulkheadFull => "bulkhead_full",
             DenyReason::Status(_) => "status_not_retryable",
         }
     }

@@ -128,6 +128,11 @@ impl EligibilityEngine for DefaultEngine {
         if let Some(p) = f.pushback {
             return Decision::Denied(Pushback(p));
         }
+        match f.rejection {
+            Some(crate::Rejection::CircuitOpen) => return Decision::Denied(CircuitOpen),
+            Some(crate::Rejection::BulkheadFull) => return Decision::Denied(BulkheadFull),
+            None => {}
+        }
         // 8. sent, no response, on an operation that is not safely idempotent
         if f.evidence == Evidence::SentNoResponse && !ctx.safety.is_safe() {
             return Decision::Ambiguous(AmbiguityReason::SentNoResponse);

@@ -84,6 +84,16 @@ pub enum Error {
     InvalidIdempotencyKey(KeyError),
     /// The credentials refresh after a 401 failed.
     RefreshFailed(crate::registry::RefreshError),
+    /// The upstream's circuit breaker is open: nothing was sent.
+    CircuitOpen {
+        /// The upstream.
+        upstream: Arc<str>,
+    },
+    /// The upstream's bulkhead had no free slot before the deadline: nothing was sent.
+    BulkheadFull {
+        /// The upstream.
+        upstream: Arc<str>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -117,6 +127,18 @@ impl fmt::Display for Error {
             }
             Error::InvalidIdempotencyKey(e) => e.fmt(f),
             Error::RefreshFailed(e) => write!(f, "refreshing credentials after 401 failed: {e}"),
+            Error::CircuitOpen { upstream } => {
+                write!(
+                    f,
+                    "the circuit breaker of `{upstream}` is open: failing fast without sending"
+                )
+            }
+            Error::BulkheadFull { upstream } => {
+                write!(
+                    f,
+                    "the bulkhead of `{upstream}` had no free slot before the deadline: nothing was sent"
+                )
+            }
         }
     }
 }
@@ -156,7 +178,9 @@ impl Classify for Error {
             Error::UnknownUpstream { .. }
             | Error::DeadlineExceeded { .. }
             | Error::InvalidIdempotencyKey(_)
-            | Error::RefreshFailed(_) => Evidence::NotSent,
+            | Error::RefreshFailed(_)
+            | Error::CircuitOpen { .. }
+            | Error::BulkheadFull { .. } => Evidence::NotSent,
         }
     }
 
@@ -175,7 +199,18 @@ impl Classify for Error {
             // An ambiguous outcome below must not be retried above: that is how one layer's
             // uncertainty becomes another layer's duplicate.
             Error::Ambiguous(_) => Some(PermanentCategory::Other),
-            Error::AttemptTimeout { .. } | Error::DeadlineExceeded { .. } => None,
+            Error::AttemptTimeout { .. }
+            | Error::DeadlineExceeded { .. }
+            | Error::CircuitOpen { .. }
+            | Error::BulkheadFull { .. } => None,
+        }
+    }
+
+    fn rejection(&self) -> Option<crate::Rejection> {
+        match self {
+            Error::CircuitOpen { .. } => Some(crate::Rejection::CircuitOpen),
+            Error::BulkheadFull { .. } => Some(crate::Rejection::BulkheadFull),
+            _ => None,
         }
     }
 

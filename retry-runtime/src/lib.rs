@@ -37,8 +37,10 @@ mod observe;
 mod replay;
 mod retry;
 mod scope;
+mod window;
 
 pub mod backoff;
+pub mod breaker;
 pub mod budget;
 pub mod config;
 pub mod engine;
@@ -47,7 +49,7 @@ pub mod retry_after;
 
 pub use attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
 pub use call::{Call, CallSpec, Reconciled, Step};
-pub use classify::{Classify, Failure, PermanentCategory, Pushback};
+pub use classify::{Classify, Failure, PermanentCategory, Pushback, Rejection};
 pub use config::UpstreamConfig;
 pub use decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 pub use drain::Drain;

@@ -149,7 +149,7 @@ impl<'r> RetryCall<'r> {
         let mut call = self.start::<E>()?;
         loop {
             let a = call.next_attempt()?;
-            let result = call.run(a.clone(), attempt(a)).await;
+            let result = call.run_with(a, &mut attempt).await;
             match call.settle(result).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,
@@ -177,7 +177,7 @@ impl<'r> RetryCall<'r> {
         let mut call = self.start::<E>()?;
         loop {
             let a = call.next_attempt()?;
-            let result = call.run(a.clone(), attempt(a)).await;
+            let result = call.run_with(a, &mut attempt).await;
             let mut step = call.settle(result).await;
             if let Step::Ambiguous { error, ambiguous } = step {
                 step = match reconcile().await {

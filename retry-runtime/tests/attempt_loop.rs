@@ -91,6 +91,12 @@ impl Classify for Fail {
 }
 
 fn registry(config: UpstreamConfig) -> Registry {
+    // The breaker is tested on its own below; elsewhere it would open mid-test.
+    let config = if config.breaker == UpstreamConfig::new().breaker {
+        config.with_breaker(None)
+    } else {
+        config
+    };
     Registry::builder()
         .upstream("up", config)
         .seed(42)
@@ -530,4 +536,110 @@ async fn a_401_refreshes_once_then_replays() {
     assert_eq!(starts.len(), 2, "one refresh-and-replay, then denied");
     assert_eq!(refreshes.load(Ordering::SeqCst), 1);
     assert_eq!(result.unwrap_err().status, Some(401));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bulkhead_permit_is_released_before_the_backoff() {
+    let reg = registry(UpstreamConfig::new().with_bulkhead(Some(1)));
+    let upstream = reg.upstream("up").unwrap();
+    let in_flight_during_attempts = Mutex::new(Vec::new());
+    let call = Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
+        in_flight_during_attempts
+            .lock()
+            .unwrap()
+            .push(upstream.in_flight());
+        async {
+            tokio::time::sleep(ms(10)).await;
+            Err::<(), _>(Fail {
+                retry_after: Some(Duration::from_secs(1)),
+                ..Fail::status(503)
+            })
+        }
+    });
+    let probe = async {
+        tokio::time::sleep(ms(500)).await; // in the middle of the first backoff
+        upstream.in_flight()
+    };
+    let (result, during_backoff) = tokio::join!(call, probe);
+    assert!(result.is_err());
+    assert_eq!(
+        *in_flight_during_attempts.lock().unwrap(),
+        [1, 1, 1],
+        "each attempt holds the permit"
+    );
+    assert_eq!(
+        during_backoff, 0,
+        "no permit is held while the backoff waits"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_bulkhead_rejects_locally_as_not_sent_within_the_deadline() {
+    let reg = registry(UpstreamConfig::new().with_bulkhead(Some(1)));
+    let t0 = Instant::now();
+    let hog = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|_| async {
+            tokio::time::sleep(ms(900)).await;
+            Ok::<_, Error>(())
+        });
+    let calls = AtomicU32::new(0);
+    let starved = operation("starved").deadline(ms(200)).run(
+        Retry::in_registry(&reg, "up")
+            .method(Method::POST)
+            .run(|_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Error>(()) }
+            }),
+    );
+    let (hog, starved) = tokio::join!(hog, starved);
+    assert!(hog.is_ok());
+    let err = starved.unwrap_err();
+    assert!(matches!(err, Error::BulkheadFull { .. }), "{err}");
+    assert_eq!(err.evidence(), Evidence::NotSent);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert!(Instant::now() - t0 <= ms(900));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() {
+    use retry_runtime::breaker::{BreakerConfig, BreakerState};
+    let breaker = BreakerConfig {
+        min_attempts: 4,
+        half_open_probes: 1,
+        ..BreakerConfig::new()
+    };
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_breaker(Some(breaker))
+            .with_max_attempts(2),
+    );
+    let calls = AtomicU32::new(0);
+    let healthy = std::sync::atomic::AtomicBool::new(false);
+    let call = || {
+        Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let ok = healthy.load(Ordering::SeqCst);
+            async move { if ok { Ok(()) } else { Err(Fail::status(503)) } }
+        })
+    };
+    for _ in 0..2 {
+        let _ = call().await;
+    }
+    let upstream = reg.upstream("up").unwrap();
+    assert_eq!(upstream.breaker().unwrap().state(), BreakerState::Open);
+    let before = calls.load(Ordering::SeqCst);
+    let t = Instant::now();
+    let err = call().await.unwrap_err();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        before,
+        "no attempt reached the upstream"
+    );
+    assert!(matches!(err.runtime, Some(Error::CircuitOpen { .. })));
+    assert_eq!(Instant::now(), t, "failed fast: no backoff");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    healthy.store(true, Ordering::SeqCst);
+    assert!(call().await.is_ok(), "a half-open probe goes through");
+    assert_eq!(upstream.breaker().unwrap().state(), BreakerState::Closed);
 }

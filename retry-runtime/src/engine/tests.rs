@@ -358,7 +358,7 @@ prop_compose! {
     ) -> Failure {
         Failure {
             evidence, status, retry_after: retry_after.map(Duration::from_millis), permanent,
-            response_delivered, already_retried, pushback: None,
+            response_delivered, already_retried, pushback: None, rejection: None,
         }
     }
 }

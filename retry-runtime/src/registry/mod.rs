@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
+use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
 use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
@@ -49,6 +50,8 @@ pub struct Upstream {
     name: Arc<str>,
     config: UpstreamConfig,
     budget: Arc<RetryBudget>,
+    breaker: Option<Arc<CircuitBreaker>>,
+    bulkhead: Option<Arc<tokio::sync::Semaphore>>,
     refresh: Option<Arc<dyn RefreshAuth>>,
 }
 
@@ -58,6 +61,8 @@ impl fmt::Debug for Upstream {
             .field("name", &self.name)
             .field("config", &self.config)
             .field("budget", &self.budget)
+            .field("breaker", &self.breaker)
+            .field("bulkhead", &self.config.bulkhead)
             .field("refresh", &self.refresh.is_some())
             .finish()
     }
@@ -82,6 +87,24 @@ impl Upstream {
     /// Its retry budget (shared across reloads while the budget settings stay the same).
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// Its circuit breaker, if enabled.
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.breaker.as_deref()
+    }
+
+    /// Its bulkhead, if limited.
+    pub(crate) fn bulkhead(&self) -> Option<&Arc<tokio::sync::Semaphore>> {
+        self.bulkhead.as_ref()
+    }
+
+    /// Attempts in flight through the bulkhead (0 when unlimited).
+    pub fn in_flight(&self) -> usize {
+        match (&self.bulkhead, self.config.bulkhead) {
+            (Some(sem), Some(max)) => max - sem.available_permits().min(max),
+            _ => 0,
+        }
     }
 
     /// The 401 refresh hook, if registered.
@@ -215,9 +238,22 @@ impl Registry {
         let hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
         let mut upstreams = HashMap::with_capacity(configs.len());
         for (name, config) in configs {
-            let budget = match old.upstreams.get(name.as_str()) {
+            // State carries over a reload while its settings stay the same, so a reload neither
+            // refills an exhausted budget nor closes an open breaker nor resets a bulkhead.
+            let previous = old.upstreams.get(name.as_str());
+            let budget = match previous {
                 Some(u) if u.config.budget == config.budget => u.budget.clone(),
                 _ => Arc::new(RetryBudget::new(config.budget).expect("validated above")),
+            };
+            let breaker = match (previous, config.breaker) {
+                (Some(u), Some(b)) if u.config.breaker == Some(b) => u.breaker.clone(),
+                (_, Some(b)) => Some(Arc::new(CircuitBreaker::new(b))),
+                (_, None) => None,
+            };
+            let bulkhead = match (previous, config.bulkhead) {
+                (Some(u), Some(n)) if u.config.bulkhead == Some(n) => u.bulkhead.clone(),
+                (_, Some(n)) => Some(Arc::new(tokio::sync::Semaphore::new(n))),
+                (_, None) => None,
             };
             let name: Arc<str> = name.into();
             let refresh = hooks.get(&*name).cloned();
@@ -227,6 +263,8 @@ impl Registry {
                     name,
                     config,
                     budget,
+                    breaker,
+                    bulkhead,
                     refresh,
                 }),
             );
@@ -251,6 +289,8 @@ impl Registry {
                 name: u.name.clone(),
                 config: u.config.clone(),
                 budget: u.budget.clone(),
+                breaker: u.breaker.clone(),
+                bulkhead: u.bulkhead.clone(),
                 refresh: Some(hook),
             });
             self.snapshot.store(Arc::new(Snapshot { upstreams }));

@@ -1,0 +1,376 @@
+//! The per-upstream circuit breaker: stop sending when most attempts fail.
+//!
+//! Retries help with blips; during an outage they only add load. The breaker counts **every
+//! attempt** (not every call, so retries are seen) over a sliding window; when the failure
+//! rate passes the threshold it opens, and attempts fail fast locally with
+//! [`Evidence::NotSent`](crate::Evidence) and the denial reason `circuit_open`, without touching
+//! the network. After `open_for` it lets a few probe attempts through (half-open): if they all
+//! succeed it closes, if one fails it opens again.
+//!
+//! ## Why not an existing crate
+//! `failsafe` (last release 2024) and `recloser` wrap a call with their own failure predicate;
+//! `tower-resilience` is a family of tower layers. Ours must count *attempts* inside our loop,
+//! with failure defined by execution evidence (a 4xx is the upstream working; a refused
+//! connection or a 503 is not), share one lock-free state per upstream, and report its state
+//! for metrics. That is a hundred lines on the window counters the budget already uses.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::window::{Clock, Counter};
+use crate::{Evidence, Failure, PermanentCategory};
+
+/// Breaker settings of one upstream.
+///
+/// # Default
+/// - `failure_rate`: 0.5 (opens when half the attempts in the window fail)
+/// - `min_attempts`: 20 (no verdict on fewer attempts)
+/// - `window`: 10 s
+/// - `open_for`: 5 s
+/// - `half_open_probes`: 3
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerConfig {
+    /// Failure fraction (0..=1) at which the breaker opens.
+    pub failure_rate: f64,
+    /// Attempts needed in the window before the rate is judged.
+    pub min_attempts: u32,
+    /// How long an attempt counts.
+    pub window: Duration,
+    /// How long the breaker stays open before probing.
+    pub open_for: Duration,
+    /// Probe attempts let through while half-open; all must succeed to close.
+    pub half_open_probes: u32,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig::new()
+    }
+}
+
+impl BreakerConfig {
+    /// The defaults listed on the type.
+    pub const fn new() -> Self {
+        BreakerConfig {
+            failure_rate: 0.5,
+            min_attempts: 20,
+            window: Duration::from_secs(10),
+            open_for: Duration::from_secs(5),
+            half_open_probes: 3,
+        }
+    }
+
+    /// Every rule broken, as (field, message naming the fix).
+    pub fn violations(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if !(self.failure_rate.is_finite() && self.failure_rate > 0.0 && self.failure_rate <= 1.0) {
+            v.push((
+                "breaker.failure_rate",
+                format!(
+                    "breaker failure_rate {} is outside (0, 1]: use 0.5",
+                    self.failure_rate
+                ),
+            ));
+        }
+        if self.min_attempts == 0 {
+            v.push((
+                "breaker.min_attempts",
+                "breaker min_attempts must be at least 1: use 20".to_owned(),
+            ));
+        }
+        if self.window < Duration::from_secs(1) || self.window > Duration::from_secs(600) {
+            v.push((
+                "breaker.window",
+                format!(
+                    "breaker window {:?} is outside 1s..=600s: use 10s",
+                    self.window
+                ),
+            ));
+        }
+        if self.open_for.is_zero() {
+            v.push((
+                "breaker.open_for",
+                "breaker open_for must be above zero: use 5s".to_owned(),
+            ));
+        }
+        if self.half_open_probes == 0 {
+            v.push((
+                "breaker.half_open_probes",
+                "breaker half_open_probes must be at least 1: use 3".to_owned(),
+            ));
+        }
+        v
+    }
+}
+
+/// The breaker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BreakerState {
+    /// Attempts flow; outcomes are counted.
+    Closed,
+    /// Attempts fail fast.
+    Open,
+    /// A few probe attempts are let through.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// The stable name used in traces and metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+/// Whether an attempt's outcome says the upstream is unhealthy. A response the upstream chose
+/// to send (2xx, 3xx, 4xx other than 408/429) is the upstream working; our own local refusals
+/// (invalid request, configuration, circuit or bulkhead) say nothing about it.
+pub fn is_upstream_failure(f: &Failure) -> bool {
+    if f.rejection.is_some()
+        || matches!(
+            f.permanent,
+            Some(
+                PermanentCategory::InvalidRequest
+                    | PermanentCategory::Configuration
+                    | PermanentCategory::Cancelled
+            )
+        )
+    {
+        return false;
+    }
+    match (f.evidence, f.status) {
+        (Evidence::ResponseReceived, Some(s)) => s >= 500 || s == 408 || s == 429,
+        (Evidence::ResponseReceived, None) => false,
+        _ => true,
+    }
+}
+
+/// A lock-free circuit breaker shared by every attempt to one upstream.
+pub struct CircuitBreaker {
+    config: BreakerConfig,
+    clock: Clock,
+    attempts: Counter,
+    failures: Counter,
+    state: AtomicU8,
+    opened_at_nanos: AtomicU64,
+    probes_started: AtomicU32,
+    probes_succeeded: AtomicU32,
+    start: Instant,
+}
+
+impl fmt::Debug for CircuitBreaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("config", &self.config)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// Admission to one attempt; hand it back to [`CircuitBreaker::record`].
+#[derive(Debug)]
+#[must_use]
+pub struct Admission {
+    probe: bool,
+}
+
+impl CircuitBreaker {
+    /// A closed breaker. The config is validated by the registry.
+    pub fn new(config: BreakerConfig) -> Self {
+        CircuitBreaker {
+            config,
+            clock: Clock::new(config.window),
+            attempts: Counter::default(),
+            failures: Counter::default(),
+            state: AtomicU8::new(CLOSED),
+            opened_at_nanos: AtomicU64::new(0),
+            probes_started: AtomicU32::new(0),
+            probes_succeeded: AtomicU32::new(0),
+            start: Instant::now(),
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
+    fn now_nanos(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.start)
+            .as_nanos() as u64
+    }
+
+    /// The current state (an open breaker whose wait is over reads as half-open).
+    pub fn state(&self) -> BreakerState {
+        match self.state.load(Ordering::Acquire) {
+            CLOSED => BreakerState::Closed,
+            HALF_OPEN => BreakerState::HalfOpen,
+            _ if self.open_elapsed() => BreakerState::HalfOpen,
+            _ => BreakerState::Open,
+        }
+    }
+
+    fn open_elapsed(&self) -> bool {
+        let opened = self.opened_at_nanos.load(Ordering::Acquire);
+        self.now_nanos().saturating_sub(opened) >= self.config.open_for.as_nanos() as u64
+    }
+
+    /// Asks to start an attempt: `None` means fail fast (open, or half-open with every probe
+    /// slot taken).
+    pub fn admit(&self) -> Option<Admission> {
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                CLOSED => return Some(Admission { probe: false }),
+                OPEN => {
+                    if !self.open_elapsed() {
+                        return None;
+                    }
+                    if self
+                        .state
+                        .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        self.opened_at_nanos
+                            .store(self.now_nanos(), Ordering::Release);
+                        self.probes_started.store(0, Ordering::Release);
+                        self.probes_succeeded.store(0, Ordering::Release);
+                        tracing::info!(target: "retry_runtime::breaker", "circuit half-open: probing");
+                    }
+                }
+                _ => {
+                    let n = self.probes_started.fetch_add(1, Ordering::AcqRel);
+                    if n < self.config.half_open_probes {
+                        return Some(Admission { probe: true });
+                    }
+                    // Probes whose attempts were cancelled never report back: after another
+                    // `open_for` without a verdict, start a fresh round of probes.
+                    if self.open_elapsed() {
+                        self.opened_at_nanos
+                            .store(self.now_nanos(), Ordering::Release);
+                        self.probes_started.store(1, Ordering::Release);
+                        self.probes_succeeded.store(0, Ordering::Release);
+                        return Some(Admission { probe: true });
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Hands back an admission whose attempt never started (e.g. the bulkhead refused it).
+    pub fn release(&self, admission: Admission) {
+        if admission.probe {
+            self.probes_started.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Records the outcome of an admitted attempt.
+    pub fn record(&self, admission: Admission, failed: bool) {
+        if admission.probe {
+            if failed {
+                self.open();
+            } else if self.probes_succeeded.fetch_add(1, Ordering::AcqRel) + 1
+                >= self.config.half_open_probes
+                && self
+                    .state
+                    .compare_exchange(HALF_OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                self.attempts.clear();
+                self.failures.clear();
+                tracing::info!(target: "retry_runtime::breaker", "circuit closed");
+            }
+            return;
+        }
+        let epoch = self.clock.epoch();
+        self.attempts.add(epoch, 1);
+        if failed {
+            self.failures.add(epoch, 1);
+            let attempts = self.attempts.sum(epoch);
+            let failures = self.failures.sum(epoch);
+            if attempts >= u64::from(self.config.min_attempts)
+                && failures as f64 >= self.config.failure_rate * attempts as f64
+            {
+                self.open();
+            }
+        }
+    }
+
+    fn open(&self) {
+        self.opened_at_nanos
+            .store(self.now_nanos(), Ordering::Release);
+        if self.state.swap(OPEN, Ordering::AcqRel) != OPEN {
+            tracing::warn!(target: "retry_runtime::breaker", "circuit opened: failing fast");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker() -> CircuitBreaker {
+        CircuitBreaker::new(BreakerConfig {
+            min_attempts: 4,
+            half_open_probes: 2,
+            ..BreakerConfig::new()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_on_the_failure_rate_fails_fast_and_recovers_through_half_open() {
+        let b = breaker();
+        for failed in [false, true, false] {
+            b.record(b.admit().unwrap(), failed);
+        }
+        assert_eq!(b.state(), BreakerState::Closed, "below min_attempts");
+        b.record(b.admit().unwrap(), true); // 2 of 4 = 0.5
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(b.admit().is_none(), "fails fast while open");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        let p1 = b.admit().unwrap();
+        let p2 = b.admit().unwrap();
+        assert!(b.admit().is_none(), "only the probes pass");
+        b.record(p1, false);
+        b.record(p2, false);
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert!(b.admit().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_reopens() {
+        let b = breaker();
+        for _ in 0..4 {
+            b.record(b.admit().unwrap(), true);
+        }
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let p = b.admit().unwrap();
+        b.record(p, true);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(b.admit().is_none());
+    }
+
+    #[test]
+    fn what_counts_as_an_upstream_failure() {
+        assert!(is_upstream_failure(&Failure::status(503)));
+        assert!(is_upstream_failure(&Failure::status(429)));
+        assert!(!is_upstream_failure(&Failure::status(404)));
+        assert!(is_upstream_failure(&Failure::new(Evidence::SentNoResponse)));
+        assert!(is_upstream_failure(&Failure::new(Evidence::NotSent)));
+        let mut local = Failure::new(Evidence::NotSent);
+        local.rejection = Some(crate::Rejection::CircuitOpen);
+        assert!(!is_upstream_failure(&local));
+    }
+}

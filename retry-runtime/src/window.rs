@@ -1,0 +1,148 @@
+//! Lock-free sliding-window counters, shared by the retry budget and the circuit breaker.
+//!
+//! A window is cut into [`SLOTS`] slots. Each slot is one `AtomicU64` holding the slot's epoch
+//! (high bits) and its count (low bits), so a stale slot reads as zero and is reset by the first
+//! writer of the new epoch: no lock, no background task.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Number of slots a window is divided into.
+pub const SLOTS: usize = 10;
+
+const EPOCH_BITS: u32 = 24;
+const COUNT_BITS: u32 = 64 - EPOCH_BITS;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
+
+/// The clock of a window: which slot epoch "now" falls in.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    start: Instant,
+    slot_len: Duration,
+}
+
+impl Clock {
+    pub(crate) fn new(window: Duration) -> Self {
+        Clock {
+            start: Instant::now(),
+            slot_len: (window / SLOTS as u32).max(Duration::from_nanos(1)),
+        }
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        let elapsed = Instant::now().saturating_duration_since(self.start);
+        (elapsed.as_nanos() / self.slot_len.as_nanos()) as u64
+    }
+}
+
+/// One counter over the window.
+#[derive(Debug, Default)]
+pub(crate) struct Counter {
+    slots: [AtomicU64; SLOTS],
+}
+
+impl Counter {
+    fn slot(&self, epoch: u64) -> &AtomicU64 {
+        &self.slots[(epoch % SLOTS as u64) as usize]
+    }
+
+    /// Adds `by` in the slot of `epoch`.
+    pub(crate) fn add(&self, epoch: u64, by: u64) {
+        let tag = epoch & EPOCH_MASK;
+        let slot = self.slot(epoch);
+        let mut current = slot.load(Ordering::Acquire);
+        loop {
+            let next = if current >> COUNT_BITS == tag {
+                pack(
+                    tag,
+                    (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK),
+                )
+            } else {
+                pack(tag, by)
+            };
+            match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Takes back one unit added in the slot of `epoch` (no-op if the slot rolled over).
+    pub(crate) fn sub_one(&self, epoch: u64) {
+        let tag = epoch & EPOCH_MASK;
+        let slot = self.slot(epoch);
+        let mut current = slot.load(Ordering::Acquire);
+        loop {
+            if current >> COUNT_BITS != tag || current & COUNT_MASK == 0 {
+                return;
+            }
+            match slot.compare_exchange_weak(
+                current,
+                current - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The total over the window ending at `epoch`.
+    pub(crate) fn sum(&self, epoch: u64) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| read(s, epoch))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Forgets everything counted so far.
+    pub(crate) fn clear(&self) {
+        for s in &self.slots {
+            s.store(0, Ordering::Release);
+        }
+    }
+}
+
+fn pack(epoch: u64, count: u64) -> u64 {
+    ((epoch & EPOCH_MASK) << COUNT_BITS) | (count & COUNT_MASK)
+}
+
+/// The slot's count if it belongs to the window ending at `epoch`, else 0.
+fn read(slot: &AtomicU64, epoch: u64) -> u64 {
+    let v = slot.load(Ordering::Acquire);
+    let age = (epoch & EPOCH_MASK).wrapping_sub(v >> COUNT_BITS) & EPOCH_MASK;
+    if (age as usize) < SLOTS {
+        v & COUNT_MASK
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_expire_after_the_window() {
+        let clock = Clock::new(Duration::from_secs(10));
+        let c = Counter::default();
+        c.add(clock.epoch(), 3);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        c.add(clock.epoch(), 2);
+        assert_eq!(c.sum(clock.epoch()), 5);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(c.sum(clock.epoch()), 2);
+        c.sub_one(clock.epoch());
+        assert_eq!(
+            c.sum(clock.epoch()),
+            2,
+            "sub_one in an empty slot is a no-op"
+        );
+        c.clear();
+        assert_eq!(c.sum(clock.epoch()), 0);
+    }
+}
