@@ -170,6 +170,17 @@ impl<'r> Call<'r> {
         })
     }
 
+    /// Lowers the body's replayability once it is known to be weaker than declared (e.g. the
+    /// integration found the body cannot be copied for another attempt). Never raises it.
+    pub fn downgrade_replay(&mut self, replay: Replayability) {
+        self.replay = self.replay.min(replay);
+    }
+
+    /// Retries the operation (across every layer inside it) may still make.
+    pub fn retries_left(&self) -> Option<u32> {
+        self.operation.retries_left()
+    }
+
     /// Attempts started so far.
     pub fn attempts(&self) -> u32 {
         self.attempt

@@ -44,8 +44,11 @@ pub mod breaker;
 pub mod budget;
 pub mod config;
 pub mod engine;
+pub mod propagation;
 pub mod registry;
 pub mod retry_after;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
 pub use call::{Call, CallSpec, Reconciled, Step};

@@ -157,6 +157,11 @@ impl Operation {
         }
     }
 
+    /// Runs `f` (synchronously) inside this scope.
+    pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        OPERATION.sync_scope(self, f)
+    }
+
     /// Runs `fut` inside this scope.
     pub async fn scope<F: Future>(self, fut: F) -> F::Output {
         OPERATION.scope(self, fut).await

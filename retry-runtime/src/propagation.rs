@@ -1,0 +1,187 @@
+//! Carrying one operation's deadline and retry allowance across processes.
+//!
+//! A callee that does not know its caller gave up keeps working (and retrying) for nobody; a
+//! callee that does not know its caller will retry adds its own retries on top (3 x 3 = 9). The
+//! caller therefore sends, on every attempt:
+//!
+//! | header | value |
+//! |---|---|
+//! | [`DEADLINE_MS`] `x-retry-deadline-ms` | milliseconds left before the operation's deadline (relative: clocks differ) |
+//! | [`ATTEMPT`] `x-retry-attempt` | this attempt's number, 1-based |
+//! | [`RETRIES_LEFT`] `x-retry-retries-left` | retries the operation may still make, across all layers |
+//!
+//! and a callee answers an error with [`PUSHBACK`] `x-retry-pushback: retries-spent` when it
+//! already retried for this operation, or `overloaded` when it sheds load: the caller's engine
+//! then denies its own retry with [`DenyReason::Pushback`](crate::DenyReason).
+//!
+//! Inbound values only ever **shrink** the callee's own limits: a hostile or buggy client cannot
+//! grant itself a longer deadline or more retries than the callee's configuration allows.
+//! Malformed, negative or huge values are ignored with a trace event.
+
+use std::time::Duration;
+
+use crate::Pushback;
+
+/// Milliseconds left before the operation's deadline.
+pub const DEADLINE_MS: &str = "x-retry-deadline-ms";
+/// The attempt number, 1-based.
+pub const ATTEMPT: &str = "x-retry-attempt";
+/// Retries the operation may still make across all layers.
+pub const RETRIES_LEFT: &str = "x-retry-retries-left";
+/// A callee's "do not retry": `retries-spent` or `overloaded`.
+pub const PUSHBACK: &str = "x-retry-pushback";
+
+/// The largest deadline accepted from a caller (one day): anything above is treated as garbage.
+const MAX_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What a caller said about its operation, after validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Inbound {
+    /// Time the caller has left.
+    pub deadline: Option<Duration>,
+    /// The caller's attempt number.
+    pub attempt: Option<u32>,
+    /// Retries the caller's operation may still make.
+    pub retries_left: Option<u32>,
+}
+
+impl Inbound {
+    /// Reads the propagation headers, ignoring (with a trace event) any malformed value.
+    pub fn from_headers(headers: &http::HeaderMap) -> Inbound {
+        Inbound {
+            deadline: number(headers, DEADLINE_MS, MAX_DEADLINE_MS).map(Duration::from_millis),
+            attempt: number(headers, ATTEMPT, u64::from(u32::MAX)).map(|n| n as u32),
+            retries_left: number(headers, RETRIES_LEFT, u64::from(u32::MAX)).map(|n| n as u32),
+        }
+    }
+}
+
+/// A strictly decimal header value in `0..=max`, else `None` (traced).
+fn number(headers: &http::HeaderMap, name: &'static str, max: u64) -> Option<u64> {
+    let value = headers.get(name)?;
+    let parsed = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|n| *n <= max);
+    if parsed.is_none() {
+        tracing::debug!(
+            target: "retry_runtime::propagation",
+            header = name,
+            value = ?value,
+            "ignoring malformed propagation header"
+        );
+    }
+    parsed
+}
+
+/// Writes the propagation headers for the current attempt (called by the HTTP integration).
+pub fn write_headers(
+    headers: &mut http::HeaderMap,
+    remaining: Duration,
+    attempt: u32,
+    retries_left: Option<u32>,
+) {
+    headers.insert(
+        DEADLINE_MS,
+        http::HeaderValue::from(remaining.as_millis().min(u128::from(MAX_DEADLINE_MS)) as u64),
+    );
+    headers.insert(ATTEMPT, http::HeaderValue::from(attempt));
+    if let Some(n) = retries_left {
+        headers.insert(RETRIES_LEFT, http::HeaderValue::from(n));
+    }
+}
+
+/// Reads a callee's pushback header (unknown values are ignored, traced).
+pub fn pushback(headers: &http::HeaderMap) -> Option<Pushback> {
+    let value = headers.get(PUSHBACK)?;
+    match value.as_bytes() {
+        b"retries-spent" => Some(Pushback::RetriesSpent),
+        b"overloaded" => Some(Pushback::Overloaded),
+        _ => {
+            tracing::debug!(target: "retry_runtime::propagation", value = ?value, "ignoring unknown pushback value");
+            None
+        }
+    }
+}
+
+/// Marks a response with a pushback signal.
+pub fn set_pushback(headers: &mut http::HeaderMap, pushback: Pushback) {
+    headers.insert(PUSHBACK, http::HeaderValue::from_static(pushback.as_str()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, http::HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn valid_values_are_read() {
+        let h = headers(&[(DEADLINE_MS, "250"), (ATTEMPT, "2"), (RETRIES_LEFT, "1")]);
+        assert_eq!(
+            Inbound::from_headers(&h),
+            Inbound {
+                deadline: Some(Duration::from_millis(250)),
+                attempt: Some(2),
+                retries_left: Some(1)
+            }
+        );
+    }
+
+    #[test]
+    fn hostile_values_are_ignored() {
+        for bad in [
+            "-5",
+            "1e3",
+            "",
+            " ",
+            "99999999999999999999999",
+            "86400001",
+            "0x10",
+            "12ms",
+        ] {
+            let h = headers(&[(DEADLINE_MS, bad), (RETRIES_LEFT, bad)]);
+            let inbound = Inbound::from_headers(&h);
+            assert_eq!(inbound.deadline, None, "{bad:?}");
+            if bad != "86400001" {
+                assert_eq!(inbound.retries_left, None, "{bad:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip_and_pushback() {
+        let mut h = http::HeaderMap::new();
+        write_headers(&mut h, Duration::from_millis(1234), 3, Some(0));
+        let i = Inbound::from_headers(&h);
+        assert_eq!(
+            (i.deadline, i.attempt, i.retries_left),
+            (Some(Duration::from_millis(1234)), Some(3), Some(0))
+        );
+        set_pushback(&mut h, Pushback::RetriesSpent);
+        assert_eq!(pushback(&h), Some(Pushback::RetriesSpent));
+        assert_eq!(pushback(&headers(&[(PUSHBACK, "please-retry")])), None);
+    }
+
+    proptest! {
+        #[test]
+        fn any_header_bytes_never_panic(v in proptest::collection::vec(0x20u8..0x7f, 0..40)) {
+            let mut h = http::HeaderMap::new();
+            let value = http::HeaderValue::from_bytes(&v).unwrap();
+            h.insert(DEADLINE_MS, value.clone());
+            h.insert(PUSHBACK, value);
+            let _ = Inbound::from_headers(&h);
+            let _ = pushback(&h);
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The client-side retry layer.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use super::{BoxError, ReplayBody};
+use crate::call::{Call, CallSpec, Step};
+use crate::{
+    Classify, Error, Evidence, IdempotencyKey, PermanentCategory, Pushback, Registry, propagation,
+};
+
+/// Which registry a layer uses.
+#[derive(Clone)]
+enum RegistryRef {
+    Global,
+    Owned(Arc<Registry>),
+}
+
+impl RegistryRef {
+    fn get(&self) -> &Registry {
+        match self {
+            RegistryRef::Global => Registry::global(),
+            RegistryRef::Owned(r) => r,
+        }
+    }
+}
+
+/// Classifies a transport error of the wrapped service into evidence.
+pub type ErrorClassifier = fn(&(dyn std::error::Error + 'static)) -> Evidence;
+
+/// The conservative default: `NotSent` only for a refused connection found in the error's
+/// source chain; anything else may have been sent.
+fn default_classifier(error: &(dyn std::error::Error + 'static)) -> Evidence {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return Evidence::NotSent;
+        }
+        current = e.source();
+    }
+    Evidence::SentNoResponse
+}
+
+/// Applies the retry engine to every request of a client service, as calls to one upstream.
+///
+/// ```ignore
+/// let client = tower::ServiceBuilder::new()
+///     .layer(retry_runtime::tower::RetryLayer::new("catalog"))
+///     .service(hyper_client);
+/// ```
+#[derive(Clone)]
+pub struct RetryLayer {
+    registry: RegistryRef,
+    upstream: Arc<str>,
+    classify: ErrorClassifier,
+}
+
+impl fmt::Debug for RetryLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryLayer")
+            .field("upstream", &self.upstream)
+            .finish()
+    }
+}
+
+impl RetryLayer {
+    /// Calls to `upstream`, configured in the global registry.
+    pub fn new(upstream: impl Into<Arc<str>>) -> Self {
+        RetryLayer {
+            registry: RegistryRef::Global,
+            upstream: upstream.into(),
+            classify: default_classifier,
+        }
+    }
+
+    /// Calls to `upstream`, configured in `registry`.
+    pub fn with_registry(registry: Arc<Registry>, upstream: impl Into<Arc<str>>) -> Self {
+        RetryLayer {
+            registry: RegistryRef::Owned(registry),
+            upstream: upstream.into(),
+            classify: default_classifier,
+        }
+    }
+
+    /// Replaces the transport error classifier (the default proves `NotSent` only for a refused
+    /// connection; never upgrade a generic I/O error to `NotSent`).
+    pub fn classify_errors_with(mut self, classify: ErrorClassifier) -> Self {
+        self.classify = classify;
+        self
+    }
+}
+
+impl<S> tower_layer::Layer<S> for RetryLayer {
+    type Service = RetryService<S>;
+    fn layer(&self, inner: S) -> RetryService<S> {
+        RetryService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service made by [`RetryLayer`].
+#[derive(Clone, Debug)]
+pub struct RetryService<S> {
+    inner: S,
+    layer: RetryLayer,
+}
+
+/// Why a request through [`RetryService`] produced no response.
+#[derive(Debug)]
+pub enum TowerError {
+    /// The runtime refused or gave up (ambiguous outcome, unknown upstream, deadline, breaker...).
+    Runtime(Error),
+    /// The wrapped service failed, with the evidence the classifier found.
+    Transport {
+        /// How far the last attempt got.
+        evidence: Evidence,
+        /// The wrapped service's error.
+        source: BoxError,
+    },
+}
+
+impl fmt::Display for TowerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TowerError::Runtime(e) => e.fmt(f),
+            TowerError::Transport { evidence, source } => {
+                write!(f, "transport failure ({evidence}): {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TowerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TowerError::Runtime(e) => Some(e),
+            TowerError::Transport { source, .. } => Some(&**source),
+        }
+    }
+}
+
+impl Classify for TowerError {
+    fn evidence(&self) -> Evidence {
+        match self {
+            TowerError::Runtime(e) => e.evidence(),
+            TowerError::Transport { evidence, .. } => *evidence,
+        }
+    }
+    fn permanent(&self) -> Option<PermanentCategory> {
+        match self {
+            TowerError::Runtime(e) => e.permanent(),
+            TowerError::Transport { .. } => None,
+        }
+    }
+    fn rejection(&self) -> Option<crate::Rejection> {
+        match self {
+            TowerError::Runtime(e) => e.rejection(),
+            TowerError::Transport { .. } => None,
+        }
+    }
+    fn already_retried(&self) -> bool {
+        matches!(self, TowerError::Runtime(e) if e.already_retried())
+    }
+}
+
+/// One attempt's failure: an error response (kept, to be returned if the retry is denied) or a
+/// transport error.
+enum AttemptError<R> {
+    Response {
+        response: R,
+        status: u16,
+        retry_after: Option<Duration>,
+        pushback: Option<Pushback>,
+    },
+    Failed(TowerError),
+}
+
+impl<R> fmt::Display for AttemptError<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::Response { status, .. } => write!(f, "status {status}"),
+            AttemptError::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<R> From<Error> for AttemptError<R> {
+    fn from(e: Error) -> Self {
+        AttemptError::Failed(TowerError::Runtime(e))
+    }
+}
+
+impl<R> Classify for AttemptError<R> {
+    fn evidence(&self) -> Evidence {
+        match self {
+            AttemptError::Response { .. } => Evidence::ResponseReceived,
+            AttemptError::Failed(e) => e.evidence(),
+        }
+    }
+    fn status(&self) -> Option<u16> {
+        match self {
+            AttemptError::Response { status, .. } => Some(*status),
+            AttemptError::Failed(_) => None,
+        }
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AttemptError::Response { retry_after, .. } => *retry_after,
+            AttemptError::Failed(_) => None,
+        }
+    }
+    fn pushback(&self) -> Option<Pushback> {
+        match self {
+            AttemptError::Response { pushback, .. } => *pushback,
+            AttemptError::Failed(_) => None,
+        }
+    }
+    fn permanent(&self) -> Option<PermanentCategory> {
+        match self {
+            AttemptError::Response { .. } => None,
+            AttemptError::Failed(e) => e.permanent(),
+        }
+    }
+    fn rejection(&self) -> Option<crate::Rejection> {
+        match self {
+            AttemptError::Response { .. } => None,
+            AttemptError::Failed(e) => e.rejection(),
+        }
+    }
+    fn already_retried(&self) -> bool {
+        match self {
+            AttemptError::Response { .. } => false,
+            AttemptError::Failed(e) => e.already_retried(),
+        }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B, RB> tower_service::Service<http::Request<B>> for RetryService<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: ReplayBody + Send + 'static,
+    RB: Send + 'static,
+{
+    type Response = http::Response<RB>;
+    type Error = TowerError;
+    type Future = BoxFuture<Result<http::Response<RB>, TowerError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TowerError>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| TowerError::Transport {
+                evidence: Evidence::NotSent,
+                source: e.into(),
+            })
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // The clone is the one that was driven to readiness; keep a fresh clone for next time.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(send(layer, inner, request))
+    }
+}
+
+async fn send<S, B, RB>(
+    layer: RetryLayer,
+    mut inner: S,
+    request: http::Request<B>,
+) -> Result<http::Response<RB>, TowerError>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+{
+    let registry = layer.registry.get();
+    let upstream = registry
+        .upstream(&layer.upstream)
+        .map_err(TowerError::Runtime)?;
+    let key = match request
+        .headers()
+        .get(upstream.config().idempotency_header.as_str())
+    {
+        Some(value) => {
+            let key = value
+                .to_str()
+                .map_err(|_| crate::KeyError::NotAHeaderValue)
+                .and_then(IdempotencyKey::new);
+            Some(key.map_err(|e| TowerError::Runtime(Error::InvalidIdempotencyKey(e)))?)
+        }
+        None => None,
+    };
+    let replay = request.body().replayability();
+    let (parts, body) = request.into_parts();
+    let mut call = Call::new(CallSpec {
+        registry,
+        upstream: &layer.upstream,
+        method: parts.method.clone(),
+        key,
+        replay,
+        operation: None,
+    })
+    .map_err(TowerError::Runtime)?;
+    let mut body = Some(body);
+    loop {
+        let attempt = call.next_attempt().map_err(TowerError::Runtime)?;
+        // The original body goes out first; replays are copies made before it is sent.
+        let Some(this_body) = body.take() else {
+            unreachable!(
+                "a body that could not be copied was downgraded to one-shot, so no retry reaches here"
+            )
+        };
+        body = this_body.replay();
+        if body.is_none() {
+            call.downgrade_replay(crate::Replayability::OneShot);
+        }
+        let mut request = http::Request::from_parts(parts.clone(), this_body);
+        propagation::write_headers(
+            request.headers_mut(),
+            attempt.timeout(),
+            attempt.number(),
+            call.retries_left(),
+        );
+        let classify = layer.classify;
+        let inner = &mut inner;
+        let result = call
+            .run(attempt, async move {
+                std::future::poll_fn(|cx| inner.poll_ready(cx))
+                    .await
+                    .map_err(|e| {
+                        AttemptError::Failed(TowerError::Transport {
+                            evidence: Evidence::NotSent,
+                            source: e.into(),
+                        })
+                    })?;
+                match inner.call(request).await {
+                    Ok(response) if response.status().as_u16() >= 400 => {
+                        let status = response.status().as_u16();
+                        let retry_after = response
+                            .headers()
+                            .get(http::header::RETRY_AFTER)
+                            .and_then(|v| {
+                                crate::retry_after::parse_header(v.as_bytes(), SystemTime::now())
+                            });
+                        let pushback = propagation::pushback(response.headers());
+                        Err(AttemptError::Response {
+                            response,
+                            status,
+                            retry_after,
+                            pushback,
+                        })
+                    }
+                    Ok(response) => Ok(response),
+                    Err(e) => {
+                        let source: BoxError = e.into();
+                        let evidence = classify(&*source);
+                        Err(AttemptError::Failed(TowerError::Transport {
+                            evidence,
+                            source,
+                        }))
+                    }
+                }
+            })
+            .await;
+        match call.settle(result).await {
+            Step::Retry => continue,
+            Step::Done(Ok(response)) => return Ok(response),
+            // Not retried: hand the error response to the caller as a response.
+            Step::Done(Err(AttemptError::Response { response, .. })) => return Ok(response),
+            Step::Done(Err(AttemptError::Failed(e))) => return Err(e),
+            Step::Ambiguous { ambiguous, .. } => {
+                return Err(call.ambiguous::<TowerError>(ambiguous));
+            }
+        }
+    }
+}
+
+impl From<Error> for TowerError {
+    fn from(e: Error) -> Self {
+        TowerError::Runtime(e)
+    }
+}

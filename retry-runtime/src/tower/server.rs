@@ -1,0 +1,130 @@
+//! The server-side layer: restore the caller's operation scope, shrunk to our own limits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::propagation::{self, Inbound};
+use crate::{Operation, Pushback};
+
+/// The most a caller may ask of this server.
+///
+/// # Default
+/// - `deadline`: 5 s (a caller's longer or missing deadline becomes this)
+/// - `max_retries`: 2 (the retries a request may cause here, across every upstream it calls)
+/// - `enforce_deadline`: true (the handler is dropped, answering 504, once the deadline passes)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboundLimits {
+    /// The longest deadline a request gets.
+    pub deadline: Duration,
+    /// The most retries one request may cause.
+    pub max_retries: u32,
+    /// Stop the handler when the deadline passes.
+    pub enforce_deadline: bool,
+}
+
+impl Default for InboundLimits {
+    fn default() -> Self {
+        InboundLimits {
+            deadline: Duration::from_secs(5),
+            max_retries: 2,
+            enforce_deadline: true,
+        }
+    }
+}
+
+/// Opens an operation scope per inbound request; see the [module docs](super).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScopeLayer {
+    limits: InboundLimits,
+}
+
+impl ScopeLayer {
+    /// A layer with these limits.
+    pub fn new(limits: InboundLimits) -> Self {
+        ScopeLayer { limits }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for ScopeLayer {
+    type Service = ScopeService<S>;
+    fn layer(&self, inner: S) -> ScopeService<S> {
+        ScopeService {
+            inner,
+            limits: self.limits,
+        }
+    }
+}
+
+/// The service made by [`ScopeLayer`].
+#[derive(Debug, Clone)]
+pub struct ScopeService<S> {
+    inner: S,
+    limits: InboundLimits,
+}
+
+impl InboundLimits {
+    /// The deadline and retries a request gets: the caller's values, never above ours.
+    pub fn apply(&self, inbound: &Inbound) -> (Duration, u32) {
+        let deadline = inbound
+            .deadline
+            .map_or(self.deadline, |d| d.min(self.deadline));
+        let retries = inbound
+            .retries_left
+            .map_or(self.max_retries, |r| r.min(self.max_retries));
+        (deadline, retries)
+    }
+}
+
+impl<S, B, RB> tower_service::Service<http::Request<B>> for ScopeService<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+    RB: Default + Send + 'static,
+{
+    type Response = http::Response<RB>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<RB>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let inbound = Inbound::from_headers(request.headers());
+        let (deadline, retries) = self.limits.apply(&inbound);
+        let deadline = Instant::now() + deadline;
+        let name = format!("{} {}", request.method(), request.uri().path());
+        let op = Operation::root(name.into(), Some(deadline), Some(retries));
+        let enforce = self.limits.enforce_deadline;
+        // Services that work in `call` itself (not only when polled) see the scope too.
+        let handler = op.clone().sync_scope(|| self.inner.call(request));
+        Box::pin(async move {
+            let scoped = op.clone().scope(handler);
+            let result = if enforce {
+                match tokio::time::timeout_at(deadline, scoped).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        tracing::info!(target: "retry_runtime::propagation", operation = op.name(), "caller's deadline passed: handler stopped");
+                        let mut response = http::Response::new(RB::default());
+                        *response.status_mut() = http::StatusCode::GATEWAY_TIMEOUT;
+                        propagation::set_pushback(response.headers_mut(), Pushback::RetriesSpent);
+                        return Ok(response);
+                    }
+                }
+            } else {
+                scoped.await
+            };
+            result.map(|mut response| {
+                // A failure this request already retried below must not be retried above.
+                if response.status().is_server_error() && op.retried_failures() > 0 {
+                    propagation::set_pushback(response.headers_mut(), Pushback::RetriesSpent);
+                }
+                response
+            })
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! The tower layers: the client retry layer, the server scope layer, and the two together
+//! across a simulated process boundary (only headers cross it).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use retry_runtime::propagation::{ATTEMPT, DEADLINE_MS, PUSHBACK, RETRIES_LEFT};
+use retry_runtime::tower::{InboundLimits, OneShot, RetryLayer, ScopeLayer, TowerError};
+use retry_runtime::{Error, Method, Operation, Registry, Retry, UpstreamConfig};
+use tower_layer::Layer;
+use tower_service::Service;
+
+type Req = http::Request<Full<Bytes>>;
+type Resp = http::Response<Full<Bytes>>;
+type BoxFut = Pin<Box<dyn Future<Output = Result<Resp, std::convert::Infallible>> + Send>>;
+
+/// A service from an async closure.
+#[derive(Clone)]
+struct FnService<F>(F);
+
+impl<F, Fut, B> Service<http::Request<B>> for FnService<F>
+where
+    F: FnMut(http::Request<B>) -> Fut + Clone,
+    Fut: Future<Output = Resp> + Send + 'static,
+{
+    type Response = Resp;
+    type Error = std::convert::Infallible;
+    type Future = BoxFut;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: http::Request<B>) -> BoxFut {
+        let fut = (self.0)(req);
+        Box::pin(async move { Ok(fut.await) })
+    }
+}
+
+fn status(code: u16) -> Resp {
+    let mut r = http::Response::new(Full::new(Bytes::from_static(b"x")));
+    *r.status_mut() = http::StatusCode::from_u16(code).unwrap();
+    r
+}
+
+fn registry(names: &[&str]) -> Arc<Registry> {
+    let mut b = Registry::builder().seed(3);
+    for n in names {
+        b = b.upstream(*n, UpstreamConfig::new().with_breaker(None));
+    }
+    Arc::new(b.build().unwrap())
+}
+
+fn request(method: Method) -> Req {
+    http::Request::builder()
+        .method(method)
+        .uri("http://catalog/items/1")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
+}
+
+/// A fake upstream answering `codes` in turn (the last one forever), recording request headers.
+fn upstream(
+    codes: Vec<u16>,
+    seen: Arc<Mutex<Vec<http::HeaderMap>>>,
+) -> impl Service<Req, Response = Resp, Error = std::convert::Infallible, Future = BoxFut> + Clone {
+    let n = Arc::new(AtomicU32::new(0));
+    FnService(move |req: Req| {
+        seen.lock().unwrap().push(req.headers().clone());
+        let i = n.fetch_add(1, Ordering::SeqCst) as usize;
+        let code = codes[i.min(codes.len() - 1)];
+        async move { status(code) }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_is_retried_and_every_attempt_carries_the_propagation_headers() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut svc = RetryLayer::with_registry(registry(&["catalog"]), "catalog")
+        .layer(upstream(vec![503, 503, 200], seen.clone()));
+    let response = svc.call(request(Method::GET)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let seen = seen.lock().unwrap();
+    let attempts: Vec<_> = seen
+        .iter()
+        .map(|h| h[ATTEMPT].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    let deadlines: Vec<u64> = seen
+        .iter()
+        .map(|h| h[DEADLINE_MS].to_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        deadlines.iter().all(|d| *d <= 1000),
+        "the attempt timeout bounds what the callee is told"
+    );
+    let retries: Vec<_> = seen
+        .iter()
+        .map(|h| h[RETRIES_LEFT].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(retries, ["2", "1", "0"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denied_error_response_is_returned_as_the_response() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut svc = RetryLayer::with_registry(registry(&["catalog"]), "catalog")
+        .layer(upstream(vec![404], seen.clone()));
+    assert_eq!(svc.call(request(Method::GET)).await.unwrap().status(), 404);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_without_key_is_ambiguous_on_503_and_with_key_is_retried_with_the_same_key() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reg = registry(&["catalog"]);
+    let mut svc = RetryLayer::with_registry(reg.clone(), "catalog")
+        .layer(upstream(vec![503, 200], seen.clone()));
+    let err = svc.call(request(Method::POST)).await.unwrap_err();
+    assert!(
+        matches!(&err, TowerError::Runtime(Error::Ambiguous(a)) if a.status == Some(503)),
+        "{err}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "never re-sent");
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut svc =
+        RetryLayer::with_registry(reg, "catalog").layer(upstream(vec![503, 200], seen.clone()));
+    let mut req = request(Method::POST);
+    req.headers_mut()
+        .insert("idempotency-key", "order-1:pay".parse().unwrap());
+    assert_eq!(svc.call(req).await.unwrap().status(), 200);
+    let keys: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h["idempotency-key"].clone())
+        .collect();
+    assert_eq!(keys, ["order-1:pay", "order-1:pay"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hostile_key_header_is_refused_before_sending() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut svc = RetryLayer::with_registry(registry(&["catalog"]), "catalog")
+        .layer(upstream(vec![200], seen.clone()));
+    let mut req = request(Method::POST);
+    req.headers_mut().insert(
+        "idempotency-key",
+        http::HeaderValue::from_bytes(&[b'a'; 300]).unwrap(),
+    );
+    assert!(matches!(
+        svc.call(req).await,
+        Err(TowerError::Runtime(Error::InvalidIdempotencyKey(_)))
+    ));
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_body_is_sent_once() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let inner = FnService(move |_req: http::Request<OneShot<Full<Bytes>>>| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async { status(503) }
+    });
+    let mut svc = RetryLayer::with_registry(registry(&["catalog"]), "catalog").layer(inner);
+    let req = http::Request::builder()
+        .method(Method::GET)
+        .uri("/")
+        .body(OneShot(Full::new(Bytes::new())))
+        .unwrap();
+    assert_eq!(svc.call(req).await.unwrap().status(), 503);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_server_layer_only_ever_shrinks_the_callers_limits() {
+    let observed = Arc::new(Mutex::new(Vec::new()));
+    let o = observed.clone();
+    let handler = FnService(move |_req: Req| {
+        let op = Operation::current().expect("the layer opened a scope");
+        o.lock()
+            .unwrap()
+            .push((op.remaining().unwrap(), op.retries_left()));
+        async { status(200) }
+    });
+    let limits = InboundLimits {
+        deadline: Duration::from_secs(2),
+        max_retries: 2,
+        enforce_deadline: true,
+    };
+    let mut svc = ScopeLayer::new(limits).layer(handler);
+    for (deadline, retries) in [("300", "1"), ("86400000", "99"), ("-5", "x"), ("", "")] {
+        let mut req = request(Method::GET);
+        if !deadline.is_empty() {
+            req.headers_mut()
+                .insert(DEADLINE_MS, deadline.parse().unwrap());
+            req.headers_mut()
+                .insert(RETRIES_LEFT, retries.parse().unwrap());
+        }
+        svc.call(req).await.unwrap();
+    }
+    let observed = observed.lock().unwrap();
+    assert_eq!(
+        observed[0],
+        (Duration::from_millis(300), Some(1)),
+        "a shorter deadline is honoured"
+    );
+    assert_eq!(
+        observed[1],
+        (Duration::from_secs(2), Some(2)),
+        "a longer one is cut to ours"
+    );
+    assert_eq!(
+        observed[2],
+        (Duration::from_secs(2), Some(2)),
+        "garbage is ignored"
+    );
+    assert_eq!(
+        observed[3],
+        (Duration::from_secs(2), Some(2)),
+        "absent: our limits"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_handler_stops_when_the_caller_has_given_up() {
+    let finished = Arc::new(AtomicU32::new(0));
+    let f = finished.clone();
+    let handler = FnService(move |_req: Req| {
+        let f = f.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            f.fetch_add(1, Ordering::SeqCst);
+            status(200)
+        }
+    });
+    let mut svc = ScopeLayer::default().layer(handler);
+    let mut req = request(Method::GET);
+    req.headers_mut()
+        .insert(DEADLINE_MS, "300".parse().unwrap());
+    let t0 = tokio::time::Instant::now();
+    let response = svc.call(req).await.unwrap();
+    assert_eq!(response.status(), 504);
+    assert_eq!(response.headers()[PUSHBACK], "retries-spent");
+    assert_eq!(tokio::time::Instant::now() - t0, Duration::from_millis(300));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the handler's work was dropped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_layers_of_three_attempts_make_three_catalog_calls_not_nine() {
+    // API --(RetryLayer, 3 attempts)--> middle (ScopeLayer) --(retrying call, 3 attempts)--> catalog
+    // Only headers cross the API/middle boundary, as between two processes.
+    let reg = registry(&["middle", "catalog"]);
+    let catalog_calls = Arc::new(AtomicU32::new(0));
+    let middle_calls = Arc::new(AtomicU32::new(0));
+    let (r, c, m) = (reg.clone(), catalog_calls.clone(), middle_calls.clone());
+    let middle = FnService(move |_req: Req| {
+        m.fetch_add(1, Ordering::SeqCst);
+        let (r, c) = (r.clone(), c.clone());
+        async move {
+            let result: Result<(), Error> = Retry::in_registry(&r, "catalog")
+                .method(Method::GET)
+                .run(|_| {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Err(Error::AttemptTimeout {
+                            upstream: "catalog".into(),
+                            attempt: 1,
+                            timeout: Duration::ZERO,
+                        })
+                    }
+                })
+                .await;
+            status(if result.is_ok() { 200 } else { 503 })
+        }
+    });
+    let middle = ScopeLayer::default().layer(middle);
+    let mut api = RetryLayer::with_registry(reg, "middle").layer(middle);
+    let response = api.call(request(Method::GET)).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()[PUSHBACK], "retries-spent");
+    assert_eq!(catalog_calls.load(Ordering::SeqCst), 3, "3 calls, not 9");
+    assert_eq!(
+        middle_calls.load(Ordering::SeqCst),
+        1,
+        "the API did not retry what the middle retried"
+    );
+}
