@@ -150,6 +150,24 @@ impl<'a> Lines<'a> {
     }
 }
 
+/// Which table of an upstream is being read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Table {
+    /// `[upstreams.<name>]`.
+    Upstream,
+    /// `[upstreams.<name>.budget]`.
+    Budget,
+}
+
+impl Table {
+    fn keys(self) -> &'static [KeySpec] {
+        match self {
+            Table::Upstream => UPSTREAM_KEYS,
+            Table::Budget => BUDGET_KEYS,
+        }
+    }
+}
+
 /// One upstream being read: its config so far and where each key was set.
 struct Draft {
     name: String,
@@ -234,7 +252,7 @@ fn read_document(
                 origins: HashMap::new(),
                 refused: HashSet::new(),
             };
-            draft.read_table(table_value, UPSTREAM_KEYS, lines, errors);
+            draft.read_table(table_value, Table::Upstream, lines, errors);
             drafts.push(draft);
         }
     }
@@ -244,19 +262,18 @@ fn read_document(
 impl Draft {
     fn read_table(
         &mut self,
-        table: &DeTable<'_>,
-        specs: &'static [KeySpec],
+        values: &DeTable<'_>,
+        table: Table,
         lines: &Lines<'_>,
         errors: &mut Vec<ConfigError>,
     ) {
-        let in_upstream = std::ptr::eq(specs, UPSTREAM_KEYS);
-        for (key, value) in table {
+        for (key, value) in values {
             let name: &str = key.get_ref();
-            if in_upstream && name == BUDGET {
+            if table == Table::Upstream && name == BUDGET {
                 match value.get_ref() {
                     DeValue::Table(budget) => {
                         self.budget_header = Some(lines.value(value));
-                        self.read_table(budget, BUDGET_KEYS, lines, errors);
+                        self.read_table(budget, Table::Budget, lines, errors);
                     }
                     other => errors.push(
                         ConfigError::new(
@@ -273,11 +290,8 @@ impl Draft {
                 }
                 continue;
             }
-            let Some(spec) = specs.iter().find(|s| s.name == name) else {
-                errors.push(
-                    self.unknown_key(name, specs, in_upstream)
-                        .at(lines.value(key)),
-                );
+            let Some(spec) = table.keys().iter().find(|s| s.name == name) else {
+                errors.push(self.unknown_key(name, table).at(lines.value(key)));
                 continue;
             };
             let at = lines.value(value);
@@ -293,18 +307,17 @@ impl Draft {
         }
     }
 
-    fn unknown_key(&self, name: &str, specs: &[KeySpec], in_upstream: bool) -> ConfigError {
-        let mut valid: Vec<&str> = specs.iter().map(|s| s.name).collect();
-        if in_upstream {
-            valid.push(BUDGET);
-        }
-        let (table, field) = if in_upstream {
-            (format!("[upstreams.{}]", self.name), name.to_owned())
-        } else {
-            (
+    fn unknown_key(&self, name: &str, table: Table) -> ConfigError {
+        let mut valid: Vec<&str> = table.keys().iter().map(|s| s.name).collect();
+        let (header, field) = match table {
+            Table::Upstream => {
+                valid.push(BUDGET);
+                (format!("[upstreams.{}]", self.name), name.to_owned())
+            }
+            Table::Budget => (
                 format!("[upstreams.{}.budget]", self.name),
                 format!("{BUDGET}.{name}"),
-            )
+            ),
         };
         let hint = match keys::closest(name, valid.iter().copied()) {
             Some(close) => format!("did you mean `{close}`? "),
@@ -314,7 +327,7 @@ impl Draft {
             &self.name,
             field,
             format!(
-                "unknown key `{name}` in {table}: {hint}valid keys: {}",
+                "unknown key `{name}` in {header}: {hint}valid keys: {}",
                 keys::list(valid)
             ),
         )
@@ -422,6 +435,23 @@ mod tests {
         let sms = &configs[2].1;
         assert!(!sms.dedups_idempotency_key);
         assert_eq!(sms.idempotency_header, "X-Request-Id");
+    }
+
+    #[test]
+    fn toml_number_forms_are_accepted() {
+        let text = "[upstreams.a]\nmax_attempts = 0b10\nmultiplier = 3\n\
+                    budget = { ratio = 1e-1, min_per_second = 1_000 }\n";
+        let configs = parse_toml(text, "f.toml", []).unwrap();
+        let a = &configs[0].1;
+        assert_eq!(a.max_attempts, 2);
+        assert_eq!(a.backoff.multiplier, 3.0);
+        assert_eq!(a.budget.ratio, 0.1);
+        assert_eq!(a.budget.min_per_second, 1000);
+        let errors = parse_toml("[upstreams.a]\nmax_attempts = -1\n", "f.toml", []).unwrap_err();
+        assert_eq!(
+            errors.errors()[0].message,
+            "`max_attempts` = -1 is out of range: write `max_attempts = 3`"
+        );
     }
 
     #[test]

@@ -400,8 +400,8 @@ impl Registry {
     }
 
     /// Like [`Registry::load_file`] for a document already in memory: `source` names it in
-    /// error locations and `env` supplies the overrides (pass `[]` for none, or
-    /// `std::env::vars()` for the process's), so tests need not touch the process environment.
+    /// error locations and `env` supplies the overrides (`[]` for none), so tests and tools need
+    /// not touch the process environment.
     pub fn load_str(
         &self,
         toml: &str,
