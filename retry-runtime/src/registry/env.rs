@@ -6,14 +6,15 @@
 //!   that is not an ASCII letter or digit written as `_`: `sber-online` is `SBER_ONLINE`. An
 //!   override never creates an upstream: a name that matches none is an error (a typo must not
 //!   be silently ignored), and so is one that matches two (`a-b` and `a_b`: rename one).
-//! - `<KEY>` is a key of the file in upper case (`MAX_ATTEMPTS`, `BUDGET__RATIO`).
+//! - `<KEY>` is a key of the file in upper case (`MAX_ATTEMPTS`, `BUDGET__RATIO`,
+//!   `BREAKER__ENABLED`).
 //! - The value is the bare text a key takes in the file, without TOML quoting: `4`, `0.1`,
 //!   `true`, `750ms`, `decorrelated`.
 
 use std::ffi::OsString;
 
 use super::errors::{ConfigError, Location};
-use super::keys::{self, BUDGET_KEYS, KeySpec, UPSTREAM_KEYS};
+use super::keys::{self, KeySpec};
 
 /// The prefix of every override variable.
 pub const ENV_PREFIX: &str = "RETRY__";
@@ -116,11 +117,7 @@ pub(crate) fn resolve(
                 value,
             }),
             None => {
-                let valid = UPSTREAM_KEYS
-                    .iter()
-                    .chain(BUDGET_KEYS)
-                    .map(|k| k.path)
-                    .collect::<Vec<_>>();
+                let valid = keys::all().map(|k| k.path).collect::<Vec<_>>();
                 let hint = match keys::closest(&path, valid.iter().copied()) {
                     Some(close) => format!("did you mean `{}`? ", env_key(close)),
                     None => String::new(),
@@ -243,8 +240,9 @@ mod tests {
                 "environment: RETRY__SBER__MAX_ATTEMPT: upstream `sber`: unknown key `MAX_ATTEMPT`: \
                  did you mean `MAX_ATTEMPTS`? valid keys: MAX_ATTEMPTS, INITIAL_BACKOFF, MULTIPLIER, \
                  MAX_BACKOFF, JITTER, BACKOFF, ATTEMPT_TIMEOUT, DEADLINE, MIN_ATTEMPT_BUDGET, \
-                 TRANSIENT_500, IDEMPOTENCY_HEADER, DEDUPS_IDEMPOTENCY_KEY, BUDGET__RATIO, \
-                 BUDGET__MIN_PER_SECOND, BUDGET__WINDOW",
+                 TRANSIENT_500, IDEMPOTENCY_HEADER, DEDUPS_IDEMPOTENCY_KEY, BULKHEAD, BUDGET__RATIO, \
+                 BUDGET__MIN_PER_SECOND, BUDGET__WINDOW, BREAKER__ENABLED, BREAKER__FAILURE_RATE, \
+                 BREAKER__MIN_ATTEMPTS, BREAKER__WINDOW, BREAKER__OPEN_FOR, BREAKER__HALF_OPEN_PROBES",
                 "environment: RETRY__SBRE__MAX_ATTEMPTS: no upstream of the file is spelled `SBRE`: \
                  an override only adjusts an upstream the file defines (known: A_B, SBER); fix \
                  the name or add the upstream to the file",

@@ -13,7 +13,9 @@ use toml::de::{DeTable, DeValue};
 
 use super::env::{self, Override};
 use super::errors::{ConfigError, ConfigErrors, Location};
-use super::keys::{self, BUDGET, BUDGET_KEYS, KeySpec, UPSTREAM_KEYS, Value};
+use super::keys::{
+    self, BREAKER, BREAKER_KEYS, BUDGET, BUDGET_KEYS, KeySpec, Settings, UPSTREAM_KEYS, Value,
+};
 use crate::budget::BudgetConfig;
 use crate::config::UpstreamConfig;
 
@@ -95,7 +97,10 @@ pub(crate) fn parse_with(
         draft.check(&mut errors);
     }
     if errors.is_empty() {
-        Ok(drafts.into_iter().map(|d| (d.name, d.config)).collect())
+        Ok(drafts
+            .into_iter()
+            .map(|d| (d.name, d.settings.config()))
+            .collect())
     } else {
         Err(sorted(errors))
     }
@@ -157,13 +162,28 @@ enum Table {
     Upstream,
     /// `[upstreams.<name>.budget]`.
     Budget,
+    /// `[upstreams.<name>.breaker]`.
+    Breaker,
 }
 
 impl Table {
+    /// The sub-tables of an upstream.
+    const SUBTABLES: [Table; 2] = [Table::Budget, Table::Breaker];
+
     fn keys(self) -> &'static [KeySpec] {
         match self {
             Table::Upstream => UPSTREAM_KEYS,
             Table::Budget => BUDGET_KEYS,
+            Table::Breaker => BREAKER_KEYS,
+        }
+    }
+
+    /// The key naming this table inside an upstream (empty for the upstream itself).
+    fn name(self) -> &'static str {
+        match self {
+            Table::Upstream => "",
+            Table::Budget => BUDGET,
+            Table::Breaker => BREAKER,
         }
     }
 }
@@ -172,8 +192,9 @@ impl Table {
 struct Draft {
     name: String,
     header: Location,
-    budget_header: Option<Location>,
-    config: UpstreamConfig,
+    /// Where `[upstreams.<name>.budget]` and `.breaker` sit, by table name.
+    subtable_headers: HashMap<&'static str, Location>,
+    settings: Settings,
     /// Where the value that set each key (by path) sits.
     origins: HashMap<&'static str, Location>,
     /// Keys whose value was refused: their rules are not checked, since the config holds the
@@ -247,8 +268,8 @@ fn read_document(
             let mut draft = Draft {
                 name: name_str.to_owned(),
                 header: lines.value(table),
-                budget_header: None,
-                config: UpstreamConfig::new(),
+                subtable_headers: HashMap::new(),
+                settings: Settings::new(),
                 origins: HashMap::new(),
                 refused: HashSet::new(),
             };
@@ -269,18 +290,20 @@ impl Draft {
     ) {
         for (key, value) in values {
             let name: &str = key.get_ref();
-            if table == Table::Upstream && name == BUDGET {
+            let subtable = Table::SUBTABLES.into_iter().find(|t| t.name() == name);
+            if let (Table::Upstream, Some(subtable)) = (table, subtable) {
                 match value.get_ref() {
-                    DeValue::Table(budget) => {
-                        self.budget_header = Some(lines.value(value));
-                        self.read_table(budget, Table::Budget, lines, errors);
+                    DeValue::Table(values) => {
+                        self.subtable_headers
+                            .insert(subtable.name(), lines.value(value));
+                        self.read_table(values, subtable, lines, errors);
                     }
                     other => errors.push(
                         ConfigError::new(
                             &self.name,
-                            BUDGET,
+                            name,
                             format!(
-                                "`budget` must be a table, found a {}: write [upstreams.{}.budget]",
+                                "`{name}` must be a table, found a {}: write [upstreams.{}.{name}]",
                                 other.type_str(),
                                 self.name
                             ),
@@ -295,7 +318,7 @@ impl Draft {
                 continue;
             };
             let at = lines.value(value);
-            match spec.apply(&mut self.config, Value::Toml(value.get_ref())) {
+            match spec.apply(&mut self.settings, Value::Toml(value.get_ref())) {
                 Ok(()) => {
                     self.origins.insert(spec.path, at);
                 }
@@ -311,12 +334,12 @@ impl Draft {
         let mut valid: Vec<&str> = table.keys().iter().map(|s| s.name).collect();
         let (header, field) = match table {
             Table::Upstream => {
-                valid.push(BUDGET);
+                valid.extend(Table::SUBTABLES.map(Table::name));
                 (format!("[upstreams.{}]", self.name), name.to_owned())
             }
-            Table::Budget => (
-                format!("[upstreams.{}.budget]", self.name),
-                format!("{BUDGET}.{name}"),
+            sub => (
+                format!("[upstreams.{}.{}]", self.name, sub.name()),
+                format!("{}.{name}", sub.name()),
             ),
         };
         let hint = match keys::closest(name, valid.iter().copied()) {
@@ -335,7 +358,7 @@ impl Draft {
 
     fn apply_override(&mut self, o: &Override, errors: &mut Vec<ConfigError>) {
         let at = Location::environment(&o.var);
-        match o.key.apply(&mut self.config, Value::Env(&o.value)) {
+        match o.key.apply(&mut self.settings, Value::Env(&o.value)) {
             Ok(()) => {
                 self.refused.remove(o.key.path);
                 self.origins.insert(o.key.path, at);
@@ -350,14 +373,15 @@ impl Draft {
     /// Every rule of the config, located at the value that breaks it, or at the upstream's
     /// header when the key was left at its default.
     fn check(&self, errors: &mut Vec<ConfigError>) {
-        for violation in self.config.violations() {
+        let config = self.settings.config();
+        for violation in config.violations() {
             let path = match violation.field {
                 // `BudgetConfig::validate` checks the ratio first: if the ratio alone passes,
                 // the window is at fault.
                 "budget" => {
                     let ratio_only = BudgetConfig {
                         window: BudgetConfig::new().window,
-                        ..self.config.budget
+                        ..config.budget
                     };
                     if ratio_only.validate().is_err() {
                         "budget.ratio"
@@ -370,14 +394,11 @@ impl Draft {
             if self.refused.contains(path) {
                 continue;
             }
+            let subtable = path.split_once('.').map(|(table, _)| table);
             let at = self
                 .origins
                 .get(path)
-                .or(if path.starts_with("budget.") {
-                    self.budget_header.as_ref()
-                } else {
-                    None
-                })
+                .or_else(|| self.subtable_headers.get(subtable?))
                 .unwrap_or(&self.header);
             errors.push(ConfigError::new(&self.name, path, violation.message).at(at.clone()));
         }
@@ -435,6 +456,28 @@ mod tests {
         let sms = &configs[2].1;
         assert!(!sms.dedups_idempotency_key);
         assert_eq!(sms.idempotency_header, "X-Request-Id");
+        assert_eq!(sms.bulkhead, Some(20));
+        assert_eq!(sms.breaker.unwrap().failure_rate, 0.3);
+    }
+
+    #[test]
+    fn the_breaker_can_be_disabled_in_the_file_or_the_environment() {
+        let text = "[upstreams.a.breaker]\nenabled = false\n[upstreams.b]\n";
+        let configs = parse_toml(
+            text,
+            "f.toml",
+            env(&[("RETRY__B__BREAKER__ENABLED", "false")]),
+        )
+        .unwrap();
+        assert_eq!(configs[0].1.breaker, None);
+        assert_eq!(configs[1].1.breaker, None);
+        // A rule broken by a default is located at the sub-table's header, else the upstream's.
+        let text = "[upstreams.a]\n[upstreams.a.breaker]\nenabled = true\n";
+        let errors = parse_toml(text, "f.toml", env(&[("RETRY__A__BULKHEAD", "0")])).unwrap_err();
+        assert_eq!(
+            positions(&errors),
+            ["environment: RETRY__A__BULKHEAD a/bulkhead"]
+        );
     }
 
     #[test]
@@ -460,7 +503,7 @@ mod tests {
         assert_eq!(configs, [("bare".to_owned(), UpstreamConfig::new())]);
     }
 
-    /// Mistakes of eight kinds across two upstreams, every one reported with its position.
+    /// Mistakes of nine kinds across two upstreams, every one reported with its position.
     const BROKEN: &str = r#"# two upstreams, many mistakes
 [upstreams.sber]
 max_attempts = 7
@@ -477,8 +520,11 @@ window = "5sec"
 [upstreams.catalog]
 attempt_timeout = "2s"
 deadline = 5
+bulkhead = 0
 [upstreams.catalog.budget]
 widnow = "10s"
+[upstreams.catalog.breaker]
+failure_rate = 1.5
 "#;
 
     #[test]
@@ -497,7 +543,9 @@ widnow = "10s"
                 // The window rule points at the upstream's header: max_attempts is unset.
                 "14:1 catalog/max_attempts",
                 "16:12 catalog/deadline",
-                "18:1 catalog/budget.widnow",
+                "17:12 catalog/bulkhead",
+                "19:1 catalog/budget.widnow",
+                "21:16 catalog/breaker.failure_rate",
             ]
         );
     }
@@ -505,17 +553,19 @@ widnow = "10s"
     #[test]
     fn the_report_reads_well() {
         let errors = parse_toml(BROKEN, "upstreams.toml", []).unwrap_err();
-        let expected = r#"10 configuration error(s):
+        let expected = r#"12 configuration error(s):
   - upstreams.toml:3:16: upstream `sber`: max_attempts = 7 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)
   - upstreams.toml:4:19: upstream `sber`: `initial_backoff` = "500" is not a valid duration: it has no unit: write "500ms" or "500s"
   - upstreams.toml:5:14: upstream `sber`: multiplier = 1 must be above 1: linear or fixed backoff hammers a failing upstream (spec 003 R-RES-RE-X3); use 2.0
-  - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, budget
+  - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, bulkhead, budget, breaker
   - upstreams.toml:7:11: upstream `sber`: backoff = "linear" is refused: linear retry piles load onto a failing upstream (spec 003 R-RES-RE-X3); use "exponential" with a multiplier such as 2.0
   - upstreams.toml:8:17: upstream `sber`: `transient_500` must be true or false, found a string: write `transient_500 = false`
   - upstreams.toml:12:10: upstream `sber`: `budget.window` = "5sec" is not a valid duration: unknown unit `sec`: use one of ns, us, ms, s, m, h
   - upstreams.toml:14:1: upstream `catalog`: the in-memory retry window is 7.5s (backoffs + max_attempts x attempt_timeout), above 5s: lower max_attempts, the backoffs or attempt_timeout, or hand longer outages to the durable queue (spec 003 R-RES-RE-4)
   - upstreams.toml:16:12: upstream `catalog`: `deadline` needs a unit: write `deadline = "5s"`
-  - upstreams.toml:18:1: upstream `catalog`: unknown key `widnow` in [upstreams.catalog.budget]: did you mean `window`? valid keys: ratio, min_per_second, window
+  - upstreams.toml:17:12: upstream `catalog`: bulkhead = 0 would refuse every attempt: use the upstream's capacity, or remove the key for no limit
+  - upstreams.toml:19:1: upstream `catalog`: unknown key `widnow` in [upstreams.catalog.budget]: did you mean `window`? valid keys: ratio, min_per_second, window
+  - upstreams.toml:21:16: upstream `catalog`: breaker failure_rate 1.5 is outside (0, 1]: use 0.5
 "#;
         assert_eq!(errors.to_string(), expected);
     }

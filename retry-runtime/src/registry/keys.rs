@@ -9,6 +9,7 @@ use toml::de::DeValue;
 
 use super::duration::parse_duration;
 use crate::backoff::Jitter;
+use crate::breaker::BreakerConfig;
 use crate::config::UpstreamConfig;
 
 /// What a key holds.
@@ -77,56 +78,85 @@ const fn key(name: &'static str, path: &'static str, kind: Kind, example: &'stat
 
 /// The table of budget settings inside an upstream.
 pub(crate) const BUDGET: &str = "budget";
+/// The table of circuit-breaker settings inside an upstream.
+pub(crate) const BREAKER: &str = "breaker";
 
-/// The keys of `[upstreams.<name>]`, in documentation order (`budget` is a sub-table).
+/// The keys of `[upstreams.<name>]`, in documentation order (`budget` and `breaker` are
+/// sub-tables).
+#[rustfmt::skip]
 pub(crate) const UPSTREAM_KEYS: &[KeySpec] = &[
-    key("max_attempts", "max_attempts", Kind::Count, "3"),
-    key(
-        "initial_backoff",
-        "initial_backoff",
-        Kind::Duration,
-        "500ms",
-    ),
-    key("multiplier", "multiplier", Kind::Number, "2.0"),
-    key("max_backoff", "max_backoff", Kind::Duration, "2s"),
-    key("jitter", "jitter", Kind::Jitter, "full"),
-    key("backoff", "backoff", Kind::Backoff, "exponential"),
-    key("attempt_timeout", "attempt_timeout", Kind::Duration, "1s"),
-    key("deadline", "deadline", Kind::Duration, "5s"),
-    key(
-        "min_attempt_budget",
-        "min_attempt_budget",
-        Kind::Duration,
-        "50ms",
-    ),
-    key("transient_500", "transient_500", Kind::Flag, "false"),
-    key(
-        "idempotency_header",
-        "idempotency_header",
-        Kind::Text,
-        "Idempotency-Key",
-    ),
-    key(
-        "dedups_idempotency_key",
-        "dedups_idempotency_key",
-        Kind::Flag,
-        "true",
-    ),
+    key("max_attempts",           "max_attempts",           Kind::Count,    "3"),
+    key("initial_backoff",        "initial_backoff",        Kind::Duration, "500ms"),
+    key("multiplier",             "multiplier",             Kind::Number,   "2.0"),
+    key("max_backoff",            "max_backoff",            Kind::Duration, "2s"),
+    key("jitter",                 "jitter",                 Kind::Jitter,   "full"),
+    key("backoff",                "backoff",                Kind::Backoff,  "exponential"),
+    key("attempt_timeout",        "attempt_timeout",        Kind::Duration, "1s"),
+    key("deadline",               "deadline",               Kind::Duration, "5s"),
+    key("min_attempt_budget",     "min_attempt_budget",     Kind::Duration, "50ms"),
+    key("transient_500",          "transient_500",          Kind::Flag,     "false"),
+    key("idempotency_header",     "idempotency_header",     Kind::Text,     "Idempotency-Key"),
+    key("dedups_idempotency_key", "dedups_idempotency_key", Kind::Flag,     "true"),
+    // No default: left out, the bulkhead is unlimited.
+    key("bulkhead",               "bulkhead",               Kind::Count,    "100"),
 ];
 
 /// The keys of `[upstreams.<name>.budget]`.
+#[rustfmt::skip]
 pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
-    key("ratio", "budget.ratio", Kind::Number, "0.2"),
-    key("min_per_second", "budget.min_per_second", Kind::Count, "10"),
-    key("window", "budget.window", Kind::Duration, "10s"),
+    key("ratio",          "budget.ratio",          Kind::Number,   "0.2"),
+    key("min_per_second", "budget.min_per_second", Kind::Count,    "10"),
+    key("window",         "budget.window",         Kind::Duration, "10s"),
 ];
+
+/// The keys of `[upstreams.<name>.breaker]`.
+#[rustfmt::skip]
+pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
+    key("enabled",          "breaker.enabled",          Kind::Flag,     "true"),
+    key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.5"),
+    key("min_attempts",     "breaker.min_attempts",     Kind::Count,    "20"),
+    key("window",           "breaker.window",           Kind::Duration, "10s"),
+    key("open_for",         "breaker.open_for",         Kind::Duration, "5s"),
+    key("half_open_probes", "breaker.half_open_probes", Kind::Count,    "3"),
+];
+
+/// Every key, in documentation order.
+pub(crate) fn all() -> impl Iterator<Item = &'static KeySpec> {
+    UPSTREAM_KEYS.iter().chain(BUDGET_KEYS).chain(BREAKER_KEYS)
+}
 
 /// Every key by its dotted path.
 pub(crate) fn by_path(path: &str) -> Option<&'static KeySpec> {
-    UPSTREAM_KEYS
-        .iter()
-        .chain(BUDGET_KEYS)
-        .find(|k| k.path == path)
+    all().find(|k| k.path == path)
+}
+
+/// An upstream's settings while they are read. The breaker's settings are kept while it is
+/// disabled, so `enabled` and the other breaker keys may come in any order (the file's keys are
+/// read in name order, then the environment's).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    config: UpstreamConfig,
+    breaker: BreakerConfig,
+    breaker_enabled: bool,
+}
+
+impl Settings {
+    /// The defaults of [`UpstreamConfig::new`].
+    pub(crate) fn new() -> Self {
+        let config = UpstreamConfig::new();
+        Settings {
+            breaker: config.breaker.unwrap_or_default(),
+            breaker_enabled: config.breaker.is_some(),
+            config,
+        }
+    }
+
+    /// The config these settings describe.
+    pub(crate) fn config(&self) -> UpstreamConfig {
+        let mut config = self.config.clone();
+        config.breaker = self.breaker_enabled.then_some(self.breaker);
+        config
+    }
 }
 
 /// A value to set, from the file or from an environment variable.
@@ -214,12 +244,10 @@ impl KeySpec {
             .map_err(|e| format!("`{}` = \"{s}\" is not a valid duration: {e}", self.path))
     }
 
-    /// Sets this key of `config` from `value`, or says what is wrong and how to fix it.
-    pub(crate) fn apply(
-        &self,
-        config: &mut UpstreamConfig,
-        value: Value<'_>,
-    ) -> Result<(), String> {
+    /// Sets this key of `settings` from `value`, or says what is wrong and how to fix it.
+    pub(crate) fn apply(&self, settings: &mut Settings, value: Value<'_>) -> Result<(), String> {
+        let config = &mut settings.config;
+        let breaker = &mut settings.breaker;
         match self.path {
             "max_attempts" => config.max_attempts = self.count(value)?,
             "initial_backoff" => config.backoff.initial = self.duration(value)?,
@@ -253,6 +281,18 @@ impl KeySpec {
             "budget.ratio" => config.budget.ratio = self.number(value)?,
             "budget.min_per_second" => config.budget.min_per_second = self.count(value)?,
             "budget.window" => config.budget.window = self.duration(value)?,
+            "bulkhead" => {
+                let n = self.count(value)?;
+                config.bulkhead = Some(usize::try_from(n).map_err(|_| {
+                    format!("`bulkhead` = {n} is out of range: {}", self.fix(value))
+                })?);
+            }
+            "breaker.enabled" => settings.breaker_enabled = self.flag(value)?,
+            "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
+            "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,
+            "breaker.window" => breaker.window = self.duration(value)?,
+            "breaker.open_for" => breaker.open_for = self.duration(value)?,
+            "breaker.half_open_probes" => breaker.half_open_probes = self.count(value)?,
             other => {
                 // Unreachable through the key tables; reported rather than panicking.
                 return Err(format!("`{other}` cannot be set: remove it"));
@@ -307,18 +347,41 @@ mod tests {
         assert_eq!(closest("MAX_ATTEMPTS", names.clone()), Some("max_attempts"));
         assert_eq!(closest("jiter", names.clone()), Some("jitter"));
         assert_eq!(closest("timeout", names.clone()), None);
-        assert_eq!(closest("bulkhead", names), None);
+        assert_eq!(closest("retries", names), None);
     }
 
     #[test]
     fn every_key_sets_its_default_from_its_example() {
         // The examples are the documented defaults: applying them to a default config changes
         // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
-        for key in UPSTREAM_KEYS.iter().chain(BUDGET_KEYS) {
-            let mut config = UpstreamConfig::new();
-            key.apply(&mut config, Value::Env(key.example))
+        for key in all().filter(|k| k.path != "bulkhead") {
+            let mut settings = Settings::new();
+            key.apply(&mut settings, Value::Env(key.example))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.path));
-            assert_eq!(config, UpstreamConfig::new(), "{}", key.path);
+            assert_eq!(settings.config(), UpstreamConfig::new(), "{}", key.path);
         }
+        // The bulkhead has no default: unlimited.
+        assert_eq!(UpstreamConfig::new().bulkhead, None);
+        let mut settings = Settings::new();
+        let bulkhead = by_path("bulkhead").unwrap();
+        bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
+        assert_eq!(settings.config().bulkhead, Some(100));
+    }
+
+    #[test]
+    fn the_breaker_keeps_its_settings_while_disabled() {
+        let key = |p| by_path(p).unwrap();
+        let mut settings = Settings::new();
+        key("breaker.enabled")
+            .apply(&mut settings, Value::Env("false"))
+            .unwrap();
+        key("breaker.min_attempts")
+            .apply(&mut settings, Value::Env("7"))
+            .unwrap();
+        assert_eq!(settings.config().breaker, None);
+        key("breaker.enabled")
+            .apply(&mut settings, Value::Env("true"))
+            .unwrap();
+        assert_eq!(settings.config().breaker.unwrap().min_attempts, 7);
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! # The configuration file
 //!
-//! One table per upstream under `upstreams`; the budget is a sub-table. Every key is optional
+//! One table per upstream under `upstreams`; the budget and the circuit breaker are
+//! sub-tables. Every key is optional
 //! and defaults to [`UpstreamConfig::new`] (the table below restates its `# Default` section).
 //!
 //! ```toml
@@ -26,11 +27,20 @@
 //! transient_500 = false
 //! idempotency_header = "Idempotency-Key"
 //! dedups_idempotency_key = true
+//! bulkhead = 100             # no default: left out, unlimited
 //!
 //! [upstreams.sber.budget]
 //! ratio = 0.2
 //! min_per_second = 10
 //! window = "10s"
+//!
+//! [upstreams.sber.breaker]
+//! enabled = true
+//! failure_rate = 0.5
+//! min_attempts = 20
+//! window = "10s"
+//! open_for = "5s"
+//! half_open_probes = 3
 //! ```
 //!
 //! | key | type | default | rule |
@@ -47,9 +57,16 @@
 //! | `transient_500` | boolean | `false` | |
 //! | `idempotency_header` | string | `"Idempotency-Key"` | a valid header name |
 //! | `dedups_idempotency_key` | boolean | `true` | |
+//! | `bulkhead` | integer | none (unlimited) | at least 1 |
 //! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
 //! | `budget.min_per_second` | integer | 10 | |
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
+//! | `breaker.enabled` | boolean | `true` | spec 003: retry with a breaker |
+//! | `breaker.failure_rate` | number | 0.5 | above 0, at most 1 |
+//! | `breaker.min_attempts` | integer | 20 | at least 1 |
+//! | `breaker.window` | duration | `"10s"` | 1s..=600s |
+//! | `breaker.open_for` | duration | `"5s"` | above zero |
+//! | `breaker.half_open_probes` | integer | 3 | at least 1 |
 //!
 //! Across keys: the worst-case in-memory retry window (every backoff at its ceiling plus
 //! `max_attempts` x `attempt_timeout`) must not exceed 5 s (spec 003 R-RES-RE-4); longer outages
@@ -73,8 +90,8 @@
 //! of the file: `RETRY__SBER__MAX_ATTEMPTS=4`, `RETRY__SBER__BUDGET__RATIO=0.1`. Segments are
 //! separated by a double underscore and matched without regard to case. `<UPSTREAM>` is the
 //! name in upper case with every character other than an ASCII letter or digit written `_`
-//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, `BUDGET__` for a budget
-//! key. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
+//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, prefixed `BUDGET__` or
+//! `BREAKER__` for a key of those tables. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
 //! that names no upstream of the file, or two of them, is an error: overrides never create an
 //! upstream. Errors are located as `environment: RETRY__SBER__MAX_ATTEMPTS`. Tests and tools
 //! pass the variables explicitly to [`Registry::load_str`] or [`parse_toml`];
