@@ -370,9 +370,12 @@ async fn draining_stops_new_retries() {
 #[tokio::test(start_paused = true)]
 async fn nested_retrying_calls_share_one_allowance() {
     // Two layers that each allow 3 attempts against an always-failing dependency: 3 calls, not 9.
+    // The catalog's backoffs are short so the inner loop fits in the middle's attempt timeout
+    // (which would otherwise, rightly, cut it short).
+    let quick = Backoff::new().with_initial(ms(10)).with_max_backoff(ms(20));
     let reg = Registry::builder()
         .upstream("middle", UpstreamConfig::new())
-        .upstream("catalog", UpstreamConfig::new())
+        .upstream("catalog", UpstreamConfig::new().with_backoff(quick))
         .build()
         .unwrap();
     let catalog_calls = AtomicU32::new(0);

@@ -88,7 +88,7 @@ pub(crate) const UPSTREAM_KEYS: &[KeySpec] = &[
     key("max_attempts",           "max_attempts",           Kind::Count,    "3"),
     key("initial_backoff",        "initial_backoff",        Kind::Duration, "500ms"),
     key("multiplier",             "multiplier",             Kind::Number,   "2.0"),
-    key("max_backoff",            "max_backoff",            Kind::Duration, "2s"),
+    key("max_backoff",            "max_backoff",            Kind::Duration, "1s"),
     key("jitter",                 "jitter",                 Kind::Jitter,   "full"),
     key("backoff",                "backoff",                Kind::Backoff,  "exponential"),
     key("attempt_timeout",        "attempt_timeout",        Kind::Duration, "1s"),

@@ -18,7 +18,7 @@
 //! max_attempts = 3
 //! initial_backoff = "500ms"
 //! multiplier = 2.0
-//! max_backoff = "2s"
+//! max_backoff = "1s"
 //! jitter = "full"            # or "decorrelated"
 //! backoff = "exponential"    # the only accepted value
 //! attempt_timeout = "1s"
@@ -48,7 +48,7 @@
 //! | `max_attempts` | integer | 3 | 1..=5; beyond 5, hand off to a durable queue (spec 003 R-RES-RE-3) |
 //! | `initial_backoff` | duration | `"500ms"` | above zero |
 //! | `multiplier` | number | 2.0 | above 1 (spec 003 R-RES-RE-X3) |
-//! | `max_backoff` | duration | `"2s"` | at least `initial_backoff` |
+//! | `max_backoff` | duration | `"1s"` | at least `initial_backoff` |
 //! | `jitter` | `"full"` or `"decorrelated"` | `"full"` | |
 //! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused (spec 003 R-RES-RE-X3) |
 //! | `attempt_timeout` | duration | `"1s"` | above zero |
