@@ -646,3 +646,31 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
     assert!(call().await.is_ok(), "a half-open probe goes through");
     assert_eq!(upstream.breaker().unwrap().state(), BreakerState::Closed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_against_a_dead_upstream_is_bounded_by_the_budget() {
+    // 1,000 operations, 3 attempts each, against an upstream that always answers 503. Without a
+    // budget that is 3,000 calls; with 20 % + 10/s over 10 s it is at most 1.2 x 1,000 + 100.
+    let reg = Arc::new(registry(UpstreamConfig::new()));
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..1000 {
+        let (reg, calls) = (reg.clone(), calls.clone());
+        tasks.spawn(async move {
+            let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async { Err(Fail::status(503)) }
+                })
+                .await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let calls = calls.load(Ordering::SeqCst);
+    assert!(calls <= 1200 + 100, "{calls} calls");
+    assert!(
+        calls >= 1000 + 100,
+        "the budget is used, not refused outright: {calls}"
+    );
+}

@@ -196,7 +196,10 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
     );
     assert!(out.contains("upstream=up"), "{out}");
     assert!(
-        out.contains(&format!("evidence=\"{}\"", Evidence::SentNoResponse.as_str())),
+        out.contains(&format!(
+            "evidence=\"{}\"",
+            Evidence::SentNoResponse.as_str()
+        )),
         "{out}"
     );
     assert!(
