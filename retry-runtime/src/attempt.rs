@@ -134,6 +134,8 @@ pub struct Attempt {
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) deadline: Instant,
     pub(crate) timeout: Duration,
+    pub(crate) report: crate::attempt_report::AttemptReport,
+    pub(crate) span: tracing::Span,
 }
 
 impl Attempt {

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempt::{Attempt, IdempotencyKey};
+use crate::attempt_report::AttemptReport;
 use crate::decision::{Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
@@ -99,6 +100,7 @@ pub struct Call<'r> {
     rng: fastrand::Rng,
     span: tracing::Span,
     attempt_span: tracing::Span,
+    report: AttemptReport,
 }
 
 impl<'r> Call<'r> {
@@ -157,6 +159,7 @@ impl<'r> Call<'r> {
             retried_mark: 0,
             span,
             attempt_span: tracing::Span::none(),
+            report: AttemptReport::default(),
         })
     }
 
@@ -192,8 +195,12 @@ impl<'r> Call<'r> {
             parent: &self.span,
             "retry.attempt",
             attempt = self.attempt,
+            http.request.method = %self.method,
             http.request.resend_count = self.attempt - 1,
+            server.address = tracing::field::Empty,
+            server.port = tracing::field::Empty,
             evidence = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
             http.response.status_code = tracing::field::Empty,
         );
         Ok(Attempt {
@@ -203,6 +210,8 @@ impl<'r> Call<'r> {
             key: self.key.clone(),
             deadline: self.deadline,
             timeout: config.attempt_timeout.min(remaining),
+            report: self.report.clone(),
+            span: self.attempt_span.clone(),
         })
     }
 
@@ -253,6 +262,8 @@ impl<'r> Call<'r> {
         }
         self.attempt_span
             .record("evidence", failure.evidence.as_str());
+        self.attempt_span
+            .record("error.type", failure.evidence.as_str());
         if let Some(status) = failure.status {
             self.attempt_span
                 .record("http.response.status_code", status);
@@ -289,7 +300,7 @@ impl<'r> Call<'r> {
             max_attempts: config.max_attempts,
             operation_retries_left: self.operation.retries_left().unwrap_or(u32::MAX),
             budget_has_token: self.upstream.budget().has_token(),
-            replay: self.replay,
+            replay: self.replay.min(self.report.replay()),
             draining: self.registry.drain().is_draining(),
             remaining: self.deadline.saturating_duration_since(Instant::now()),
             min_attempt_budget: config.min_attempt_budget,

@@ -84,6 +84,9 @@ pub enum Error {
     InvalidIdempotencyKey(KeyError),
     /// The credentials refresh after a 401 failed.
     RefreshFailed(crate::registry::RefreshError),
+    /// An HTTP attempt failed (feature `http`); see [`HttpError`](crate::http::HttpError).
+    #[cfg(feature = "http")]
+    Http(crate::http::HttpError),
 }
 
 impl fmt::Display for Error {
@@ -117,6 +120,8 @@ impl fmt::Display for Error {
             }
             Error::InvalidIdempotencyKey(e) => e.fmt(f),
             Error::RefreshFailed(e) => write!(f, "refreshing credentials after 401 failed: {e}"),
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.fmt(f),
         }
     }
 }
@@ -127,6 +132,8 @@ impl std::error::Error for Error {
             Error::Ambiguous(a) => Some(&**a),
             Error::InvalidIdempotencyKey(e) => Some(e),
             Error::RefreshFailed(e) => Some(&**e),
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.source(),
             _ => None,
         }
     }
@@ -151,6 +158,8 @@ impl From<Ambiguous> for Error {
 impl Classify for Error {
     fn evidence(&self) -> Evidence {
         match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.evidence(),
             Error::Ambiguous(a) => a.evidence,
             Error::AttemptTimeout { .. } => Evidence::SentNoResponse,
             Error::UnknownUpstream { .. }
@@ -163,6 +172,8 @@ impl Classify for Error {
     fn status(&self) -> Option<u16> {
         match self {
             Error::Ambiguous(a) => a.status,
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::status(e),
             _ => None,
         }
     }
@@ -176,6 +187,24 @@ impl Classify for Error {
             // uncertainty becomes another layer's duplicate.
             Error::Ambiguous(_) => Some(PermanentCategory::Other),
             Error::AttemptTimeout { .. } | Error::DeadlineExceeded { .. } => None,
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.permanent(),
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::retry_after(e),
+            _ => None,
+        }
+    }
+
+    fn pushback(&self) -> Option<crate::Pushback> {
+        match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::pushback(e),
+            _ => None,
         }
     }
 
