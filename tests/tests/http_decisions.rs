@@ -415,3 +415,36 @@ async fn outside_a_retry_loop_the_send_path_only_classifies() {
     assert_eq!(error.evidence(), Evidence::SentNoResponse);
     assert!(server.truth().requests()[0].attempt.is_none());
 }
+
+#[tokio::test]
+async fn a_pushback_header_stops_retries_and_a_malformed_one_is_ignored() {
+    let registry = support::registry(fast_config());
+    let server = H1Server::start([H1Fault::Respond(
+        Reply::status(503).header("Retry-Pushback", "overloaded"),
+    )])
+    .await;
+    let error = call(
+        &registry,
+        &support::client(),
+        Kind::Get,
+        &server.url("/item"),
+    )
+    .await
+    .expect_err("pushback");
+    assert_eq!(error.pushback(), Some(retry_runtime::Pushback::Overloaded));
+    assert_eq!(server.truth().seen(), 1, "not retried");
+
+    let server = H1Server::start([H1Fault::Respond(
+        Reply::status(503).header("Retry-Pushback", "go away please"),
+    )])
+    .await;
+    call(
+        &registry,
+        &support::client(),
+        Kind::Get,
+        &server.url("/item"),
+    )
+    .await
+    .expect("a malformed pushback is ignored: retried");
+    assert_eq!(server.truth().seen(), 2);
+}

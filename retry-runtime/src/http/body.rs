@@ -28,22 +28,18 @@ pub trait ResponseExt: super::sealed::Sealed {
 }
 
 impl ResponseExt for reqwest::Response {
-    fn read_bytes(self) -> impl Future<Output = Result<Bytes, HttpError>> + Send {
-        async move { read(self).await.map(|(bytes, _)| bytes) }
+    async fn read_bytes(self) -> Result<Bytes, HttpError> {
+        read(self).await.map(|(bytes, _)| bytes)
     }
 
-    fn read_text(self) -> impl Future<Output = Result<String, HttpError>> + Send {
-        async move {
-            let (bytes, meta) = read(self).await?;
-            String::from_utf8(bytes.to_vec()).map_err(|e| meta.decode(e))
-        }
+    async fn read_text(self) -> Result<String, HttpError> {
+        let (bytes, meta) = read(self).await?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| meta.decode(e))
     }
 
-    fn read_json<T: DeserializeOwned>(self) -> impl Future<Output = Result<T, HttpError>> + Send {
-        async move {
-            let (bytes, meta) = read(self).await?;
-            serde_json::from_slice(&bytes).map_err(|e| meta.decode(e))
-        }
+    async fn read_json<T: DeserializeOwned>(self) -> Result<T, HttpError> {
+        let (bytes, meta) = read(self).await?;
+        serde_json::from_slice(&bytes).map_err(|e| meta.decode(e))
     }
 }
 

@@ -114,14 +114,14 @@ impl HttpError {
 
     /// A failed `send()`, classified by walking its chain.
     pub(crate) fn from_send(
-        method: &Method,
+        method: Option<&Method>,
         target: Option<String>,
         error: reqwest::Error,
     ) -> Self {
         let facts = ChainFacts::of(&error);
         let evidence = facts.send_evidence();
         let mut e = HttpError::new(HttpErrorKind::Transport, evidence);
-        e.inner.method = Some(method.clone());
+        e.inner.method = method.cloned();
         e.inner.target = target.or_else(|| error.url().map(target_of));
         e.inner.status = error.status();
         if facts.builder {

@@ -23,7 +23,7 @@
 //!                 .send_attempt()
 //!                 .await?;
 //!             // buffered inside the attempt: a reset mid-body is retried as PartialResponse
-//!             Ok(response.read_json().await?)
+//!             Ok::<_, Error>(response.read_json().await?)
 //!         }
 //!     })
 //!     .await?;

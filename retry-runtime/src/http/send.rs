@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use ::http::{HeaderName, HeaderValue, Method};
+use ::http::{HeaderName, HeaderValue};
 
 use super::error::{HttpError, target_of};
 use super::headers;
@@ -36,11 +36,8 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
         Ok(request) => request,
         // An invalid URL or header: `is_builder()`, nothing sent, permanent.
         Err(e) => {
-            return Err(HttpError::from_send(
-                &Attempt::with_current(|a| a.map(|a| a.method().clone())).unwrap_or(Method::GET),
-                None,
-                e,
-            ));
+            let declared = Attempt::with_current(|a| a.map(|a| a.method().clone()));
+            return Err(HttpError::from_send(declared.as_ref(), None, e));
         }
     };
     let method = request.method().clone();
@@ -63,7 +60,7 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
                 Err(HttpError::from_status(Some(&method), response))
             }
         }
-        Err(e) => Err(HttpError::from_send(&method, Some(target), e)),
+        Err(e) => Err(HttpError::from_send(Some(&method), Some(target), e)),
     }
 }
 
