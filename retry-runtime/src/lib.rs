@@ -8,6 +8,8 @@ mod replay;
 
 pub mod backoff;
 pub mod budget;
+#[cfg(feature = "durable")]
+pub mod durable;
 pub mod retry_after;
 
 pub use classify::{Classify, Failure, PermanentCategory, Pushback};
