@@ -102,6 +102,12 @@
 //! event under the target `retry_runtime::durable` with an `event` field: `enqueue`, `claim`,
 //! `complete`, `retry`, `fail`, `rescue`, `alert`, `release`, `lease_lost`, `requeue`, `cancel`.
 
+// With only the base `durable` feature no backend uses the migration and rescue helpers.
+#![cfg_attr(
+    not(any(feature = "durable-sqlite", feature = "durable-postgres")),
+    allow(dead_code)
+)]
+
 mod backoff;
 mod clock;
 mod error;
