@@ -7,8 +7,8 @@ mod durable_support;
 use durable_support::PgDb;
 use retry_runtime::durable::sqlx;
 use retry_runtime::durable::{
-    DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore, PgStoreOptions,
-    TaskContext, Worker,
+    DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore, PgStoreOptions, TaskContext,
+    Worker,
 };
 
 conformance_suite!(PgDb::new());
@@ -43,10 +43,12 @@ async fn concurrent_startups_migrate_once() {
         .await
         .unwrap();
     assert_eq!(n, 1);
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
-        .execute(a.pool())
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(a.pool())
+    .await
+    .unwrap();
     for s in [a, b, c] {
         s.close().await;
     }
@@ -58,7 +60,9 @@ async fn tasks_enqueued_before_a_restart_are_worked_after_it() {
     let Some(db) = PgDb::new().await else { return };
     let q = DurableQueue::new(db.store.clone());
     for i in 0..5 {
-        q.enqueue("op", &format!("k{i}"), b"", EnqueueOptions::new()).await.unwrap();
+        q.enqueue("op", &format!("k{i}"), b"", EnqueueOptions::new())
+            .await
+            .unwrap();
     }
     db.store.close().await;
     let reopened = PgDb::connect(&db.url, &db.schema).await;
@@ -67,7 +71,10 @@ async fn tasks_enqueued_before_a_restart_are_worked_after_it() {
         .build()
         .unwrap();
     assert_eq!(worker.tick().await.unwrap().succeeded, 5);
-    let cleanup = PgDb { store: reopened, ..db };
+    let cleanup = PgDb {
+        store: reopened,
+        ..db
+    };
     cleanup.cleanup().await;
 }
 
@@ -75,7 +82,11 @@ async fn tasks_enqueued_before_a_restart_are_worked_after_it() {
 async fn a_bad_row_is_a_located_error_not_a_panic() {
     let Some(db) = PgDb::new().await else { return };
     let q = DurableQueue::new(db.store.clone());
-    let id = q.enqueue("op", "k", b"", EnqueueOptions::new()).await.unwrap().task_id;
+    let id = q
+        .enqueue("op", "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
     // The schema is private to this test: drop the CHECK to write what a newer version might.
     sqlx::query("ALTER TABLE retry_durable_task DROP CONSTRAINT retry_durable_task_status_check")
         .execute(db.store.pool())
@@ -87,7 +98,19 @@ async fn a_bad_row_is_a_located_error_not_a_panic() {
         .await
         .unwrap();
     let err = db.store.get(id).await.unwrap_err();
-    assert!(matches!(err, DurableError::BadRow { column: "status", .. }), "{err}");
-    assert!(err.to_string().contains(&format!("`status` of task {id}")), "{err}");
+    assert!(
+        matches!(
+            err,
+            DurableError::BadRow {
+                column: "status",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&format!("`status` of task {id}")),
+        "{err}"
+    );
     db.cleanup().await;
 }

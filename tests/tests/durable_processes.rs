@@ -13,9 +13,8 @@ use std::time::Duration;
 use durable_support::upstream::{self, Upstream};
 use durable_support::{PgDb, SqliteDb};
 use retry_runtime::durable::{
-    AttemptError, DurableBackoff, DurableQueue, DurableStore, EnqueueOptions, ManualClock,
-    PgStore, PgStoreOptions, SqliteStore, TaskContext, TaskStatus, Timestamp, Worker,
-    WorkerConfig,
+    AttemptError, DurableBackoff, DurableQueue, DurableStore, EnqueueOptions, ManualClock, PgStore,
+    PgStoreOptions, SqliteStore, TaskContext, TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::process::{Child, Command};
 
@@ -35,7 +34,7 @@ fn config(id: &str) -> WorkerConfig {
 /// Every fifth task's first attempt fails after reaching the upstream (like a 503 sent after
 /// the upstream applied the request), so second attempts are exercised too.
 fn fails_first(key: &str) -> bool {
-    key[1..].parse::<u32>().map(|n| n % 5 == 0).unwrap_or(false)
+    key[1..].parse::<u32>().map(|n| n.is_multiple_of(5)).unwrap_or(false)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -58,7 +57,9 @@ fn child_worker() {
     rt.block_on(async move {
         match env("RETRY_DURABLE_BACKEND").as_str() {
             "sqlite" => {
-                let store = SqliteStore::open(env("RETRY_DURABLE_LOCATION")).await.unwrap();
+                let store = SqliteStore::open(env("RETRY_DURABLE_LOCATION"))
+                    .await
+                    .unwrap();
                 child_main(store, &mode, &id, upstream, workers).await;
             }
             "postgres" => {
@@ -148,7 +149,9 @@ async fn several_processes<S: DurableStore>(store: S, backend: Vec<(&str, String
     let upstream = Upstream::start().await;
     let q = DurableQueue::new(store.clone());
     for i in 0..TASKS {
-        q.enqueue(OP, &format!("k{i}"), b"", EnqueueOptions::new()).await.unwrap();
+        q.enqueue(OP, &format!("k{i}"), b"", EnqueueOptions::new())
+            .await
+            .unwrap();
     }
     let mut children: Vec<Child> = (0..3)
         .map(|p| spawn_child("drain", &format!("p{p}"), &backend, &upstream))
@@ -163,21 +166,37 @@ async fn several_processes<S: DurableStore>(store: S, backend: Vec<(&str, String
     for d in &deliveries {
         *per_attempt.entry((d.key.clone(), d.attempt)).or_default() += 1;
     }
-    let retried = (0..TASKS).filter(|i| i % 5 == 0).count();
-    assert_eq!(deliveries.len(), TASKS + retried, "one delivery per attempt");
-    assert!(per_attempt.values().all(|&n| n == 1), "an attempt was claimed twice");
+    let retried = (0..TASKS).filter(|i| i.is_multiple_of(5)).count();
+    assert_eq!(
+        deliveries.len(),
+        TASKS + retried,
+        "one delivery per attempt"
+    );
+    assert!(
+        per_attempt.values().all(|&n| n == 1),
+        "an attempt was claimed twice"
+    );
     for i in 0..TASKS {
         let key = format!("k{i}");
         let expected = if fails_first(&key) { 2 } else { 1 };
-        let attempts: BTreeSet<u32> =
-            deliveries.iter().filter(|d| d.key == key).map(|d| d.attempt).collect();
+        let attempts: BTreeSet<u32> = deliveries
+            .iter()
+            .filter(|d| d.key == key)
+            .map(|d| d.attempt)
+            .collect();
         assert_eq!(attempts, (1..=expected).collect(), "{key}");
         let t = store.find(OP, &key).await.unwrap().unwrap();
-        assert_eq!((t.status, t.retry_count), (TaskStatus::Succeeded, expected), "{key}");
+        assert_eq!(
+            (t.status, t.retry_count),
+            (TaskStatus::Succeeded, expected),
+            "{key}"
+        );
     }
     assert!(upstream.effects().values().all(|&n| n == 1));
-    let processes: BTreeSet<&str> =
-        deliveries.iter().map(|d| d.worker.split('-').next().unwrap()).collect();
+    let processes: BTreeSet<&str> = deliveries
+        .iter()
+        .map(|d| d.worker.split('-').next().unwrap())
+        .collect();
     eprintln!("attempts spread over worker processes {processes:?}");
 }
 
@@ -185,20 +204,31 @@ async fn crash_mid_attempt<S: DurableStore>(store: S, backend: Vec<(&str, String
     let key = "order-7-capture";
     let upstream = Upstream::start().await;
     let q = DurableQueue::new(store.clone());
-    let id = q.enqueue(OP, key, b"{}", EnqueueOptions::new()).await.unwrap().task_id;
+    let id = q
+        .enqueue(OP, key, b"{}", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
 
     let mut child = spawn_child("hang", "doomed", &backend, &upstream);
     // Wait until the doomed worker is mid-attempt: the upstream has its request.
     let mut waited = 0;
     while upstream.deliveries().is_empty() {
-        assert!(waited < 6000, "the worker process never reached the upstream");
+        assert!(
+            waited < 6000,
+            "the worker process never reached the upstream"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
         waited += 1;
     }
     child.kill().await.expect("SIGKILL the worker process");
 
     let t = store.get(id).await.unwrap().unwrap();
-    assert_eq!(t.status, TaskStatus::Running, "the dead worker still holds the lease");
+    assert_eq!(
+        t.status,
+        TaskStatus::Running,
+        "the dead worker still holds the lease"
+    );
     let dead_owner = t.locked_by.clone().unwrap();
 
     // Another instance, whose clock is past the dead worker's lease.
@@ -228,8 +258,15 @@ async fn crash_mid_attempt<S: DurableStore>(store: S, backend: Vec<(&str, String
         .iter()
         .map(|d| (d.key.as_str(), d.attempt, d.worker.as_str()))
         .collect();
-    assert_eq!(seen, vec![(key, 1, dead_owner.as_str()), (key, 2, "rescuer")]);
-    assert_eq!(upstream.effects()[key], 1, "the upstream applied the payment once");
+    assert_eq!(
+        seen,
+        vec![(key, 1, dead_owner.as_str()), (key, 2, "rescuer")]
+    );
+    assert_eq!(
+        upstream.effects()[key],
+        1,
+        "the upstream applied the payment once"
+    );
 }
 
 fn sqlite_env(db: &SqliteDb) -> Vec<(&'static str, String)> {

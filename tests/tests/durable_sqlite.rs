@@ -6,8 +6,8 @@ mod durable_support;
 use durable_support::SqliteDb;
 use retry_runtime::durable::sqlx;
 use retry_runtime::durable::{
-    DurableError, DurableQueue, DurableStore, EnqueueOptions, SqliteStore, TaskContext,
-    TaskStatus, Worker,
+    DurableError, DurableQueue, DurableStore, EnqueueOptions, SqliteStore, TaskContext, TaskStatus,
+    Worker,
 };
 
 conformance_suite!(async { Some(SqliteDb::new().await) });
@@ -15,7 +15,10 @@ conformance_suite!(async { Some(SqliteDb::new().await) });
 #[tokio::test]
 async fn creates_the_file_with_wal_and_full_sync() {
     let db = SqliteDb::new().await;
-    assert!(db.path.exists(), "the database file and its directory are created");
+    assert!(
+        db.path.exists(),
+        "the database file and its directory are created"
+    );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(db.store.pool())
         .await
@@ -39,13 +42,15 @@ async fn migrations_apply_once_in_our_own_table() {
             .await
             .unwrap();
     assert_eq!(rows, vec![(1, "task_table".to_owned())]);
-    let sqlx_table: Option<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE name = '_sqlx_migrations'",
-    )
-    .fetch_optional(again.pool())
-    .await
-    .unwrap();
-    assert_eq!(sqlx_table, None, "the application's sqlx migrations table is left alone");
+    let sqlx_table: Option<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = '_sqlx_migrations'")
+            .fetch_optional(again.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        sqlx_table, None,
+        "the application's sqlx migrations table is left alone"
+    );
 
     // A schema from a newer library version is refused with a clear message.
     sqlx::query("INSERT INTO retry_durable_migrations VALUES (99, 'future', 'x', 0)")
@@ -63,7 +68,9 @@ async fn tasks_enqueued_before_a_restart_are_worked_after_it() {
     let db = SqliteDb::new().await;
     let q = DurableQueue::new(db.store.clone());
     for i in 0..5 {
-        q.enqueue("op", &format!("k{i}"), b"", EnqueueOptions::new()).await.unwrap();
+        q.enqueue("op", &format!("k{i}"), b"", EnqueueOptions::new())
+            .await
+            .unwrap();
     }
     db.store.close().await; // the process "stops"
 
@@ -82,20 +89,39 @@ async fn tasks_enqueued_before_a_restart_are_worked_after_it() {
 async fn a_bad_row_is_a_located_error_not_a_panic() {
     let db = SqliteDb::new().await;
     let q = DurableQueue::new(db.store.clone());
-    let id = q.enqueue("op", "k", b"", EnqueueOptions::new()).await.unwrap().task_id;
+    let id = q
+        .enqueue("op", "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
     // Simulate a row written by a newer version (or by hand): bypass the CHECK constraint.
     let mut conn = db.store.pool().acquire().await.unwrap();
-    sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut *conn).await.unwrap();
+    sqlx::query("PRAGMA ignore_check_constraints = ON")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
     sqlx::query("UPDATE retry_durable_task SET status = 'paused' WHERE task_id = ?1")
         .bind(id.0)
         .execute(&mut *conn)
         .await
         .unwrap();
-    sqlx::query("PRAGMA ignore_check_constraints = OFF").execute(&mut *conn).await.unwrap();
+    sqlx::query("PRAGMA ignore_check_constraints = OFF")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
     drop(conn);
 
     let err = db.store.get(id).await.unwrap_err();
-    assert!(matches!(err, DurableError::BadRow { column: "status", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            DurableError::BadRow {
+                column: "status",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let msg = err.to_string();
     assert!(msg.contains(&format!("`status` of task {id}")), "{msg}");
     assert!(msg.contains("\"paused\""), "{msg}");
@@ -108,6 +134,9 @@ async fn a_bad_row_is_a_located_error_not_a_panic() {
         .execute(db.store.pool())
         .await
         .unwrap();
-    assert_eq!(db.store.get(id).await.unwrap().unwrap().status, TaskStatus::Pending);
+    assert_eq!(
+        db.store.get(id).await.unwrap().unwrap().status,
+        TaskStatus::Pending
+    );
     db.cleanup().await;
 }

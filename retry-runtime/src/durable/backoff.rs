@@ -61,14 +61,18 @@ impl DurableBackoff {
     /// Saturates at the cap instead of overflowing.
     pub fn delay_after(&self, attempt: u32) -> Duration {
         let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
-        self.base.checked_mul(factor).map_or(self.cap, |d| d.min(self.cap))
+        self.base
+            .checked_mul(factor)
+            .map_or(self.cap, |d| d.min(self.cap))
     }
 
     /// The total wait before a task that fails every one of `max_attempts` attempts is failed:
     /// the sum of the waits between attempts. Use it to check the schedule against an
     /// upstream's key retention.
     pub fn total_wait(&self, max_attempts: u32) -> Duration {
-        (1..max_attempts).fold(Duration::ZERO, |acc, n| acc.saturating_add(self.delay_after(n)))
+        (1..max_attempts).fold(Duration::ZERO, |acc, n| {
+            acc.saturating_add(self.delay_after(n))
+        })
     }
 }
 

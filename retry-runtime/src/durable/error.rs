@@ -72,7 +72,10 @@ pub enum DurableError {
 }
 
 impl DurableError {
-    pub(crate) fn db(backend: &'static str, action: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
+    pub(crate) fn db(
+        backend: &'static str,
+        action: &'static str,
+    ) -> impl FnOnce(sqlx::Error) -> Self {
         move |source| DurableError::Database {
             backend,
             action,

@@ -101,6 +101,10 @@ mod tests {
         assert_eq!(todo.len(), 1);
         assert_eq!(todo[0].version, 2);
         assert!(plan(M, &[(3, "x".into())]).unwrap_err().contains("upgrade"));
-        assert!(plan(M, &[(1, "0".into())]).unwrap_err().contains("checksum"));
+        assert!(
+            plan(M, &[(1, "0".into())])
+                .unwrap_err()
+                .contains("checksum")
+        );
     }
 }

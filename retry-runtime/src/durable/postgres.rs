@@ -188,11 +188,12 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(DurableError::db(BACKEND, "create the migrations table"))?;
-        let applied: Vec<(i64, String)> =
-            sqlx::query_as("SELECT version, checksum FROM retry_durable_migrations ORDER BY version")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(DurableError::db(BACKEND, "read applied migrations"))?;
+        let applied: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT version, checksum FROM retry_durable_migrations ORDER BY version",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(DurableError::db(BACKEND, "read applied migrations"))?;
         let todo = migrate::plan(migrate::POSTGRES, &applied).map_err(|reason| {
             DurableError::Migration {
                 backend: BACKEND,
@@ -468,8 +469,7 @@ impl DurableStore for PgStore {
         let mut rescued = Vec::with_capacity(rows.len());
         for task in decode_all(&rows)? {
             let Some(fence) = task.fence() else { continue };
-            let (status, next) =
-                rescue_decision(task.retry_count, task.max_attempts, backoff, now);
+            let (status, next) = rescue_decision(task.retry_count, task.max_attempts, backoff, now);
             let error = rescue_error(&fence.owner, task.locked_until);
             let done = sqlx::query(
                 "UPDATE retry_durable_task
@@ -581,12 +581,14 @@ impl DurableStore for PgStore {
                 .map_err(DurableError::db(BACKEND, "count tasks by status"))?;
         let mut counts = StatusCounts::default();
         for (status, n) in rows {
-            let status = status.parse::<TaskStatus>().map_err(|e| DurableError::BadRow {
-                backend: BACKEND,
-                task_id: None,
-                column: "status",
-                detail: e.to_string(),
-            })?;
+            let status = status
+                .parse::<TaskStatus>()
+                .map_err(|e| DurableError::BadRow {
+                    backend: BACKEND,
+                    task_id: None,
+                    column: "status",
+                    detail: e.to_string(),
+                })?;
             counts.add(status, n.unsigned_abs());
         }
         Ok(counts)
@@ -622,7 +624,11 @@ impl DurableStore for PgStore {
         .map_err(DurableError::db(BACKEND, "requeue a task"))?;
         match row {
             Some(row) => decode(&row),
-            None => Err(transition_error(self.get(task_id).await?, task_id, "requeue")),
+            None => Err(transition_error(
+                self.get(task_id).await?,
+                task_id,
+                "requeue",
+            )),
         }
     }
 
@@ -641,7 +647,11 @@ impl DurableStore for PgStore {
         .map_err(DurableError::db(BACKEND, "cancel a task"))?;
         match row {
             Some(row) => decode(&row),
-            None => Err(transition_error(self.get(task_id).await?, task_id, "cancel")),
+            None => Err(transition_error(
+                self.get(task_id).await?,
+                task_id,
+                "cancel",
+            )),
         }
     }
 }

@@ -135,7 +135,10 @@ impl SqliteStore {
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(DurableError::db(BACKEND, "lock the database for migrations"))?;
+            .map_err(DurableError::db(
+                BACKEND,
+                "lock the database for migrations",
+            ))?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS retry_durable_migrations (
                 version INTEGER PRIMARY KEY, name TEXT NOT NULL,
@@ -144,17 +147,17 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(DurableError::db(BACKEND, "create the migrations table"))?;
-        let applied: Vec<(i64, String)> =
-            sqlx::query_as("SELECT version, checksum FROM retry_durable_migrations ORDER BY version")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(DurableError::db(BACKEND, "read applied migrations"))?;
-        let todo = migrate::plan(migrate::SQLITE, &applied).map_err(|reason| {
-            DurableError::Migration {
+        let applied: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT version, checksum FROM retry_durable_migrations ORDER BY version",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(DurableError::db(BACKEND, "read applied migrations"))?;
+        let todo =
+            migrate::plan(migrate::SQLITE, &applied).map_err(|reason| DurableError::Migration {
                 backend: BACKEND,
                 reason,
-            }
-        })?;
+            })?;
         for m in todo {
             sqlx::raw_sql(m.sql)
                 .execute(&mut *tx)
@@ -422,7 +425,10 @@ impl DurableStore for SqliteStore {
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(DurableError::db(BACKEND, "lock the database to rescue leases"))?;
+            .map_err(DurableError::db(
+                BACKEND,
+                "lock the database to rescue leases",
+            ))?;
         let rows = sqlx::query(concat!(
             "SELECT ",
             cols!(),
@@ -438,8 +444,7 @@ impl DurableStore for SqliteStore {
         let mut rescued = Vec::with_capacity(rows.len());
         for task in decode_all(&rows)? {
             let Some(fence) = task.fence() else { continue };
-            let (status, next) =
-                rescue_decision(task.retry_count, task.max_attempts, backoff, now);
+            let (status, next) = rescue_decision(task.retry_count, task.max_attempts, backoff, now);
             let error = rescue_error(&fence.owner, task.locked_until);
             let done = sqlx::query(
                 "UPDATE retry_durable_task
@@ -549,12 +554,14 @@ impl DurableStore for SqliteStore {
                 .map_err(DurableError::db(BACKEND, "count tasks by status"))?;
         let mut counts = StatusCounts::default();
         for (status, n) in rows {
-            let status = status.parse::<TaskStatus>().map_err(|e| DurableError::BadRow {
-                backend: BACKEND,
-                task_id: None,
-                column: "status",
-                detail: e.to_string(),
-            })?;
+            let status = status
+                .parse::<TaskStatus>()
+                .map_err(|e| DurableError::BadRow {
+                    backend: BACKEND,
+                    task_id: None,
+                    column: "status",
+                    detail: e.to_string(),
+                })?;
             counts.add(status, n.unsigned_abs());
         }
         Ok(counts)
@@ -590,7 +597,11 @@ impl DurableStore for SqliteStore {
         .map_err(DurableError::db(BACKEND, "requeue a task"))?;
         match row {
             Some(row) => decode(&row),
-            None => Err(transition_error(self.get(task_id).await?, task_id, "requeue")),
+            None => Err(transition_error(
+                self.get(task_id).await?,
+                task_id,
+                "requeue",
+            )),
         }
     }
 
@@ -609,7 +620,11 @@ impl DurableStore for SqliteStore {
         .map_err(DurableError::db(BACKEND, "cancel a task"))?;
         match row {
             Some(row) => decode(&row),
-            None => Err(transition_error(self.get(task_id).await?, task_id, "cancel")),
+            None => Err(transition_error(
+                self.get(task_id).await?,
+                task_id,
+                "cancel",
+            )),
         }
     }
 }

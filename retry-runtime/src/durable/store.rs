@@ -161,9 +161,9 @@ pub(crate) fn rescue_decision(
 /// The error text recorded on a rescued task.
 pub(crate) fn rescue_error(owner: &str, lease_until: Option<Timestamp>) -> String {
     match lease_until {
-        Some(t) => format!(
-            "lease held by worker `{owner}` expired at {t} (unix ms); worker presumed dead"
-        ),
+        Some(t) => {
+            format!("lease held by worker `{owner}` expired at {t} (unix ms); worker presumed dead")
+        }
         None => format!("lease held by worker `{owner}` expired; worker presumed dead"),
     }
 }

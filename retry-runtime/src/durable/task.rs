@@ -166,11 +166,17 @@ impl Task {
         let max_attempts = u32::try_from(raw.max_attempts)
             .ok()
             .filter(|&n| n >= 1)
-            .ok_or_else(|| bad("max_attempts", format!("{} is not at least 1", raw.max_attempts)))?;
+            .ok_or_else(|| {
+                bad(
+                    "max_attempts",
+                    format!("{} is not at least 1", raw.max_attempts),
+                )
+            })?;
         if raw.idempotency_key.is_empty() {
             return Err(bad("idempotency_key", "the key is empty".to_owned()));
         }
-        if status == TaskStatus::Running && (raw.locked_by.is_none() || raw.locked_until.is_none()) {
+        if status == TaskStatus::Running && (raw.locked_by.is_none() || raw.locked_until.is_none())
+        {
             return Err(bad(
                 "locked_by",
                 "a running task has no lease owner or expiry".to_owned(),
@@ -429,8 +435,14 @@ mod tests {
 
     #[test]
     fn empty_key_is_refused() {
-        let err = NewTask::new("op", " ", b"", EnqueueOptions::new(), Timestamp::from_unix_millis(0))
-            .unwrap_err();
+        let err = NewTask::new(
+            "op",
+            " ",
+            b"",
+            EnqueueOptions::new(),
+            Timestamp::from_unix_millis(0),
+        )
+        .unwrap_err();
         assert!(matches!(err, DurableError::MissingIdempotencyKey { .. }));
     }
 }

@@ -9,6 +9,7 @@
 //! effect exactly-once.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -231,13 +232,16 @@ impl<S: DurableStore> WorkerBuilder<S> {
         let operation = operation.into();
         if operation.trim().is_empty() {
             self.problems.push(DurableError::EmptyOperation);
-        } else if self.handlers.contains_key(&operation) {
-            self.problems.push(DurableError::InvalidConfig {
-                field: "handler",
-                reason: format!("operation `{operation}` has two handlers; register it once"),
-            });
         } else {
-            self.handlers.insert(operation, Arc::new(handler));
+            match self.handlers.entry(operation) {
+                Entry::Occupied(e) => self.problems.push(DurableError::InvalidConfig {
+                    field: "handler",
+                    reason: format!("operation `{}` has two handlers; register it once", e.key()),
+                }),
+                Entry::Vacant(e) => {
+                    e.insert(Arc::new(handler));
+                }
+            }
         }
         self
     }
@@ -273,7 +277,11 @@ impl<S: DurableStore> WorkerBuilder<S> {
                 reason: "no handler registered; a worker without handlers claims nothing".into(),
             });
         }
-        let id = self.config.worker_id.clone().unwrap_or_else(default_worker_id);
+        let id = self
+            .config
+            .worker_id
+            .clone()
+            .unwrap_or_else(default_worker_id);
         let mut operations: Vec<String> = self.handlers.keys().cloned().collect();
         operations.sort();
         Ok(Worker {

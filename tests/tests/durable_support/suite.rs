@@ -43,7 +43,9 @@ pub struct Alerts {
 }
 
 impl Alerts {
-    pub fn hook(&self) -> impl Fn(Task) -> std::future::Ready<Result<(), AlertError>> + Send + Sync + 'static {
+    pub fn hook(
+        &self,
+    ) -> impl Fn(Task) -> std::future::Ready<Result<(), AlertError>> + Send + Sync + 'static {
         let me = self.clone();
         move |task: Task| {
             me.calls.fetch_add(1, Ordering::SeqCst);
@@ -64,8 +66,15 @@ impl Alerts {
     }
 }
 
-async fn enqueue<S: DurableStore>(q: &DurableQueue<S>, key: &str, options: EnqueueOptions) -> TaskId {
-    q.enqueue(OP, key, key.as_bytes(), options).await.expect("enqueue").task_id
+async fn enqueue<S: DurableStore>(
+    q: &DurableQueue<S>,
+    key: &str,
+    options: EnqueueOptions,
+) -> TaskId {
+    q.enqueue(OP, key, key.as_bytes(), options)
+        .await
+        .expect("enqueue")
+        .task_id
 }
 
 async fn get<S: DurableStore>(store: &S, id: TaskId) -> Task {
@@ -84,15 +93,24 @@ fn ok_worker<S: DurableStore>(store: S, clock: &ManualClock, id: &str) -> Worker
 pub async fn enqueue_is_idempotent_and_refuses_missing_keys<S: DurableStore>(store: S) {
     let clock = clock();
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
-    let a = q.enqueue(OP, "k1", b"first", EnqueueOptions::new()).await.unwrap();
+    let a = q
+        .enqueue(OP, "k1", b"first", EnqueueOptions::new())
+        .await
+        .unwrap();
     assert!(a.created);
     assert_eq!(a.status, TaskStatus::Pending);
-    let b = q.enqueue(OP, "k1", b"second", EnqueueOptions::new()).await.unwrap();
+    let b = q
+        .enqueue(OP, "k1", b"second", EnqueueOptions::new())
+        .await
+        .unwrap();
     assert!(!b.created, "a repeated hand-off must not create a task");
     assert_eq!(b.task_id, a.task_id);
 
     let t = get(&store, a.task_id).await;
-    assert_eq!(t.payload, b"first", "the duplicate must not overwrite the payload");
+    assert_eq!(
+        t.payload, b"first",
+        "the duplicate must not overwrite the payload"
+    );
     assert_eq!(t.idempotency_key, "k1");
     assert_eq!(t.retry_count, 0);
     assert_eq!(t.max_attempts, 10, "10 attempts by default");
@@ -100,20 +118,44 @@ pub async fn enqueue_is_idempotent_and_refuses_missing_keys<S: DurableStore>(sto
     assert_eq!(t.created_at, clock.now());
     assert_eq!(t.locked_by, None);
 
-    let other_op = q.enqueue("payments.refund", "k1", b"x", EnqueueOptions::new()).await.unwrap();
+    let other_op = q
+        .enqueue("payments.refund", "k1", b"x", EnqueueOptions::new())
+        .await
+        .unwrap();
     assert!(other_op.created, "the key is unique per operation");
     assert_ne!(other_op.task_id, a.task_id);
 
-    let err = q.enqueue(OP, "", b"x", EnqueueOptions::new()).await.unwrap_err();
-    assert!(matches!(err, DurableError::MissingIdempotencyKey { .. }), "{err}");
-    assert!(err.to_string().contains("without an idempotency key"), "{err}");
-    let err = q.enqueue("", "k", b"x", EnqueueOptions::new()).await.unwrap_err();
+    let err = q
+        .enqueue(OP, "", b"x", EnqueueOptions::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DurableError::MissingIdempotencyKey { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("without an idempotency key"),
+        "{err}"
+    );
+    let err = q
+        .enqueue("", "k", b"x", EnqueueOptions::new())
+        .await
+        .unwrap_err();
     assert!(matches!(err, DurableError::EmptyOperation), "{err}");
     let err = q
         .enqueue(OP, "k9", b"x", EnqueueOptions::new().with_max_attempts(0))
         .await
         .unwrap_err();
-    assert!(matches!(err, DurableError::InvalidConfig { field: "max_attempts", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            DurableError::InvalidConfig {
+                field: "max_attempts",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(q.counts().await.unwrap().total(), 2);
 }
 
@@ -122,11 +164,19 @@ pub async fn claim_takes_due_tasks_once_and_counts_the_attempt<S: DurableStore>(
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let k1 = enqueue(&q, "k1", EnqueueOptions::new()).await;
     let k2 = enqueue(&q, "k2", EnqueueOptions::new()).await;
-    let k3 = enqueue(&q, "k3", EnqueueOptions::new().with_delay(Duration::from_secs(10))).await;
+    let k3 = enqueue(
+        &q,
+        "k3",
+        EnqueueOptions::new().with_delay(Duration::from_secs(10)),
+    )
+    .await;
     let now = clock.now();
     let lease_until = now.saturating_add(LEASE);
 
-    let got = store.claim("w1", &ops(), 10, lease_until, now).await.unwrap();
+    let got = store
+        .claim("w1", &ops(), 10, lease_until, now)
+        .await
+        .unwrap();
     let ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
     assert_eq!(ids, vec![k1, k2], "only due tasks, in due order");
     for t in &got {
@@ -135,22 +185,37 @@ pub async fn claim_takes_due_tasks_once_and_counts_the_attempt<S: DurableStore>(
         assert_eq!(t.locked_by.as_deref(), Some("w1"));
         assert_eq!(t.locked_until, Some(lease_until));
     }
-    let again = store.claim("w2", &ops(), 10, lease_until, now).await.unwrap();
+    let again = store
+        .claim("w2", &ops(), 10, lease_until, now)
+        .await
+        .unwrap();
     assert!(again.is_empty(), "a running task is not claimed twice");
 
     clock.advance(Duration::from_millis(9_999));
     let now = clock.now();
-    assert!(store.claim("w2", &ops(), 10, now.saturating_add(LEASE), now).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim("w2", &ops(), 10, now.saturating_add(LEASE), now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     clock.advance(Duration::from_millis(1));
     let now = clock.now();
-    let late = store.claim("w2", &ops(), 10, now.saturating_add(LEASE), now).await.unwrap();
+    let late = store
+        .claim("w2", &ops(), 10, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
     assert_eq!(late.iter().map(|t| t.id).collect::<Vec<_>>(), vec![k3]);
 
     // Batches are respected.
     for i in 0..5 {
         enqueue(&q, &format!("b{i}"), EnqueueOptions::new()).await;
     }
-    let two = store.claim("w3", &ops(), 2, now.saturating_add(LEASE), now).await.unwrap();
+    let two = store
+        .claim("w3", &ops(), 2, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
     assert_eq!(two.len(), 2);
 }
 
@@ -158,15 +223,33 @@ pub async fn claim_only_takes_registered_operations<S: DurableStore>(store: S) {
     let clock = clock();
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let weird = "we\"ird\\op";
-    q.enqueue("other.op", "k", b"", EnqueueOptions::new()).await.unwrap();
-    let mine = q.enqueue(weird, "k", b"", EnqueueOptions::new()).await.unwrap().task_id;
+    q.enqueue("other.op", "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap();
+    let mine = q
+        .enqueue(weird, "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
     let now = clock.now();
     let got = store
-        .claim("w", &[weird.to_owned(), "nothing".to_owned()], 10, now.saturating_add(LEASE), now)
+        .claim(
+            "w",
+            &[weird.to_owned(), "nothing".to_owned()],
+            10,
+            now.saturating_add(LEASE),
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), vec![mine]);
-    assert!(store.claim("w", &[], 10, now, now).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim("w", &[], 10, now, now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(store: S) {
@@ -174,36 +257,66 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let now = clock.now();
-    let stale = store.claim("slow", &ops(), 1, now.saturating_add(LEASE), now).await.unwrap();
+    let stale = store
+        .claim("slow", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
     let stale_fence = stale[0].fence().unwrap();
 
     clock.advance(LEASE + Duration::from_millis(1));
     let backoff = DurableBackoff::new();
-    let rescued = store.rescue_expired(10, backoff, clock.now()).await.unwrap();
+    let rescued = store
+        .rescue_expired(10, backoff, clock.now())
+        .await
+        .unwrap();
     assert_eq!(rescued.len(), 1);
     assert_eq!(rescued[0].previous_owner, "slow");
     assert_eq!(rescued[0].new_status, TaskStatus::Pending);
-    assert!(store.rescue_expired(10, backoff, clock.now()).await.unwrap().is_empty(), "rescued once");
+    assert!(
+        store
+            .rescue_expired(10, backoff, clock.now())
+            .await
+            .unwrap()
+            .is_empty(),
+        "rescued once"
+    );
 
     clock.advance(Duration::from_secs(2));
     let now = clock.now();
-    let fresh = store.claim("fast", &ops(), 1, now.saturating_add(LEASE), now).await.unwrap();
+    let fresh = store
+        .claim("fast", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
     assert_eq!(fresh[0].retry_count, 2);
     let fresh_fence = fresh[0].fence().unwrap();
 
-    assert!(!store.complete(&stale_fence, now).await.unwrap(), "stale complete must not apply");
-    assert!(!store.retry_later(&stale_fence, "late", now, now).await.unwrap());
+    assert!(
+        !store.complete(&stale_fence, now).await.unwrap(),
+        "stale complete must not apply"
+    );
+    assert!(
+        !store
+            .retry_later(&stale_fence, "late", now, now)
+            .await
+            .unwrap()
+    );
     assert!(!store.mark_failed(&stale_fence, "late", now).await.unwrap());
     assert!(!store.release(&stale_fence, now).await.unwrap());
     let t = get(&store, id).await;
-    assert_eq!((t.status, t.locked_by.as_deref()), (TaskStatus::Running, Some("fast")));
+    assert_eq!(
+        (t.status, t.locked_by.as_deref()),
+        (TaskStatus::Running, Some("fast"))
+    );
 
     assert!(store.complete(&fresh_fence, now).await.unwrap());
     let t = get(&store, id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
     assert_eq!(t.retry_count, 2);
     assert_eq!(t.locked_by, None);
-    assert!(!store.complete(&fresh_fence, now).await.unwrap(), "completing twice is a no-op");
+    assert!(
+        !store.complete(&fresh_fence, now).await.unwrap(),
+        "completing twice is a no-op"
+    );
 }
 
 pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
@@ -215,7 +328,9 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
         .with_base(Duration::from_secs(1))
         .with_cap(Duration::from_secs(10));
     let worker = Worker::builder(store.clone())
-        .handler(OP, |_t: TaskContext| async { Err(AttemptError::retry("503 from upstream")) })
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::retry("503 from upstream"))
+        })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
         .config(config("w").with_backoff(backoff))
@@ -229,7 +344,10 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
         let t = get(&store, id).await;
         assert_eq!(t.status, TaskStatus::Pending);
         assert_eq!(t.retry_count as usize, i + 1);
-        assert_eq!(t.next_attempt_at.since(clock.now()), Duration::from_secs(*secs));
+        assert_eq!(
+            t.next_attempt_at.since(clock.now()),
+            Duration::from_secs(*secs)
+        );
         assert_eq!(t.last_error.as_deref(), Some("503 from upstream"));
         // Not due a millisecond early.
         clock.advance(Duration::from_secs(*secs) - Duration::from_millis(1));
@@ -241,7 +359,11 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
     let t = get(&store, id).await;
     assert_eq!(t.status, TaskStatus::Failed);
     assert_eq!(t.retry_count, 6);
-    assert!(t.last_error.as_deref().unwrap().contains("attempt 6 of 6"), "{:?}", t.last_error);
+    assert!(
+        t.last_error.as_deref().unwrap().contains("attempt 6 of 6"),
+        "{:?}",
+        t.last_error
+    );
     assert_eq!(alerts.delivered(), 1);
 }
 
@@ -251,7 +373,9 @@ pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S)
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
-        .handler(OP, |_t: TaskContext| async { Err(AttemptError::retry("connection reset")) })
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::retry("connection reset"))
+        })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
         .config(config("w"))
@@ -271,7 +395,13 @@ pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S)
     assert_eq!(alerts.tasks.lock().unwrap()[0].id, id);
     let failed = q.failed(10).await.unwrap();
     assert_eq!(failed.len(), 1);
-    assert!(failed[0].last_error.as_deref().unwrap().contains("connection reset"));
+    assert!(
+        failed[0]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("connection reset")
+    );
 }
 
 pub async fn permanent_failure_fails_at_once<S: DurableStore>(store: S) {
@@ -281,7 +411,9 @@ pub async fn permanent_failure_fails_at_once<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::permanent("422 Unprocessable Entity: card number invalid"))
+            Err(AttemptError::permanent(
+                "422 Unprocessable Entity: card number invalid",
+            ))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -289,13 +421,20 @@ pub async fn permanent_failure_fails_at_once<S: DurableStore>(store: S) {
         .build()
         .unwrap();
     let stats = worker.tick().await.unwrap();
-    assert_eq!((stats.claimed, stats.failed, stats.retried, stats.alerted), (1, 1, 0, 1));
+    assert_eq!(
+        (stats.claimed, stats.failed, stats.retried, stats.alerted),
+        (1, 1, 0, 1)
+    );
     let t = get(&store, id).await;
     assert_eq!(t.status, TaskStatus::Failed);
     assert_eq!(t.retry_count, 1);
     assert!(t.last_error.unwrap().contains("422"));
     clock.advance(Duration::from_secs(86_400));
-    assert_eq!(worker.tick().await.unwrap(), Default::default(), "nothing more happens");
+    assert_eq!(
+        worker.tick().await.unwrap(),
+        Default::default(),
+        "nothing more happens"
+    );
     assert_eq!(alerts.delivered(), 1);
 }
 
@@ -305,8 +444,16 @@ pub async fn alert_owed_after_crash_between_fail_and_alert<S: DurableStore>(stor
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     // A worker fails the task and crashes before its alert dispatch runs.
     let now = clock.now();
-    let claimed = store.claim("crashed", &ops(), 1, now.saturating_add(LEASE), now).await.unwrap();
-    assert!(store.mark_failed(&claimed[0].fence().unwrap(), "boom", now).await.unwrap());
+    let claimed = store
+        .claim("crashed", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .mark_failed(&claimed[0].fence().unwrap(), "boom", now)
+            .await
+            .unwrap()
+    );
 
     let alerts = Alerts::default();
     let worker = Worker::builder(store.clone())
@@ -320,7 +467,10 @@ pub async fn alert_owed_after_crash_between_fail_and_alert<S: DurableStore>(stor
     assert_eq!(worker.tick().await.unwrap().alerted, 0);
     assert_eq!(alerts.delivered(), 1);
     let alerted = alerts.tasks.lock().unwrap()[0].clone();
-    assert_eq!((alerted.id, alerted.last_error.as_deref()), (id, Some("boom")));
+    assert_eq!(
+        (alerted.id, alerted.last_error.as_deref()),
+        (id, Some("boom"))
+    );
     assert!(get(&store, id).await.alerted_at.is_some());
 }
 
@@ -332,7 +482,9 @@ pub async fn failing_alert_hook_is_retried_until_delivered<S: DurableStore>(stor
     alerts.fail_first.store(1, Ordering::SeqCst);
     let alert_lease = Duration::from_secs(60);
     let worker = Worker::builder(store.clone())
-        .handler(OP, |_t: TaskContext| async { Err(AttemptError::permanent("400")) })
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::permanent("400"))
+        })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
         .config(config("w").with_alert_lease(alert_lease))
@@ -356,7 +508,10 @@ pub async fn expired_lease_is_rescued_and_completed<S: DurableStore>(store: S) {
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let now = clock.now();
-    store.claim("dead", &ops(), 1, now.saturating_add(LEASE), now).await.unwrap();
+    store
+        .claim("dead", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
 
     let worker = ok_worker(store.clone(), &clock, "rescuer");
     // Lease not yet expired: nothing to rescue, nothing due.
@@ -364,10 +519,18 @@ pub async fn expired_lease_is_rescued_and_completed<S: DurableStore>(store: S) {
     assert_eq!(worker.tick().await.unwrap(), Default::default());
     clock.advance(Duration::from_millis(1));
     let stats = worker.tick().await.unwrap();
-    assert_eq!((stats.rescued, stats.claimed), (1, 0), "rescued, then waits its backoff");
+    assert_eq!(
+        (stats.rescued, stats.claimed),
+        (1, 0),
+        "rescued, then waits its backoff"
+    );
     let t = get(&store, id).await;
     assert_eq!(t.status, TaskStatus::Pending);
-    assert!(t.last_error.as_deref().unwrap().contains("`dead`"), "{:?}", t.last_error);
+    assert!(
+        t.last_error.as_deref().unwrap().contains("`dead`"),
+        "{:?}",
+        t.last_error
+    );
     assert_eq!(t.next_attempt_at.since(clock.now()), Duration::from_secs(2));
     clock.advance(Duration::from_secs(2));
     let stats = worker.tick().await.unwrap();
@@ -381,7 +544,10 @@ pub async fn rescue_of_last_attempt_fails_and_alerts<S: DurableStore>(store: S) 
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new().with_max_attempts(1)).await;
     let now = clock.now();
-    store.claim("dead", &ops(), 1, now.saturating_add(LEASE), now).await.unwrap();
+    store
+        .claim("dead", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
     let alerts = Alerts::default();
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async { Ok(()) })
@@ -407,7 +573,11 @@ pub async fn operator_requeue_and_cancel<S: DurableStore>(store: S) {
         .handler(OP, move |_t: TaskContext| {
             let fail = f.load(Ordering::SeqCst);
             async move {
-                if fail { Err(AttemptError::permanent("404 account not found")) } else { Ok(()) }
+                if fail {
+                    Err(AttemptError::permanent("404 account not found"))
+                } else {
+                    Ok(())
+                }
             }
         })
         .clock(clock.clone())
@@ -419,27 +589,63 @@ pub async fn operator_requeue_and_cancel<S: DurableStore>(store: S) {
     let failed = q.failed(10).await.unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].id, id);
-    assert_eq!(failed[0].last_error.as_deref(), Some("404 account not found"));
+    assert_eq!(
+        failed[0].last_error.as_deref(),
+        Some("404 account not found")
+    );
 
     fail.store(false, Ordering::SeqCst);
     let t = q.requeue(id).await.unwrap();
-    assert_eq!((t.status, t.retry_count, t.alerted_at), (TaskStatus::Pending, 0, None));
+    assert_eq!(
+        (t.status, t.retry_count, t.alerted_at),
+        (TaskStatus::Pending, 0, None)
+    );
     assert_eq!(worker.tick().await.unwrap().succeeded, 1);
     let err = q.requeue(id).await.unwrap_err();
-    assert!(matches!(err, DurableError::InvalidTransition { action: "requeue", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            DurableError::InvalidTransition {
+                action: "requeue",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("`succeeded`"), "{err}");
     let err = q.requeue(TaskId(987_654_321)).await.unwrap_err();
-    assert!(matches!(err, DurableError::NotFound { task_id: 987_654_321 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            DurableError::NotFound {
+                task_id: 987_654_321
+            }
+        ),
+        "{err}"
+    );
 
     let pending = enqueue(&q, "k2", EnqueueOptions::new()).await;
-    assert_eq!(q.cancel(pending).await.unwrap().status, TaskStatus::Cancelled);
-    assert_eq!(worker.tick().await.unwrap().claimed, 0, "a cancelled task is not attempted");
-    assert_eq!(q.requeue(pending).await.unwrap().status, TaskStatus::Pending);
+    assert_eq!(
+        q.cancel(pending).await.unwrap().status,
+        TaskStatus::Cancelled
+    );
+    assert_eq!(
+        worker.tick().await.unwrap().claimed,
+        0,
+        "a cancelled task is not attempted"
+    );
+    assert_eq!(
+        q.requeue(pending).await.unwrap().status,
+        TaskStatus::Pending
+    );
 
     let running = enqueue(&q, "k3", EnqueueOptions::new()).await;
     let now = clock.now();
     // Claims `pending` (k2, requeued) and k3.
-    store.claim("other", &ops(), 10, now.saturating_add(LEASE), now).await.unwrap();
+    store
+        .claim("other", &ops(), 10, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
     let err = q.cancel(running).await.unwrap_err();
     assert!(err.to_string().contains("`running`"), "{err}");
 }
@@ -456,7 +662,14 @@ pub async fn counts_by_status<S: DurableStore>(store: S) {
     let succeeded = c("s").await;
     let failed = c("f").await;
     let claimed = store.claim("w", &ops(), 10, lease, now).await.unwrap();
-    let fence = |id: TaskId| claimed.iter().find(|t| t.id == id).unwrap().fence().unwrap();
+    let fence = |id: TaskId| {
+        claimed
+            .iter()
+            .find(|t| t.id == id)
+            .unwrap()
+            .fence()
+            .unwrap()
+    };
     assert!(store.complete(&fence(succeeded), now).await.unwrap());
     assert!(store.mark_failed(&fence(failed), "x", now).await.unwrap());
     let cancelled = c("c").await;
@@ -504,7 +717,10 @@ pub async fn handler_panic_is_a_failed_attempt<S: DurableStore>(store: S) {
         .unwrap();
     assert_eq!(worker.tick().await.unwrap().retried, 1);
     let t = get(&store, id).await;
-    assert_eq!((t.status, t.last_error.as_deref()), (TaskStatus::Pending, Some("handler panicked")));
+    assert_eq!(
+        (t.status, t.last_error.as_deref()),
+        (TaskStatus::Pending, Some("handler panicked"))
+    );
 }
 
 pub async fn graceful_shutdown_releases_unfinished_leases<S: DurableStore>(store: S) {
@@ -538,7 +754,11 @@ pub async fn graceful_shutdown_releases_unfinished_leases<S: DurableStore>(store
     assert_eq!(t.status, TaskStatus::Pending);
     assert_eq!(t.retry_count, 0, "a released attempt is not counted");
     assert_eq!((t.locked_by, t.next_attempt_at), (None, clock.now()));
-    assert_eq!(get(&store, second).await.retry_count, 0, "nothing claimed after shutdown");
+    assert_eq!(
+        get(&store, second).await.retry_count,
+        0,
+        "nothing claimed after shutdown"
+    );
 }
 
 pub async fn concurrent_workers_claim_each_attempt_once<S: DurableStore>(store: S) {
@@ -556,11 +776,17 @@ pub async fn concurrent_workers_claim_each_attempt_once<S: DurableStore>(store: 
             .handler(OP, move |t: TaskContext| {
                 let seen = Arc::clone(&seen);
                 async move {
-                    *seen.lock().unwrap().entry((t.idempotency_key.clone(), t.attempt)).or_insert(0) += 1;
+                    *seen
+                        .lock()
+                        .unwrap()
+                        .entry((t.idempotency_key.clone(), t.attempt))
+                        .or_insert(0) += 1;
                     tokio::task::yield_now().await;
                     let n: usize = t.idempotency_key[1..].parse().unwrap();
-                    if n % 4 == 0 && t.attempt == 1 {
-                        Err(AttemptError::retry("first attempt of every fourth task fails"))
+                    if n.is_multiple_of(4) && t.attempt == 1 {
+                        Err(AttemptError::retry(
+                            "first attempt of every fourth task fails",
+                        ))
                     } else {
                         Ok(())
                     }
@@ -593,7 +819,7 @@ pub async fn concurrent_workers_claim_each_attempt_once<S: DurableStore>(store: 
     for w in workers {
         total += w.await.unwrap();
     }
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(total as usize, TASKS + TASKS / 4);
     assert_eq!(seen.len(), TASKS + TASKS / 4, "every (task, attempt) ran");
     assert!(seen.values().all(|&n| n == 1), "an attempt ran twice");
@@ -607,7 +833,10 @@ pub async fn retry_after_is_honoured<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry_after("429 Too Many Requests", Duration::from_secs(30)))
+            Err(AttemptError::retry_after(
+                "429 Too Many Requests",
+                Duration::from_secs(30),
+            ))
         })
         .clock(clock.clone())
         .config(config("w"))
@@ -615,20 +844,41 @@ pub async fn retry_after_is_honoured<S: DurableStore>(store: S) {
         .unwrap();
     worker.tick().await.unwrap();
     let t = get(&store, id).await;
-    assert_eq!(t.next_attempt_at.since(clock.now()), Duration::from_secs(30));
+    assert_eq!(
+        t.next_attempt_at.since(clock.now()),
+        Duration::from_secs(30)
+    );
 }
+
+/// (idempotency key, attempt, payload) as a handler saw them.
+type Seen = (String, u32, Vec<u8>);
 
 pub async fn every_attempt_gets_the_task_key<S: DurableStore>(store: S) {
     let clock = clock();
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
-    q.enqueue(OP, "order-42-capture", b"{\"amount\":500}", EnqueueOptions::new()).await.unwrap();
-    let seen: Arc<Mutex<Vec<(String, u32, Vec<u8>)>>> = Arc::default();
+    q.enqueue(
+        OP,
+        "order-42-capture",
+        b"{\"amount\":500}",
+        EnqueueOptions::new(),
+    )
+    .await
+    .unwrap();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let s = Arc::clone(&seen);
     let worker = Worker::builder(store.clone())
         .handler(OP, move |t: TaskContext| {
-            s.lock().unwrap().push((t.idempotency_key.clone(), t.attempt, t.payload.clone()));
+            s.lock()
+                .unwrap()
+                .push((t.idempotency_key.clone(), t.attempt, t.payload.clone()));
             let attempt = t.attempt;
-            async move { if attempt < 3 { Err(AttemptError::retry("503")) } else { Ok(()) } }
+            async move {
+                if attempt < 3 {
+                    Err(AttemptError::retry("503"))
+                } else {
+                    Ok(())
+                }
+            }
         })
         .clock(clock.clone())
         .config(config("w"))
@@ -639,8 +889,14 @@ pub async fn every_attempt_gets_the_task_key<S: DurableStore>(store: S) {
         clock.advance(Duration::from_secs(60));
     }
     let seen = seen.lock().unwrap();
-    let expected: Vec<(String, u32, Vec<u8>)> = (1..=3)
-        .map(|n| ("order-42-capture".to_owned(), n, b"{\"amount\":500}".to_vec()))
+    let expected: Vec<Seen> = (1..=3)
+        .map(|n| {
+            (
+                "order-42-capture".to_owned(),
+                n,
+                b"{\"amount\":500}".to_vec(),
+            )
+        })
         .collect();
     assert_eq!(*seen, expected);
 }

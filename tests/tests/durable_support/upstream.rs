@@ -32,7 +32,9 @@ pub struct Upstream {
 
 impl Upstream {
     pub async fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
         let addr = listener.local_addr().expect("upstream addr");
         let state = Arc::new(Mutex::new(State::default()));
         let st = Arc::clone(&state);
@@ -86,10 +88,16 @@ impl Upstream {
 }
 
 /// Sends one request and returns the answer line.
-pub async fn send(addr: SocketAddr, key: &str, attempt: u32, worker: &str) -> std::io::Result<String> {
+pub async fn send(
+    addr: SocketAddr,
+    key: &str,
+    attempt: u32,
+    worker: &str,
+) -> std::io::Result<String> {
     let sock = TcpStream::connect(addr).await?;
     let (r, mut w) = sock.into_split();
-    w.write_all(format!("{key} {attempt} {worker}\n").as_bytes()).await?;
+    w.write_all(format!("{key} {attempt} {worker}\n").as_bytes())
+        .await?;
     let mut line = String::new();
     BufReader::new(r).read_line(&mut line).await?;
     Ok(line.trim().to_owned())
