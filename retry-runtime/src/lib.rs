@@ -44,6 +44,8 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod config;
+#[cfg(feature = "durable")]
+pub mod durable;
 pub mod engine;
 #[cfg(feature = "http")]
 pub mod http;
