@@ -106,13 +106,26 @@ async fn refused_stream_is_not_sent_and_retried_even_for_a_post_without_key() {
 }
 
 #[tokio::test]
-async fn goaway_below_the_stream_is_retried_even_for_a_post_without_key() {
+async fn goaway_is_retried_for_a_read_and_ambiguous_for_a_post_without_key() {
+    // An unkeyed write is never re-sent after a GOAWAY: it is not proof of "not processed".
     let server = H2Server::start([H2Fault::GoAwayBelow(code::NO_ERROR)]).await;
     let registry = support::registry(fast_config());
-    let body = call(
+    let error = call(
         &registry,
         &support::h2_client(),
         Kind::PostWithoutKey,
+        &server.url("/pay"),
+    )
+    .await
+    .expect_err("not re-sent");
+    assert!(error.as_ambiguous().is_some(), "{error}");
+    assert_eq!(server.truth().seen(), 1, "sent once");
+
+    let server = H2Server::start([H2Fault::GoAwayBelow(code::NO_ERROR)]).await;
+    let body = call(
+        &registry,
+        &support::h2_client(),
+        Kind::Get,
         &server.url("/pay"),
     )
     .await
