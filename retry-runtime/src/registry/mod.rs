@@ -22,7 +22,9 @@ use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::{Drain, Error};
 
 mod errors;
+mod verify;
 pub use errors::{ConfigError, ConfigErrors, Location};
+pub use verify::{MissingUpstream, MissingUpstreams, Registration};
 
 /// The error a credentials refresh may return.
 pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;
