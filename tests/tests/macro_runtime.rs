@@ -23,6 +23,7 @@ fn setup() {
             .with_max_backoff(Duration::from_millis(40));
         let base = UpstreamConfig::new().with_backoff(fast);
         let upstreams = [
+            ("lint", base.clone()),
             ("macro-key", base.clone().with_max_attempts(3)),
             ("macro-once", base.clone().with_max_attempts(3)),
             ("macro-reconcile", base.clone().with_max_attempts(3)),
@@ -318,6 +319,7 @@ fn verify_names_every_missing_upstream_and_its_functions() {
     assert_eq!(
         names,
         [
+            "lint",
             "macro-attempts-2",
             "macro-attempts-4",
             "macro-backoff",
@@ -326,12 +328,12 @@ fn verify_names_every_missing_upstream_and_its_functions() {
             "macro-reconcile",
         ]
     );
-    let reconcile = &missing.missing[5];
+    let reconcile = &missing.missing[6];
     assert_eq!(reconcile.functions.len(), 1);
     assert_eq!(reconcile.functions[0].function(), "macro_runtime::pay");
     assert!(reconcile.functions[0].file().ends_with("macro_runtime.rs"));
     let text = missing.to_string();
-    assert!(text.contains("6 upstream(s)"), "{text}");
+    assert!(text.contains("7 upstream(s)"), "{text}");
     assert!(
         text.contains("`macro-once`, used by macro_runtime::put"),
         "{text}"
@@ -341,4 +343,60 @@ fn verify_names_every_missing_upstream_and_its_functions() {
     Registry::global()
         .verify()
         .expect("every upstream of this file is installed");
+}
+
+/// Every shape of annotated function, compiled under clippy (`cargo clippy --all-targets`) and
+/// the strictest lints, so generated code stays lint-clean.
+#[deny(clippy::all, clippy::pedantic, unused_qualifications, unused)]
+#[allow(dead_code, clippy::unused_async)]
+mod lint_clean {
+    use retry_runtime::{Reconciled, retry};
+    use retry_tests::AdapterError;
+
+    #[derive(Clone, Debug)]
+    pub struct Cmd {
+        pub id: u64,
+    }
+
+    #[derive(Clone, Debug)]
+    pub struct Gateway {
+        calls: u64,
+    }
+
+    impl Gateway {
+        #[retry(upstream = "lint", method = GET)]
+        pub async fn shared(&self, cmd: &Cmd) -> Result<u64, AdapterError> {
+            Ok(cmd.id + self.calls)
+        }
+
+        #[retry(upstream = "lint", method = POST, idempotency = cmd.id.to_string())]
+        pub async fn exclusive(&mut self, cmd: Cmd, mut note: String) -> Result<u64, AdapterError> {
+            self.calls += 1;
+            note.push('!');
+            Ok(cmd.id + note.len() as u64)
+        }
+
+        #[retry(upstream = "lint", method = POST, reconcile = Self::check)]
+        pub async fn owned(self, (a, b): (u64, u64)) -> Result<u64, AdapterError> {
+            Ok(self.calls + a + b)
+        }
+
+        async fn check(self, pair: (u64, u64)) -> Reconciled<u64> {
+            Reconciled::Happened(self.calls + pair.0)
+        }
+
+        #[tracing::instrument]
+        #[retry(upstream = "lint", method = GET)]
+        pub async fn traced_per_attempt(&mut self, cmd: Cmd) -> Result<u64, AdapterError> {
+            self.calls += 1;
+            Ok(cmd.id)
+        }
+
+        #[retry(upstream = "lint", method = GET)]
+        #[tracing::instrument(skip(self), err)]
+        pub async fn traced_per_call(&mut self, cmd: &Cmd) -> Result<u64, AdapterError> {
+            self.calls += 1;
+            Ok(cmd.id)
+        }
+    }
 }
