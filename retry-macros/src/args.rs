@@ -12,9 +12,9 @@ use syn::{Expr, ExprLit, ExprPath, Lit, LitStr, Path};
 use crate::ctxt::Ctxt;
 
 pub(crate) const UPSTREAM: &str = "upstream";
-const METHOD: &str = "method";
-const IDEMPOTENCY: &str = "idempotency";
-const RECONCILE: &str = "reconcile";
+pub(crate) const METHOD: &str = "method";
+pub(crate) const IDEMPOTENCY: &str = "idempotency";
+pub(crate) const RECONCILE: &str = "reconcile";
 const CRATE: &str = "crate";
 
 /// The arguments, in the order a message lists them.
@@ -178,11 +178,13 @@ impl Args {
                 cx.error_spanned_by(
                     path,
                     format!(
-                        "`{key}` is tuning, and tuning belongs in the upstream's registry entry, not in code: \
-                         a value in code cannot change without a rebuild (spec 003); {hint}"
+                        "`{key}` belongs in the upstream's registry entry, not in code: tuning in code \
+                         cannot change without a rebuild (spec 003); {hint}"
                     ),
                 );
             } else if let Some((_, meant)) = DID_YOU_MEAN.iter().find(|(k, _)| *k == key) {
+                // Count it as given: a misspelt key must not also be reported missing.
+                self.seen.push(meant);
                 cx.error_spanned_by(
                     path,
                     format!("unknown `#[retry]` argument `{key}`: did you mean `{meant}`? (expected {VALID})"),

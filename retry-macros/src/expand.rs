@@ -252,6 +252,18 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         }
         ReturnType::Default => quote!(()),
     };
+    // The never-taken return that pins the body's type to the signature's, spanned there so a
+    // mismatch says "return type inferred to be ... here" at the user's return type.
+    let at_ret = mixed.located_at(match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => sig.ident.span(),
+    });
+    let pin_type = quote_spanned! {at_ret=>
+        if let ::core::option::Option::Some(__retry_ret) = ::core::option::Option::None::<#ret> {
+            #[allow(unreachable_code)]
+            return __retry_ret;
+        }
+    };
     let upstream = &spec.upstream;
     let method = Ident::new(spec.method.as_str(), mixed);
     let function = format!("::{}", sig.ident);
@@ -298,10 +310,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 let __retry_result = {
                     #(#per_attempt)*
                     __retry_call.run(__retry_attempt, async {
-                        if let ::core::option::Option::Some(__retry_ret) = ::core::option::Option::None::<#ret> {
-                            #[allow(unreachable_code)]
-                            return __retry_ret;
-                        }
+                        #pin_type
                         #block
                     }).await
                 };

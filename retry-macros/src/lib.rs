@@ -41,13 +41,13 @@ fn retry2(
     let spec = validate::validate(&cx, args, &function);
     match (cx.check(), spec) {
         (Ok(()), Some(spec)) => expand::expand(spec, function),
-        (Err(errors), _) => fallback::expand(item, errors),
+        (Err(errors), _) => fallback::expand_fn(function, errors),
         (Ok(()), None) => {
             let error = syn::Error::new(
                 proc_macro2::Span::call_site(),
                 "`#[retry]` could not understand this function (a bug in `#[retry]`, please report it)",
             );
-            fallback::expand(item, error)
+            fallback::expand_fn(function, error)
         }
     }
 }

@@ -1,10 +1,9 @@
 //! Cross-field rules and the function's shape: [`Args`] + the `fn` -> [`Spec`], or errors.
 
 use proc_macro2::Span;
-use syn::spanned::Spanned;
 use syn::{ExprPath, ItemFn, LitStr, Path, ReturnType, Safety, Type};
 
-use crate::args::{Args, HttpMethod, UPSTREAM as UPSTREAM_KEY};
+use crate::args::{Args, HttpMethod, IDEMPOTENCY, METHOD, RECONCILE, UPSTREAM};
 use crate::ctxt::Ctxt;
 use crate::infer::{self, Inferred};
 
@@ -21,7 +20,7 @@ pub(crate) struct Spec {
 pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
     check_signature(cx, item);
 
-    let upstream = match args.upstream {
+    let upstream = match args.upstream.clone() {
         Some(lit) if lit.value().trim().is_empty() => {
             cx.error_spanned_by(
                 &lit,
@@ -31,7 +30,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         }
         Some(lit) => Some(lit),
         None => {
-            if !args.saw(UPSTREAM_KEY) {
+            if !args.saw(UPSTREAM) {
                 cx.error_at(
                     Span::call_site(),
                     "missing `upstream = \"...\"`: name the registry entry this function calls, like `#[retry(upstream = \"sber\")]`",
@@ -44,6 +43,8 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
     let fn_name = &item.sig.ident;
     let method = match &args.method {
         Some(m) => Some((m.value, None)),
+        // Given but invalid: already reported.
+        None if args.saw(METHOD) => None,
         None => match infer::infer(&item.block) {
             Inferred::One(m, span) => Some((m, Some(span))),
             Inferred::Nothing => {
@@ -90,22 +91,23 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
 
     if let Some((m, inferred_at)) = method
         && !m.is_read()
-        && args.idempotency.is_none()
-        && args.reconcile.is_none()
+        // A key or a check given with an invalid value was already reported.
+        && !args.saw(IDEMPOTENCY)
+        && !args.saw(RECONCILE)
     {
         let why = if matches!(m, HttpMethod::Put | HttpMethod::Delete) {
-            "retried only when the upstream promises to deduplicate it by key"
+            "is retried only with a key the upstream deduplicates: its response may be lost after \
+             the write happened (spec 003 R-RES-RE-X1)"
         } else {
-            "not idempotent: retrying it after a lost response can apply it twice \
-             (the main source of double payments, spec 003 R-RES-RE-X1)"
+            "is not idempotent: retrying it after a lost response can apply it twice, \
+             the main source of double payments (spec 003 R-RES-RE-X1)"
         };
         let at = args.method.as_ref().map_or(Span::call_site(), |m| m.span);
         cx.error_at(
             at,
             format!(
-                "`{m}` is a write, {why}: add `idempotency = <key expression>` (a key the upstream \
-                 deduplicates), or `reconcile = <path to an async fn that checks whether the write happened>`, \
-                 or do not retry it"
+                "`{m}` {why}; add `idempotency = <key expression>` with a key the upstream deduplicates, \
+                 or `reconcile = <path of an async fn that checks whether the write happened>`"
             ),
         );
         if let Some(span) = inferred_at {
@@ -123,6 +125,9 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         reconcile: args.reconcile,
     })
 }
+
+const NOT_RESULT: &str = "`#[retry]` needs a function returning `Result<T, E>`: it retries on `Err`; \
+     return `Result<T, E>` where `E: Classify + From<retry_runtime::Error> + Display`";
 
 /// The function's shape: `async`, a `Result`, no `const`, no `unsafe`, no variadics.
 fn check_signature(cx: &Ctxt, item: &ItemFn) {
@@ -151,18 +156,11 @@ fn check_signature(cx: &Ctxt, item: &ItemFn) {
             "`#[retry]` needs an `async fn`: it awaits the backoff between attempts; write `async fn`",
         );
     }
-    let not_result = |span: Span| {
-        cx.error_at(
-            span,
-            "`#[retry]` needs a function returning `Result<T, E>`: it retries on `Err`; return `Result<T, E>` \
-             where `E: Classify + From<retry_runtime::Error> + Display`",
-        );
-    };
     match &sig.output {
-        ReturnType::Default => not_result(sig.paren_token.span.join()),
+        ReturnType::Default => cx.error_at(sig.paren_token.span.join(), NOT_RESULT),
         ReturnType::Type(_, ty) => {
             if !may_be_result(ty) {
-                not_result(ty.span());
+                cx.error_spanned_by(ty, NOT_RESULT);
             }
         }
     }
