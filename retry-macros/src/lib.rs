@@ -51,3 +51,63 @@ fn retry2(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The expansion documented on `retry_runtime::retry` ("The expansion") is the real one:
+    /// both sides are compared as token streams, so only formatting may differ.
+    #[test]
+    fn documented_expansion_is_current() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../retry-runtime/src/retry_macro.md"
+        ))
+        .expect("the macro docs");
+        let section = docs
+            .split("# The expansion\n")
+            .nth(1)
+            .expect("an expansion section");
+        let block = |fence: &str| {
+            let code = section.split(fence).nth(1).expect("a fenced block");
+            let code = code.split("```").next().unwrap();
+            // Hidden doctest lines (`# ...`) set the example up; the shown lines are the input.
+            code.lines()
+                .filter(|l| !l.starts_with("# ") && *l != "#")
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let input = block("```rust");
+        let output = block("```text");
+        let input: syn::ItemFn = syn::parse_str(&input).expect("input parses");
+        let attr = input
+            .attrs
+            .iter()
+            .find(|a| a.path().is_ident("retry"))
+            .unwrap();
+        let args = attr.meta.require_list().unwrap().tokens.clone();
+        let mut item = input.clone();
+        item.attrs.retain(|a| !a.path().is_ident("retry"));
+        let expanded = super::retry2(args, quote::quote!(#item));
+        let expected: proc_macro2::TokenStream = output.parse().expect("output parses");
+        if std::env::var_os("RETRY_PRINT_EXPANSION").is_some() {
+            println!("{expanded}");
+        }
+        assert_eq!(flatten(expanded), flatten(expected));
+    }
+
+    /// Tokens as text, without the spacing `to_string` keeps (`::<` vs `:: <`).
+    fn flatten(tokens: proc_macro2::TokenStream) -> Vec<String> {
+        let mut out = Vec::new();
+        for tt in tokens {
+            match tt {
+                proc_macro2::TokenTree::Group(g) => {
+                    out.push(format!("{:?}", g.delimiter()));
+                    out.extend(flatten(g.stream()));
+                    out.push("end".to_owned());
+                }
+                other => out.push(other.to_string()),
+            }
+        }
+        out
+    }
+}

@@ -128,7 +128,7 @@ impl Registry {
     /// Call it at start-up, after loading the configuration: it reports every missing upstream
     /// at once, with the functions that name it.
     ///
-    /// ```
+    /// ```standalone_crate
     /// use retry_runtime::{Registry, UpstreamConfig};
     ///
     /// let registry = Registry::builder().upstream("sber", UpstreamConfig::new()).build().unwrap();
