@@ -1,10 +1,10 @@
 //! The `#[retry]` attribute. Use it through `retry_runtime::retry`, whose documentation describes
 //! every option and shows the expansion.
 //!
-//! One module per stage: [`args`] parses the attribute (values with spans), [`validate`] applies
+//! One module per stage: `args` parses the attribute (values with spans), `validate` applies
 //! the cross-field rules and checks the function's shape (every error at once, through
-//! [`ctxt`]), [`expand`] writes the attempt loop, and [`fallback`] emits the untouched function
-//! beside the errors. [`infer`] reads the method from the body when it is unmistakable.
+//! `ctxt`), `expand` writes the attempt loop, and `fallback` emits the untouched function
+//! beside the errors. `infer` reads the method from the body when it is unmistakable.
 #![forbid(unsafe_code)]
 
 mod args;

@@ -24,6 +24,7 @@ fn setup() {
         let base = UpstreamConfig::new().with_backoff(fast);
         let upstreams = [
             ("lint", base.clone()),
+            ("macro-instrumented", base.clone().with_max_attempts(3)),
             ("macro-key", base.clone().with_max_attempts(3)),
             ("macro-once", base.clone().with_max_attempts(3)),
             ("macro-reconcile", base.clone().with_max_attempts(3)),
@@ -308,6 +309,49 @@ async fn deadline_and_attempt_timeout_come_from_the_registry_entry() {
     assert!(Instant::now() <= start + Duration::from_secs(1));
 }
 
+/// State behind `&mut self`, mutated by every attempt.
+#[derive(Debug, Default)]
+struct Counter {
+    attempts: u32,
+    notes: Vec<String>,
+}
+
+impl Counter {
+    // One span per attempt: `instrument` wraps the body, `retry` wraps that.
+    #[tracing::instrument(skip(self))]
+    #[retry(upstream = "macro-instrumented", method = GET)]
+    async fn per_attempt_span(&mut self, note: String) -> Result<u32, AdapterError> {
+        self.attempts += 1;
+        self.notes.push(note);
+        if self.attempts < 3 {
+            return Err(AdapterError::status(503));
+        }
+        Ok(self.attempts)
+    }
+
+    // One span per call: `retry` expands first, `instrument` wraps the whole loop.
+    #[retry(upstream = "macro-instrumented", method = GET)]
+    #[tracing::instrument(skip(self), err)]
+    async fn per_call_span(&mut self, note: &str) -> Result<u32, AdapterError> {
+        self.attempts += 1;
+        self.notes.push(note.to_owned());
+        if self.attempts % 3 != 0 {
+            Err(AdapterError::status(503))?;
+        }
+        Ok(self.attempts)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn mut_self_and_by_value_arguments_are_fresh_on_every_attempt_with_instrument() {
+    setup();
+    let mut counter = Counter::default();
+    assert_eq!(counter.per_attempt_span("a".to_owned()).await.unwrap(), 3);
+    assert_eq!(counter.notes, ["a", "a", "a"]);
+    assert_eq!(counter.per_call_span("b").await.unwrap(), 6);
+    assert_eq!(counter.notes, ["a", "a", "a", "b", "b", "b"]);
+}
+
 #[test]
 fn verify_names_every_missing_upstream_and_its_functions() {
     let registry = Registry::builder()
@@ -324,16 +368,17 @@ fn verify_names_every_missing_upstream_and_its_functions() {
             "macro-attempts-4",
             "macro-backoff",
             "macro-deadline",
+            "macro-instrumented",
             "macro-once",
             "macro-reconcile",
         ]
     );
-    let reconcile = &missing.missing[6];
+    let reconcile = &missing.missing[7];
     assert_eq!(reconcile.functions.len(), 1);
     assert_eq!(reconcile.functions[0].function(), "macro_runtime::pay");
     assert!(reconcile.functions[0].file().ends_with("macro_runtime.rs"));
     let text = missing.to_string();
-    assert!(text.contains("7 upstream(s)"), "{text}");
+    assert!(text.contains("8 upstream(s)"), "{text}");
     assert!(
         text.contains("`macro-once`, used by macro_runtime::put"),
         "{text}"
