@@ -34,6 +34,7 @@ mod decision;
 mod drain;
 mod error;
 mod evidence;
+mod macro_support;
 mod observe;
 mod replay;
 mod retry;
@@ -69,6 +70,10 @@ pub use replay::Replayability;
 pub use retry::{Retry, RetryCall};
 pub use scope::{Operation, OperationBuilder, operation};
 
+#[doc = include_str!("retry_macro.md")]
+#[doc(inline)]
+pub use retry_macros::retry;
+
 /// Re-exported so users name methods without depending on `http` themselves.
 pub use ::http::Method;
 
@@ -77,8 +82,10 @@ pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
     pub use crate::attempt::IntoIdempotencyKey;
     pub use crate::call::{Call, CallSpec, Reconciled, Step};
-    pub use crate::registry::Registry;
+    pub use crate::macro_support::{AttemptArg, attempt_arg, idempotency_key};
+    pub use crate::registry::{Registration, Registry};
     pub use crate::{Error, Method, Replayability};
     pub use ::core;
+    pub use ::inventory;
     pub use ::std;
 }

@@ -66,6 +66,11 @@ impl Recorder for Capture {
     }
 }
 
+/// tracing caches each callsite's interest process-wide; a callsite first hit on another test's
+/// thread while this file's subscriber is being installed can be cached as uninteresting. The
+/// tests of this file therefore run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 fn registry() -> Registry {
     let quick = Backoff::new()
         .with_initial(std::time::Duration::from_millis(1))
@@ -119,6 +124,7 @@ fn timeout() -> Error {
 
 #[test]
 fn counters_follow_resilience4j_names() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let capture = Capture::default();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -159,6 +165,7 @@ impl std::io::Write for Buf {
 
 #[test]
 fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let buf = Buf::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()

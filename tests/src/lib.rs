@@ -4,5 +4,7 @@
 //! (connections, bytes read, requests seen, executions by idempotency key): reusable by the
 //! examples crate to demonstrate outages without a network.
 
+pub mod adapter_error;
 pub mod fault;
 pub mod support;
+pub use adapter_error::AdapterError;

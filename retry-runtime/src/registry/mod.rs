@@ -151,9 +151,11 @@ mod env;
 mod errors;
 mod file;
 mod keys;
+mod verify;
 pub use env::ENV_PREFIX;
 pub use errors::{ConfigError, ConfigErrors, Location};
 pub use file::parse_toml;
+pub use verify::{MissingUpstream, MissingUpstreams, Registration};
 
 /// The error a credentials refresh may return.
 pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,427 @@
+//! Code generation: the function keeps its signature; its body runs once per attempt inside the
+//! runtime's attempt loop, written out inline (not in a closure) so the body can borrow
+//! `&mut self` and the arguments afresh on every attempt.
+//!
+//! Input:
+//!
+//! ```text
+//! #[retry(upstream = "sber", method = POST, idempotency = cmd.key())]
+//! async fn register(&mut self, cmd: &Cmd, note: Note) -> Result<Registered, AdapterError> { BODY }
+//! ```
+//!
+//! Output (`P` is `::retry_runtime::__private`; every `__retry_*` name is mixed-site, so user
+//! code can neither name nor shadow it):
+//!
+//! ```text
+//! async fn register(&mut self, cmd: &Cmd, note: Note) -> Result<Registered, AdapterError> {
+//!     P::inventory::submit! { P::Registration::new("sber", concat!(module_path!(), "::register"), file!(), line!()) }
+//!     let __retry_key = match P::idempotency_key(cmd.key()) { Ok(k) => k, Err(e) => return Err(From::from(e)) };
+//!     let mut __retry_call = match P::Call::new(P::CallSpec { .., key: Some(__retry_key), .. }) { .. };
+//!     loop {
+//!         let __retry_attempt = match __retry_call.next_attempt() { .. };
+//!         let __retry_result = {
+//!             let __retry_self = &mut *self;          // BODY's `self` is renamed
+//!             let note = P::attempt_arg(&note);       // by-value arguments: a clone per attempt
+//!             __retry_call.run(__retry_attempt, async {
+//!                 if let Some(__retry_ret) = None::<Result<Registered, AdapterError>> { return __retry_ret; }
+//!                 BODY
+//!             }).await
+//!         };
+//!         match __retry_call.settle(__retry_result).await {
+//!             P::Step::Retry => {}
+//!             P::Step::Done(result) => return result,
+//!             P::Step::Ambiguous { ambiguous, .. } => return Err(__retry_call.ambiguous(ambiguous)),
+//!         }
+//!     }
+//! }
+//! ```
+
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
+use syn::{AttrStyle, ExprPath, FnArg, Item, ItemFn, Macro, Pat, ReceiverKind, ReturnType, Type};
+
+use crate::validate::Spec;
+
+/// How the function takes an argument, which decides how each attempt gets it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// `&T`: copied (it is a shared reference).
+    Shared,
+    /// `&mut T`: reborrowed for each attempt.
+    Mut,
+    /// `T`: cloned for each attempt.
+    Value,
+}
+
+fn pass_of(ty: &Type) -> Pass {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => Pass::Mut,
+        Type::Reference(_) => Pass::Shared,
+        Type::Paren(p) => pass_of(&p.elem),
+        Type::Group(g) => pass_of(&g.elem),
+        _ => Pass::Value,
+    }
+}
+
+struct Receiver {
+    pass: Pass,
+    self_token: syn::Token![self],
+    mutability: Option<syn::Token![mut]>,
+}
+
+struct Arg {
+    pass: Pass,
+    /// The name the signature binds (the user's, or `__retry_argN` for a pattern).
+    name: Ident,
+    /// The pattern the user wrote, when it is not a plain name (bound again per attempt).
+    pattern: Option<Pat>,
+    mutability: Option<syn::Token![mut]>,
+    /// Where to point errors about this argument.
+    ty_span: Span,
+}
+
+pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
+    let mixed = Span::mixed_site();
+    let ItemFn {
+        attrs,
+        vis,
+        mut sig,
+        mut block,
+        ..
+    } = item;
+    let outer = attrs.iter().filter(|a| matches!(a.style, AttrStyle::Outer));
+    let inner = attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Inner(_)));
+    let krate = &spec.krate;
+    let private = quote_spanned!(mixed=> #krate::__private);
+
+    // The arguments: how each attempt (and the reconcile check) gets them.
+    let mut receiver = None;
+    let mut args = Vec::new();
+    for (i, input) in sig.inputs.iter_mut().enumerate() {
+        match input {
+            FnArg::Receiver(r) => {
+                let pass = match &r.kind {
+                    ReceiverKind::Reference(_, _, Some(_)) => Pass::Mut,
+                    ReceiverKind::Reference(_, _, None) => Pass::Shared,
+                    ReceiverKind::Typed(_, ty) => pass_of(ty),
+                    _ => Pass::Value,
+                };
+                receiver = Some(Receiver {
+                    pass,
+                    self_token: r.self_token,
+                    mutability: r.mutability.take(),
+                });
+            }
+            FnArg::Typed(pt) => {
+                let pass = pass_of(&pt.ty);
+                let ty_span = pt.ty.span();
+                let arg = match &mut *pt.pat {
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => Arg {
+                        pass,
+                        name: pi.ident.clone(),
+                        pattern: None,
+                        mutability: pi.mutability.take(),
+                        ty_span,
+                    },
+                    pat => {
+                        let name = Ident::new(&format!("__retry_arg{i}"), mixed);
+                        let pattern = std::mem::replace(pat, syn::parse_quote!(#name));
+                        Arg {
+                            pass,
+                            name,
+                            pattern: Some(pattern),
+                            mutability: None,
+                            ty_span,
+                        }
+                    }
+                };
+                args.push(arg);
+            }
+        }
+    }
+
+    // What each attempt binds before running the body.
+    let body_tokens = block.to_token_stream();
+    let mut per_attempt = Vec::new();
+    if let Some(r) = &receiver
+        && r.pass != Pass::Shared
+        && mentions(&body_tokens, "self")
+    {
+        ReplaceSelf.visit_block_mut(&mut block);
+        let self_value = fresh(
+            &private,
+            r.pass,
+            r.self_token.to_token_stream(),
+            r.self_token.span,
+        );
+        let self_ident = Ident::new("__retry_self", mixed);
+        let mutability = &r.mutability;
+        per_attempt.push(quote_spanned!(mixed=> let #mutability #self_ident = #self_value;));
+    }
+    for arg in &args {
+        let value = fresh(&private, arg.pass, arg.name.to_token_stream(), arg.ty_span);
+        match &arg.pattern {
+            Some(Pat::Wild(_)) => {}
+            Some(pattern) => per_attempt.push(quote_spanned!(mixed=> let #pattern = #value;)),
+            None => {
+                let rebind = arg.pass != Pass::Shared || arg.mutability.is_some();
+                if rebind && mentions(&body_tokens, &arg.name.to_string()) {
+                    let name = &arg.name;
+                    let mutability = &arg.mutability;
+                    per_attempt.push(quote_spanned!(mixed=> let #mutability #name = #value;));
+                }
+            }
+        }
+    }
+
+    // The key, evaluated once.
+    let (key_stmt, key_value) = match &spec.idempotency {
+        Some(expr) => {
+            let at = mixed.located_at(expr.span());
+            let call = quote_spanned!(at=> #private::idempotency_key(#expr));
+            (
+                quote_spanned! {mixed=>
+                    let __retry_key = match #call {
+                        ::core::result::Result::Ok(key) => key,
+                        ::core::result::Result::Err(error) => {
+                            return ::core::result::Result::Err(::core::convert::From::from(error));
+                        }
+                    };
+                },
+                quote_spanned!(mixed=> ::core::option::Option::Some(__retry_key)),
+            )
+        }
+        None => (
+            TokenStream::new(),
+            quote_spanned!(mixed=> ::core::option::Option::None),
+        ),
+    };
+
+    let ambiguous_arm = match &spec.reconcile {
+        None => quote_spanned! {mixed=>
+            #private::Step::Ambiguous { ambiguous, .. } => {
+                return ::core::result::Result::Err(__retry_call.ambiguous(ambiguous));
+            }
+        },
+        Some(path) => {
+            let mut call_args = Vec::new();
+            if let Some(r) = &receiver {
+                call_args.push(fresh(
+                    &private,
+                    r.pass,
+                    r.self_token.to_token_stream(),
+                    r.self_token.span,
+                ));
+            }
+            for arg in &args {
+                call_args.push(fresh(
+                    &private,
+                    arg.pass,
+                    arg.name.to_token_stream(),
+                    arg.ty_span,
+                ));
+            }
+            let check = reconcile_call(path, &call_args);
+            quote_spanned! {mixed=>
+                #private::Step::Ambiguous { error, ambiguous } => match #check.await {
+                    #private::Reconciled::Happened(value) => return ::core::result::Result::Ok(value),
+                    #private::Reconciled::NotHappened => match __retry_call.settle_not_happened(error).await {
+                        #private::Step::Retry => {}
+                        #private::Step::Done(result) => return result,
+                        #private::Step::Ambiguous { ambiguous, .. } => {
+                            return ::core::result::Result::Err(__retry_call.ambiguous(ambiguous));
+                        }
+                    },
+                    #private::Reconciled::Unknown => {
+                        return ::core::result::Result::Err(__retry_call.ambiguous(ambiguous));
+                    }
+                },
+            }
+        }
+    };
+
+    let ret = match &sig.output {
+        ReturnType::Type(_, ty) => {
+            let mut ty = (**ty).clone();
+            EraseImplTrait.visit_type_mut(&mut ty);
+            ty.into_token_stream()
+        }
+        ReturnType::Default => quote!(()),
+    };
+    // The never-taken return that pins the body's type to the signature's, spanned there so a
+    // mismatch says "return type inferred to be ... here" at the user's return type.
+    let at_ret = mixed.located_at(match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => sig.ident.span(),
+    });
+    let pin_type = quote_spanned! {at_ret=>
+        if let ::core::option::Option::Some(__retry_ret) = ::core::option::Option::None::<#ret> {
+            #[allow(unreachable_code)]
+            return __retry_ret;
+        }
+    };
+    let upstream = &spec.upstream;
+    let method = Ident::new(spec.method.as_str(), mixed);
+    let function = format!("::{}", sig.ident);
+
+    let registration = quote_spanned! {mixed=>
+        #private::inventory::submit! {
+            #private::Registration::new(
+                #upstream,
+                ::core::concat!(::core::module_path!(), #function),
+                ::core::file!(),
+                ::core::line!(),
+            )
+        }
+    };
+
+    quote_spanned! {mixed=>
+        #(#outer)*
+        #vis #sig {
+            #(#inner)*
+            #registration
+            #key_stmt
+            let mut __retry_call = match #private::Call::new(#private::CallSpec {
+                registry: #private::Registry::global(),
+                upstream: #upstream,
+                method: #private::Method::#method,
+                key: #key_value,
+                replay: #private::Replayability::Replayable,
+                operation: ::core::option::Option::Some(::core::convert::From::from(
+                    ::core::concat!(::core::module_path!(), #function),
+                )),
+            }) {
+                ::core::result::Result::Ok(call) => call,
+                ::core::result::Result::Err(error) => {
+                    return ::core::result::Result::Err(::core::convert::From::from(error));
+                }
+            };
+            loop {
+                let __retry_attempt = match __retry_call.next_attempt() {
+                    ::core::result::Result::Ok(attempt) => attempt,
+                    ::core::result::Result::Err(error) => {
+                        return ::core::result::Result::Err(::core::convert::From::from(error));
+                    }
+                };
+                let __retry_result = {
+                    #(#per_attempt)*
+                    __retry_call.run(__retry_attempt, async {
+                        #pin_type
+                        #block
+                    }).await
+                };
+                match __retry_call.settle(__retry_result).await {
+                    #private::Step::Retry => {}
+                    #private::Step::Done(result) => return result,
+                    #ambiguous_arm
+                }
+            }
+        }
+    }
+}
+
+/// The value an attempt (or the reconcile check) gets for an argument bound as `name`.
+fn fresh(private: &TokenStream, pass: Pass, name: TokenStream, err_span: Span) -> TokenStream {
+    let mixed = Span::mixed_site();
+    match pass {
+        Pass::Shared => name,
+        Pass::Mut => quote_spanned!(mixed=> &mut *#name),
+        Pass::Value => {
+            let at = mixed.located_at(err_span);
+            quote_spanned!(at=> #private::attempt_arg(&#name))
+        }
+    }
+}
+
+/// `path(args..)`, with the call's parentheses at the path so type errors point at it.
+fn reconcile_call(path: &ExprPath, args: &[TokenStream]) -> TokenStream {
+    let mut group = Group::new(Delimiter::Parenthesis, quote!(#(#args),*));
+    group.set_span(Span::mixed_site().located_at(path.span()));
+    let mut out = path.to_token_stream();
+    out.extend([TokenTree::Group(group)]);
+    out
+}
+
+/// Whether `name` appears as an identifier anywhere in `tokens` (macro arguments included).
+fn mentions(tokens: &TokenStream, name: &str) -> bool {
+    tokens.clone().into_iter().any(|tt| match tt {
+        TokenTree::Ident(ident) => ident == name,
+        TokenTree::Group(g) => mentions(&g.stream(), name),
+        _ => false,
+    })
+}
+
+/// Renames the body's `self` to the per-attempt `__retry_self` (a reborrow or a clone), since
+/// `self` itself cannot be shadowed. Stops at nested items; rewrites macro arguments too, except
+/// module paths (`self::x`).
+struct ReplaceSelf;
+
+fn self_ident(at: Span) -> Ident {
+    Ident::new("__retry_self", Span::mixed_site().located_at(at))
+}
+
+impl VisitMut for ReplaceSelf {
+    fn visit_item_mut(&mut self, _: &mut Item) {
+        // A nested item has its own `self`, or none.
+    }
+
+    fn visit_expr_path_mut(&mut self, expr: &mut ExprPath) {
+        if expr.qself.is_none()
+            && expr.path.leading_colon.is_none()
+            && expr.path.segments.len() == 1
+        {
+            let segment = &mut expr.path.segments[0];
+            if segment.ident == "self" {
+                segment.ident = self_ident(segment.ident.span());
+            }
+        }
+        visit_mut::visit_expr_path_mut(self, expr);
+    }
+
+    fn visit_macro_mut(&mut self, mac: &mut Macro) {
+        mac.tokens = replace_self_tokens(mac.tokens.clone());
+    }
+}
+
+fn replace_self_tokens(tokens: TokenStream) -> TokenStream {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let mut out = Vec::with_capacity(tokens.len());
+    for (i, tt) in tokens.iter().enumerate() {
+        match tt {
+            TokenTree::Ident(ident) if ident == "self" => {
+                let module_path =
+                    matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == ':');
+                if module_path {
+                    out.push(tt.clone());
+                } else {
+                    out.push(TokenTree::Ident(self_ident(ident.span())));
+                }
+            }
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), replace_self_tokens(g.stream()));
+                group.set_span(g.span());
+                out.push(TokenTree::Group(group));
+            }
+            _ => out.push(tt.clone()),
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// `impl Trait` cannot be named in a `let`; `_` lets inference fill it in.
+struct EraseImplTrait;
+
+impl VisitMut for EraseImplTrait {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(it) = ty {
+            let underscore = syn::Token![_](it.impl_token.span);
+            *ty = syn::parse_quote!(#underscore);
+            return;
+        }
+        visit_mut::visit_type_mut(self, ty);
+    }
+}

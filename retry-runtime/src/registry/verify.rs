@@ -1,0 +1,163 @@
+//! The start-up check: every upstream a `#[retry]` function in the binary names is configured.
+//!
+//! Each `#[retry(upstream = "...")]` function registers itself at compile time (through
+//! [`inventory`], which collects the registrations when the program starts, before `main`).
+//! [`Registry::verify`] compares them with the loaded configuration, so a misspelt or forgotten
+//! upstream fails the deployment at start-up, all names at once, instead of failing the first
+//! request that needs it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::Registry;
+
+/// One `#[retry]` function: the upstream it names and where it is. Created by the macro only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    upstream: &'static str,
+    function: &'static str,
+    file: &'static str,
+    line: u32,
+}
+
+impl Registration {
+    #[doc(hidden)]
+    pub const fn new(
+        upstream: &'static str,
+        function: &'static str,
+        file: &'static str,
+        line: u32,
+    ) -> Self {
+        Registration {
+            upstream,
+            function,
+            file,
+            line,
+        }
+    }
+
+    /// The upstream the function names.
+    pub fn upstream(&self) -> &'static str {
+        self.upstream
+    }
+
+    /// The function: its module path and name (for a method, the module of its `impl`).
+    pub fn function(&self) -> &'static str {
+        self.function
+    }
+
+    /// The source file of the function.
+    pub fn file(&self) -> &'static str {
+        self.file
+    }
+
+    /// The line of the `#[retry]` attribute.
+    pub fn line(&self) -> u32 {
+        self.line
+    }
+}
+
+impl fmt::Display for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}:{})", self.function, self.file, self.line)
+    }
+}
+
+inventory::collect!(Registration);
+
+/// An upstream named by `#[retry]` functions but missing from the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingUpstream {
+    /// The upstream's name.
+    pub upstream: &'static str,
+    /// Every function that names it, sorted.
+    pub functions: Vec<Registration>,
+}
+
+/// Every upstream used by a `#[retry]` function in the binary but missing from the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingUpstreams {
+    /// The missing upstreams, sorted by name.
+    pub missing: Vec<MissingUpstream>,
+    /// The upstreams the registry knows, sorted.
+    pub known: Vec<String>,
+}
+
+impl fmt::Display for MissingUpstreams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} upstream(s) named by #[retry] functions are missing from the retry registry \
+             (configured: {}); add them to the configuration, or fix the name in the attribute:",
+            self.missing.len(),
+            if self.known.is_empty() {
+                "none; was the registry loaded?".to_owned()
+            } else {
+                self.known.join(", ")
+            }
+        )?;
+        for m in &self.missing {
+            write!(f, "  - `{}`, used by ", m.upstream)?;
+            for (i, r) in m.functions.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{r}")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for MissingUpstreams {}
+
+impl Registry {
+    /// Every `#[retry]` function linked into this binary, sorted by upstream, then function.
+    pub fn retry_functions() -> Vec<Registration> {
+        let mut all: Vec<Registration> = inventory::iter::<Registration>
+            .into_iter()
+            .copied()
+            .collect();
+        all.sort_by(|a, b| (a.upstream, a.function, a.line).cmp(&(b.upstream, b.function, b.line)));
+        all.dedup();
+        all
+    }
+
+    /// Checks that every upstream named by a `#[retry]` function in the binary is configured.
+    /// Call it at start-up, after loading the configuration: it reports every missing upstream
+    /// at once, with the functions that name it.
+    ///
+    /// ```standalone_crate
+    /// use retry_runtime::{Registry, UpstreamConfig};
+    ///
+    /// let registry = Registry::builder().upstream("sber", UpstreamConfig::new()).build().unwrap();
+    /// // No `#[retry]` function in this doctest, so nothing is missing.
+    /// registry.verify().unwrap();
+    /// ```
+    pub fn verify(&self) -> Result<(), MissingUpstreams> {
+        let known = self.names();
+        let mut missing: BTreeMap<&'static str, Vec<Registration>> = BTreeMap::new();
+        for r in Registry::retry_functions() {
+            if known
+                .binary_search_by(|k| k.as_str().cmp(r.upstream))
+                .is_err()
+            {
+                missing.entry(r.upstream).or_default().push(r);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(MissingUpstreams {
+            missing: missing
+                .into_iter()
+                .map(|(upstream, functions)| MissingUpstream {
+                    upstream,
+                    functions,
+                })
+                .collect(),
+            known,
+        })
+    }
+}

@@ -1,0 +1,20 @@
+// `const fn`, `unsafe fn` and variadics cannot hold an attempt loop.
+use retry_runtime::retry;
+use retry_tests::AdapterError;
+
+#[retry(upstream = "sber", method = GET)]
+const async fn constant() -> Result<u32, AdapterError> {
+    Ok(1)
+}
+
+#[retry(upstream = "sber", method = GET)]
+async unsafe fn dangerous() -> Result<u32, AdapterError> {
+    Ok(1)
+}
+
+#[retry(upstream = "sber", method = GET)]
+async fn variadic(n: u32, ...) -> Result<u32, AdapterError> {
+    Ok(n)
+}
+
+fn main() {}
