@@ -6,18 +6,9 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use retry_benches::BenchError;
+use retry_benches::get;
 use retry_benches::server::Endpoint;
 use retry_runtime::{Method, Retry, UpstreamConfig};
-
-async fn get(client: &reqwest::Client, url: &str) -> Result<bytes::Bytes, BenchError> {
-    let response = client.get(url).send().await?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(BenchError::Status(status.as_u16()));
-    }
-    Ok(response.bytes().await?)
-}
 
 fn loopback_http(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()

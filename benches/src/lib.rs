@@ -73,6 +73,16 @@ impl Classify for BenchError {
     }
 }
 
+/// One GET whose body is read in full; a non-2xx status is an error.
+pub async fn get(client: &reqwest::Client, url: &str) -> Result<bytes::Bytes, BenchError> {
+    let response = client.get(url).send().await?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(BenchError::Status(status.as_u16()));
+    }
+    Ok(response.bytes().await?)
+}
+
 /// A registry with `names`, each configured with `config`, seeded for reproducible jitter.
 pub fn registry(names: &[&str], config: UpstreamConfig) -> Registry {
     names
