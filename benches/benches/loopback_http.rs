@@ -27,7 +27,9 @@ fn loopback_http(c: &mut Criterion) {
         .retry_bounds(Duration::from_millis(500), Duration::from_secs(2))
         .build_with_max_retries(2);
     let middleware = reqwest_middleware::ClientBuilder::new(client.clone())
-        .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(policy))
+        .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(
+            policy,
+        ))
         .build();
 
     let mut g = c.benchmark_group("loopback_http");

@@ -39,5 +39,8 @@ unsafe impl GlobalAlloc for Counting {
 
 /// Allocations and bytes counted so far.
 pub fn snapshot() -> (u64, u64) {
-    (ALLOCS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed))
+    (
+        ALLOCS.load(Ordering::Relaxed),
+        BYTES.load(Ordering::Relaxed),
+    )
 }

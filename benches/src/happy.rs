@@ -88,7 +88,8 @@ impl<Req: Clone, Res, E> tower::retry::Policy<Req, Res, E> for BudgetPolicy {
 }
 
 /// The attempt as a tower service (a plain function, so the service is `Clone` and `Copy`).
-pub type AttemptService = tower::util::ServiceFn<fn(()) -> std::future::Ready<Result<u64, BenchError>>>;
+pub type AttemptService =
+    tower::util::ServiceFn<fn(()) -> std::future::Ready<Result<u64, BenchError>>>;
 
 /// tower's `Retry` around the attempt, with a `TpsBudget` policy.
 pub type TowerRetry = tower::retry::Retry<BudgetPolicy, AttemptService>;
@@ -106,8 +107,6 @@ pub fn tower_service() -> TowerRetry {
 
 /// Through tower::retry with a `TpsBudget` (the service is cloned per call, as `oneshot` on a
 /// shared client would).
-pub async fn tower(
-    svc: &TowerRetry,
-) -> u64 {
+pub async fn tower(svc: &TowerRetry) -> u64 {
     svc.clone().oneshot(()).await.unwrap()
 }

@@ -47,9 +47,15 @@ fn main() {
     let tower = happy::tower_service();
     let rows = [
         ("bare async call", measure(&rt, happy::bare)),
-        ("retry-runtime builder", measure(&rt, || happy::ours(&registry))),
+        (
+            "retry-runtime builder",
+            measure(&rt, || happy::ours(&registry)),
+        ),
         ("backon", measure(&rt, happy::backon)),
-        ("tower::retry + TpsBudget", measure(&rt, || happy::tower(&tower))),
+        (
+            "tower::retry + TpsBudget",
+            measure(&rt, || happy::tower(&tower)),
+        ),
         ("tokio-retry", measure(&rt, happy::tokio_retry)),
     ];
     println!("heap allocations per call, happy path ({CALLS} calls after {WARMUP} warm-up)\n");

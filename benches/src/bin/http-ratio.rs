@@ -69,12 +69,8 @@ async fn main() {
         ours.push(us(o));
         rr.push(us(m));
     }
-    let ratios = |v: &[f64]| -> f64 {
-        median(v.iter().zip(&plain).map(|(x, p)| x / p).collect())
-    };
-    println!(
-        "loopback GET, {ROUNDS} interleaved rounds x {PER_ROUND} requests (median round)\n"
-    );
+    let ratios = |v: &[f64]| -> f64 { median(v.iter().zip(&plain).map(|(x, p)| x / p).collect()) };
+    println!("loopback GET, {ROUNDS} interleaved rounds x {PER_ROUND} requests (median round)\n");
     println!("| contender | µs / request | ratio to plain (median of per-round ratios) |");
     println!("|---|---|---|");
     println!("| plain reqwest | {:.1} | 1.000 |", median(plain.clone()));
