@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use retry_benches::get;
 use retry_benches::server::Endpoint;
-use retry_runtime::{Method, Retry, UpstreamConfig};
+use retry_runtime::http::{RequestBuilderExt, ResponseExt};
+use retry_runtime::{Error, Method, Retry, UpstreamConfig};
 
 const ROUNDS: usize = 41;
 const PER_ROUND: u32 = 200;
@@ -39,6 +40,7 @@ async fn main() {
     let mut plain = Vec::new();
     let mut ours = Vec::new();
     let mut rr = Vec::new();
+    let mut send_path = Vec::new();
     for round in 0..=ROUNDS {
         let t = Instant::now();
         for _ in 0..PER_ROUND {
@@ -61,6 +63,18 @@ async fn main() {
             r.bytes().await.expect("body");
         }
         let m = t.elapsed();
+        let t = Instant::now();
+        for _ in 0..PER_ROUND {
+            Retry::in_registry(&registry, "catalog")
+                .method(Method::GET)
+                .run(|_| async {
+                    let response = client.get(&url).send_attempt().await?;
+                    Ok::<_, Error>(response.read_bytes().await?)
+                })
+                .await
+                .expect("send path");
+        }
+        let h = t.elapsed();
         if round == 0 {
             continue; // warm-up: connections, pools
         }
@@ -68,6 +82,7 @@ async fn main() {
         plain.push(us(p));
         ours.push(us(o));
         rr.push(us(m));
+        send_path.push(us(h));
     }
     let ratios = |v: &[f64]| -> f64 { median(v.iter().zip(&plain).map(|(x, p)| x / p).collect()) };
     println!("loopback GET, {ROUNDS} interleaved rounds x {PER_ROUND} requests (median round)\n");
@@ -78,6 +93,11 @@ async fn main() {
         "| retry-runtime builder | {:.1} | {:.3} |",
         median(ours.clone()),
         ratios(&ours)
+    );
+    println!(
+        "| retry-runtime builder + `retry_runtime::http` send path | {:.1} | {:.3} |",
+        median(send_path.clone()),
+        ratios(&send_path)
     );
     println!(
         "| reqwest-middleware + reqwest-retry | {:.1} | {:.3} |",
