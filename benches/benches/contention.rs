@@ -1,0 +1,90 @@
+//! Contention: many tasks on a 2-thread runtime, every call going to one upstream (one budget,
+//! one breaker, one registry entry). Reports time per call; throughput ratio = bare / ours.
+//!
+//! Two attempt bodies: `empty` (returns at once: pure overhead, the worst case for the ratio)
+//! and `yield` (one trip through the scheduler, the cheapest stand-in for real I/O).
+//!
+//! `cargo bench -p retry-benches --bench contention`
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use retry_benches::BenchError;
+use retry_runtime::{Method, Registry, Retry, UpstreamConfig};
+
+const TASKS: u64 = 64;
+
+#[derive(Clone, Copy)]
+enum Body {
+    Empty,
+    Yield,
+}
+
+async fn attempt(body: Body) -> Result<u64, BenchError> {
+    if let Body::Yield = body {
+        tokio::task::yield_now().await;
+    }
+    Ok(black_box(1))
+}
+
+async fn ours(registry: &Registry, body: Body) -> u64 {
+    Retry::in_registry(registry, "catalog")
+        .method(Method::GET)
+        .run(|_| attempt(body))
+        .await
+        .unwrap()
+}
+
+/// Spreads `iters` calls over TASKS tasks and returns the wall time of all of them.
+fn run(
+    rt: &tokio::runtime::Runtime,
+    registry: Option<&Arc<Registry>>,
+    body: Body,
+    iters: u64,
+) -> Duration {
+    rt.block_on(async {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let per_task = iters / TASKS + u64::from(i < iters % TASKS);
+                let registry = registry.cloned();
+                tokio::spawn(async move {
+                    for _ in 0..per_task {
+                        match &registry {
+                            Some(r) => black_box(ours(r, body).await),
+                            None => black_box(attempt(body).await.unwrap()),
+                        };
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.await.expect("task");
+        }
+        start.elapsed()
+    })
+}
+
+fn contention(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let registry = Arc::new(retry_benches::registry(&["catalog"], UpstreamConfig::new()));
+    let mut g = c.benchmark_group("contention_64_tasks_2_threads");
+    for (name, body) in [("empty", Body::Empty), ("yield", Body::Yield)] {
+        g.bench_function(format!("bare/{name}"), |b| {
+            b.iter_custom(|iters| run(&rt, None, body, iters))
+        });
+        g.bench_function(format!("retry_runtime_builder/{name}"), |b| {
+            b.iter_custom(|iters| run(&rt, Some(&registry), body, iters))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, contention);
+criterion_main!(benches);
