@@ -90,7 +90,7 @@ impl fmt::Display for IdempotencyKey {
     }
 }
 
-/// A key-producing value accepted by `idempotency = ...` and [`Retry::idempotency`](crate::Retry::idempotency).
+/// A key-producing value accepted by `idempotency = ...` and [`RetryCall::idempotency`](crate::RetryCall::idempotency).
 pub trait IntoIdempotencyKey {
     /// Converts, validating.
     fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError>;

@@ -33,7 +33,7 @@ use crate::decision::{Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
 use crate::registry::{Registry, Upstream};
-use crate::scope::{Operation, min_deadline};
+use crate::scope::{OpName, Operation, min_deadline};
 use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
@@ -110,6 +110,14 @@ const LOCAL_CIRCUIT_OPEN: u8 = 1;
 const LOCAL_BULKHEAD_FULL: u8 = 2;
 const LOCAL_TIMED_OUT: u8 = 3;
 
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if self.own_scope {
+            self.operation.recycle();
+        }
+    }
+}
+
 impl<'r> Call<'r> {
     /// Looks up the upstream and opens (or joins) the operation scope.
     pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
@@ -123,9 +131,10 @@ impl<'r> Call<'r> {
                 (op, false)
             }
             None => {
-                let name = spec
-                    .operation
-                    .unwrap_or_else(|| Cow::Owned(upstream.name().to_owned()));
+                let name = match spec.operation {
+                    Some(name) => OpName::from(name),
+                    None => OpName::Shared(upstream.name_arc().clone()),
+                };
                 (
                     Operation::root(name, Some(own_deadline), Some(retries)),
                     true,

@@ -32,6 +32,46 @@ struct Allowance {
     retried_failures: AtomicU64,
 }
 
+impl Allowance {
+    fn new(retries: Option<u32>) -> Self {
+        Allowance {
+            retries_left: AtomicU32::new(retries.map_or(UNSET, |r| r.min(UNSET - 1))),
+            retried_failures: AtomicU64::new(0),
+        }
+    }
+}
+
+/// An operation's name: static in the common case, so naming costs no allocation.
+#[derive(Debug, Clone)]
+pub(crate) enum OpName {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl OpName {
+    fn as_str(&self) -> &str {
+        match self {
+            OpName::Static(s) => s,
+            OpName::Shared(s) => s,
+        }
+    }
+}
+
+impl From<String> for OpName {
+    fn from(name: String) -> Self {
+        OpName::Shared(name.into())
+    }
+}
+
+impl From<Cow<'static, str>> for OpName {
+    fn from(name: Cow<'static, str>) -> Self {
+        match name {
+            Cow::Borrowed(s) => OpName::Static(s),
+            Cow::Owned(s) => OpName::Shared(s.into()),
+        }
+    }
+}
+
 /// A handle to the current business operation: its name, absolute deadline and shared retry
 /// allowance. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -41,10 +81,21 @@ pub struct Operation {
 
 #[derive(Debug)]
 struct Inner {
-    name: Cow<'static, str>,
+    name: OpName,
     deadline: Option<Instant>,
-    allowance: Arc<Allowance>,
+    /// The allowance of a root scope; a nested scope uses its root's.
+    allowance: Allowance,
+    /// The root scope, for a nested scope.
+    root: Option<Operation>,
 }
+
+thread_local! {
+    /// Root scopes whose last user is gone, kept for reuse so the common call (an implicit
+    /// scope per call) allocates nothing once warm.
+    static POOL: std::cell::RefCell<Vec<Arc<Inner>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+const POOL_SIZE: usize = 16;
 
 impl Operation {
     /// The operation scope the current task runs in, if any.
@@ -54,7 +105,14 @@ impl Operation {
 
     /// The operation's name (for traces).
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.inner.name.as_str()
+    }
+
+    fn allowance(&self) -> &Allowance {
+        match &self.inner.root {
+            Some(root) => &root.inner.allowance,
+            None => &self.inner.allowance,
+        }
     }
 
     /// The absolute deadline, if one was set.
@@ -71,7 +129,7 @@ impl Operation {
 
     /// Retries the operation may still make (`None` while no limit has been fixed).
     pub fn retries_left(&self) -> Option<u32> {
-        match self.inner.allowance.retries_left.load(Ordering::Acquire) {
+        match self.allowance().retries_left.load(Ordering::Acquire) {
             UNSET => None,
             n => Some(n),
         }
@@ -80,7 +138,7 @@ impl Operation {
     /// Fixes the limit if none is set yet (the first retrying call owns it) and returns the
     /// retries left.
     pub(crate) fn init_allowance(&self, retries: u32) -> u32 {
-        let a = &self.inner.allowance.retries_left;
+        let a = &self.allowance().retries_left;
         match a.compare_exchange(
             UNSET,
             retries.min(UNSET - 1),
@@ -94,8 +152,7 @@ impl Operation {
 
     /// Takes one retry from the shared allowance; `false` when none is left.
     pub(crate) fn take_retry(&self) -> bool {
-        self.inner
-            .allowance
+        self.allowance()
             .retries_left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
                 0 => None,
@@ -107,11 +164,12 @@ impl Operation {
 
     /// Gives back a retry taken by [`take_retry`](Self::take_retry) that did not happen.
     pub(crate) fn give_back_retry(&self) {
-        let _ = self.inner.allowance.retries_left.fetch_update(
-            Ordering::AcqRel,
-            Ordering::Acquire,
-            |n| if n == UNSET { None } else { Some(n + 1) },
-        );
+        let _ =
+            self.allowance()
+                .retries_left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    if n == UNSET { None } else { Some(n + 1) }
+                });
     }
 
     pub(crate) fn retried_failures(&self) -> u64 {
@@ -130,29 +188,50 @@ impl Operation {
 
     /// A root operation (no enclosing scope).
     pub(crate) fn root(
-        name: Cow<'static, str>,
+        name: impl Into<OpName>,
         deadline: Option<Instant>,
         retries: Option<u32>,
     ) -> Self {
+        let fresh = Inner {
+            name: name.into(),
+            deadline,
+            allowance: Allowance::new(retries),
+            root: None,
+        };
+        if let Some(mut inner) = POOL.with(|p| p.borrow_mut().pop())
+            && let Some(slot) = Arc::get_mut(&mut inner)
+        {
+            *slot = fresh;
+            return Operation { inner };
+        }
         Operation {
-            inner: Arc::new(Inner {
-                name,
-                deadline,
-                allowance: Arc::new(Allowance {
-                    retries_left: AtomicU32::new(retries.map_or(UNSET, |r| r.min(UNSET - 1))),
-                    retried_failures: AtomicU64::new(0),
-                }),
-            }),
+            inner: Arc::new(fresh),
+        }
+    }
+
+    /// Offers this root scope for reuse if nobody else holds it. Call it when dropping the
+    /// last handle you own.
+    pub(crate) fn recycle(&self) {
+        if self.inner.root.is_none() && Arc::strong_count(&self.inner) == 1 {
+            let inner = self.inner.clone();
+            POOL.with(|p| {
+                let mut pool = p.borrow_mut();
+                if pool.len() < POOL_SIZE {
+                    pool.push(inner);
+                }
+            });
         }
     }
 
     /// A scope nested in `self`: the earlier deadline wins and the allowance is shared.
-    pub(crate) fn nested(&self, name: Cow<'static, str>, deadline: Option<Instant>) -> Self {
+    pub(crate) fn nested(&self, name: impl Into<OpName>, deadline: Option<Instant>) -> Self {
+        let root = self.inner.root.clone().unwrap_or_else(|| self.clone());
         Operation {
             inner: Arc::new(Inner {
-                name,
+                name: name.into(),
                 deadline: min_deadline(self.inner.deadline, deadline),
-                allowance: self.inner.allowance.clone(),
+                allowance: Allowance::new(None),
+                root: Some(root),
             }),
         }
     }
@@ -275,7 +354,7 @@ mod tests {
 
     #[tokio::test]
     async fn allowance_is_fixed_once_and_never_underflows() {
-        let op = Operation::root("x".into(), None, None);
+        let op = Operation::root(OpName::Static("x"), None, None);
         assert_eq!(op.retries_left(), None);
         assert_eq!(op.init_allowance(2), 2);
         assert_eq!(op.init_allowance(5), 2, "the first owner fixes the limit");

@@ -370,9 +370,12 @@ async fn draining_stops_new_retries() {
 #[tokio::test(start_paused = true)]
 async fn nested_retrying_calls_share_one_allowance() {
     // Two layers that each allow 3 attempts against an always-failing dependency: 3 calls, not 9.
+    // The catalog's backoffs are short so the inner loop fits in the middle's attempt timeout
+    // (which would otherwise, rightly, cut it short).
+    let quick = Backoff::new().with_initial(ms(10)).with_max_backoff(ms(20));
     let reg = Registry::builder()
         .upstream("middle", UpstreamConfig::new())
-        .upstream("catalog", UpstreamConfig::new())
+        .upstream("catalog", UpstreamConfig::new().with_backoff(quick))
         .build()
         .unwrap();
     let catalog_calls = AtomicU32::new(0);
@@ -642,4 +645,32 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
     healthy.store(true, Ordering::SeqCst);
     assert!(call().await.is_ok(), "a half-open probe goes through");
     assert_eq!(upstream.breaker().unwrap().state(), BreakerState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_against_a_dead_upstream_is_bounded_by_the_budget() {
+    // 1,000 operations, 3 attempts each, against an upstream that always answers 503. Without a
+    // budget that is 3,000 calls; with 20 % + 10/s over 10 s it is at most 1.2 x 1,000 + 100.
+    let reg = Arc::new(registry(UpstreamConfig::new()));
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..1000 {
+        let (reg, calls) = (reg.clone(), calls.clone());
+        tasks.spawn(async move {
+            let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async { Err(Fail::status(503)) }
+                })
+                .await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let calls = calls.load(Ordering::SeqCst);
+    assert!(calls <= 1200 + 100, "{calls} calls");
+    assert!(
+        calls >= 1000 + 100,
+        "the budget is used, not refused outright: {calls}"
+    );
 }

@@ -4,19 +4,57 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// Where in a configuration source a value sits.
+///
+/// Displayed as `file:line:column`, or as the source alone when it has no lines (an environment
+/// variable: `environment: RETRY__SBER__MAX_ATTEMPTS`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
-    /// The file (or a description of the source, such as `environment`).
+    /// The file (or a description of the source, such as `environment: RETRY__SBER__DEADLINE`).
     pub source: PathBuf,
-    /// 1-based line.
+    /// 1-based line; 0 when the source has no lines.
     pub line: usize,
-    /// 1-based column.
+    /// 1-based column, counted in characters; 0 when the source has no lines.
     pub column: usize,
+}
+
+impl Location {
+    /// A position in a file (1-based line and column).
+    pub fn file(source: impl Into<PathBuf>, line: usize, column: usize) -> Self {
+        Location {
+            source: source.into(),
+            line,
+            column,
+        }
+    }
+
+    /// A whole source without a line, such as a file that cannot be read.
+    pub fn whole(source: impl Into<PathBuf>) -> Self {
+        Location {
+            source: source.into(),
+            line: 0,
+            column: 0,
+        }
+    }
+
+    /// The environment variable `var`, displayed as `environment: VAR`.
+    pub fn environment(var: &str) -> Self {
+        Location::whole(format!("environment: {var}"))
+    }
+
+    /// Whether this is a line and column in a file rather than a whole source such as an
+    /// environment variable.
+    pub fn has_position(&self) -> bool {
+        self.line > 0
+    }
 }
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.source.display(), self.line, self.column)
+        if self.has_position() {
+            write!(f, "{}:{}:{}", self.source.display(), self.line, self.column)
+        } else {
+            write!(f, "{}", self.source.display())
+        }
     }
 }
 

@@ -6,10 +6,134 @@
 //! without a restart: calls in flight keep the config they started with.
 //!
 //! An unknown upstream is an error, never a silent default.
+//!
+//! # The configuration file
+//!
+//! One table per upstream under `upstreams`; the budget and the circuit breaker are
+//! sub-tables. Every key is optional
+//! and defaults to [`UpstreamConfig::new`] (the table below restates its `# Default` section).
+//!
+//! ```toml
+//! [upstreams.sber]
+//! max_attempts = 3
+//! initial_backoff = "500ms"
+//! multiplier = 2.0
+//! max_backoff = "1s"
+//! jitter = "full"            # or "decorrelated"
+//! backoff = "exponential"    # the only accepted value
+//! attempt_timeout = "1s"
+//! deadline = "5s"
+//! min_attempt_budget = "50ms"
+//! transient_500 = false
+//! idempotency_header = "Idempotency-Key"
+//! dedups_idempotency_key = true
+//! bulkhead = 100             # no default: left out, unlimited
+//!
+//! [upstreams.sber.budget]
+//! ratio = 0.2
+//! min_per_second = 10
+//! window = "10s"
+//!
+//! [upstreams.sber.breaker]
+//! enabled = true
+//! failure_rate = 0.5
+//! min_attempts = 20
+//! window = "10s"
+//! open_for = "5s"
+//! half_open_probes = 3
+//! ```
+//!
+//! | key | type | default | rule |
+//! |---|---|---|---|
+//! | `max_attempts` | integer | 3 | 1..=5; beyond 5, hand off to a durable queue (spec 003 R-RES-RE-3) |
+//! | `initial_backoff` | duration | `"500ms"` | above zero |
+//! | `multiplier` | number | 2.0 | above 1 (spec 003 R-RES-RE-X3) |
+//! | `max_backoff` | duration | `"1s"` | at least `initial_backoff` |
+//! | `jitter` | `"full"` or `"decorrelated"` | `"full"` | |
+//! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused (spec 003 R-RES-RE-X3) |
+//! | `attempt_timeout` | duration | `"1s"` | above zero |
+//! | `deadline` | duration | `"5s"` | above zero |
+//! | `min_attempt_budget` | duration | `"50ms"` | below `attempt_timeout` |
+//! | `transient_500` | boolean | `false` | |
+//! | `idempotency_header` | string | `"Idempotency-Key"` | a valid header name |
+//! | `dedups_idempotency_key` | boolean | `true` | |
+//! | `bulkhead` | integer | none (unlimited) | at least 1 |
+//! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
+//! | `budget.min_per_second` | integer | 10 | |
+//! | `budget.window` | duration | `"10s"` | 1s..=60s |
+//! | `breaker.enabled` | boolean | `true` | spec 003: retry with a breaker |
+//! | `breaker.failure_rate` | number | 0.5 | above 0, at most 1 |
+//! | `breaker.min_attempts` | integer | 20 | at least 1 |
+//! | `breaker.window` | duration | `"10s"` | 1s..=600s |
+//! | `breaker.open_for` | duration | `"5s"` | above zero |
+//! | `breaker.half_open_probes` | integer | 3 | at least 1 |
+//!
+//! Across keys: the worst-case in-memory retry window (every backoff at its ceiling plus
+//! `max_attempts` x `attempt_timeout`) must not exceed 5 s (spec 003 R-RES-RE-4); longer outages
+//! belong to a durable task queue.
+//!
+//! **Durations** are strings of one number and one unit (`ns`, `us`, `ms`, `s`, `m`, `h`):
+//! `"500ms"`, `"2s"`, `"1m"`, `"1.5s"`. A bare number is refused (seconds or milliseconds?), as
+//! are signs, spaces, compound forms (`"1m30s"`) and fractions of a nanosecond.
+//!
+//! **Errors.** Loading reports every mistake at once, each at its `file:line:column` (columns
+//! count characters) with the fix: unknown keys (with the closest valid one), wrong types, bad
+//! durations, and every rule of [`UpstreamConfig::violations`], located at the offending value
+//! or, when the key was left at its default, at the upstream's table header. A file that is not
+//! valid TOML reports its syntax errors only. A file with no upstream is refused, so that a
+//! truncated file cannot unload every upstream. A sample file with comments ships as
+//! `retry-runtime/examples/upstreams.toml`.
+//!
+//! # Environment overrides
+//!
+//! `RETRY__<UPSTREAM>__<KEY>=<value>` overrides one key of an upstream the file defines, on top
+//! of the file: `RETRY__SBER__MAX_ATTEMPTS=4`, `RETRY__SBER__BUDGET__RATIO=0.1`. Segments are
+//! separated by a double underscore and matched without regard to case. `<UPSTREAM>` is the
+//! name in upper case with every character other than an ASCII letter or digit written `_`
+//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, prefixed `BUDGET__` or
+//! `BREAKER__` for a key of those tables. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
+//! that names no upstream of the file, or two of them, is an error: overrides never create an
+//! upstream. Errors are located as `environment: RETRY__SBER__MAX_ATTEMPTS`. Tests and tools
+//! pass the variables explicitly to [`Registry::load_str`] or [`parse_toml`];
+//! [`Registry::load_file`] reads the process environment.
+//!
+//! # Reloading
+//!
+//! Calling [`Registry::load_file`] again reloads without a restart. The new configuration
+//! replaces the old one in a single atomic swap ([`Registry::replace`]) only if it is valid
+//! entirely; otherwise nothing changes and the errors are returned. A call holds the
+//! `Arc<Upstream>` it started with, so calls in flight finish on the old settings while new
+//! calls see the new ones. Budgets whose settings did not change carry over.
+//!
+//! ```
+//! use retry_runtime::Registry;
+//!
+//! let registry = Registry::new();
+//! let env = [("RETRY__SBER__MAX_ATTEMPTS".to_owned(), "2".to_owned())];
+//! registry
+//!     .load_str("[upstreams.sber]\nmax_attempts = 3\n", "upstreams.toml", env)
+//!     .unwrap();
+//! assert_eq!(registry.upstream("sber").unwrap().config().max_attempts, 2);
+//!
+//! // A bad reload changes nothing and says what to fix.
+//! let errors = registry
+//!     .load_str("[upstreams.sber]\nmax_attempts = 10\n", "upstreams.toml", [])
+//!     .unwrap_err();
+//! assert_eq!(
+//!     errors.errors()[0].to_string(),
+//!     "upstreams.toml:2:16: upstream `sber`: max_attempts = 10 is outside 1..=5: 3 is typical; \
+//!      beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)"
+//! );
+//! assert_eq!(registry.upstream("sber").unwrap().config().max_attempts, 2);
+//! ```
+//!
+//! At start-up, `Registry::global().load_file("upstreams.toml")` configures the registry that
+//! `#[retry]` and [`Retry::upstream`](crate::Retry::upstream) use.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,8 +146,14 @@ use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::{Drain, Error};
 
+mod duration;
+mod env;
 mod errors;
+mod file;
+mod keys;
+pub use env::ENV_PREFIX;
 pub use errors::{ConfigError, ConfigErrors, Location};
+pub use file::parse_toml;
 
 /// The error a credentials refresh may return.
 pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;
@@ -275,6 +405,37 @@ impl Registry {
         Ok(())
     }
 
+    /// Reads the TOML file at `path`, applies the process's `RETRY__*` environment overrides,
+    /// validates everything and, if valid, swaps it in ([`Registry::replace`]). Call it again to
+    /// reload without a restart. On error nothing changes and every mistake is returned, located
+    /// (see the [module docs](crate::registry) for the format).
+    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<(), ConfigErrors> {
+        let path = path.as_ref();
+        let text = read_config(path)?;
+        let (env, env_errors) = env::process_env();
+        self.replace(file::parse_with(&text, path, env, env_errors)?)
+    }
+
+    /// Like [`Registry::load_file`] for a document already in memory: `source` names it in
+    /// error locations and `env` supplies the overrides (`[]` for none), so tests and tools need
+    /// not touch the process environment.
+    pub fn load_str(
+        &self,
+        toml: &str,
+        source: impl AsRef<Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), ConfigErrors> {
+        self.replace(parse_toml(toml, source, env)?)
+    }
+
+    /// A new registry loaded with [`Registry::load_file`]. For a seed, an engine or a drain
+    /// switch of your choice, pass [`parse_toml`]'s result to [`RegistryBuilder::upstreams`].
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Registry, ConfigErrors> {
+        let registry = Registry::new();
+        registry.load_file(path)?;
+        Ok(registry)
+    }
+
     /// Registers the 401 refresh hook of upstream `name` (kept across reloads).
     pub fn on_unauthorized(&self, name: &str, hook: impl RefreshAuth + 'static) {
         let hook: Arc<dyn RefreshAuth> = Arc::new(hook);
@@ -310,6 +471,21 @@ impl Registry {
     }
 }
 
+fn read_config(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![
+            ConfigError::new(
+                "",
+                "",
+                format!(
+                    "cannot read the configuration file: {e}: check the path and its permissions"
+                ),
+            )
+            .at(Location::whole(path)),
+        ])
+    })
+}
+
 fn sorted_names(snapshot: &Snapshot) -> Vec<String> {
     let mut names: Vec<String> = snapshot.upstreams.keys().map(|k| k.to_string()).collect();
     names.sort();
@@ -336,6 +512,15 @@ impl RegistryBuilder {
     /// Adds an upstream.
     pub fn upstream(mut self, name: impl Into<String>, config: UpstreamConfig) -> Self {
         self.upstreams.push((name.into(), config));
+        self
+    }
+
+    /// Adds several upstreams, such as the result of [`parse_toml`].
+    pub fn upstreams(
+        mut self,
+        upstreams: impl IntoIterator<Item = (String, UpstreamConfig)>,
+    ) -> Self {
+        self.upstreams.extend(upstreams);
         self
     }
 
@@ -381,5 +566,128 @@ impl RegistryBuilder {
         };
         registry.replace(self.upstreams)?;
         Ok(registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    const EXAMPLE: &str = include_str!("../../examples/upstreams.toml");
+
+    /// A file under the system's temp directory, removed on drop.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, text: &str) -> Self {
+            let path = std::env::temp_dir()
+                .join(format!("retry-runtime-{}-{name}.toml", std::process::id()));
+            std::fs::write(&path, text).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn loads_the_example_file_from_disk() {
+        let file = TempFile::new("example", EXAMPLE);
+        let registry = Registry::from_file(&file.0).unwrap();
+        assert_eq!(registry.names(), ["catalog", "sber", "sms-gateway"]);
+        assert_eq!(
+            registry
+                .upstream("catalog")
+                .unwrap()
+                .config()
+                .attempt_timeout,
+            Duration::from_millis(800)
+        );
+        assert!(registry.upstream("unknown").is_err());
+    }
+
+    #[test]
+    fn a_missing_file_is_a_clear_error_naming_the_path() {
+        let path = std::env::temp_dir().join("retry-runtime-does-not-exist.toml");
+        let errors = Registry::from_file(&path).unwrap_err();
+        assert_eq!(errors.errors().len(), 1);
+        let shown = errors.errors()[0].to_string();
+        assert!(
+            shown.starts_with(&format!(
+                "{}: cannot read the configuration file: ",
+                path.display()
+            )),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("check the path and its permissions"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn errors_in_a_file_on_disk_name_the_file() {
+        let file = TempFile::new("broken", "[upstreams.a]\nmax_attempts = 6\n");
+        let errors = Registry::new().load_file(&file.0).unwrap_err();
+        let at = errors.errors()[0].location.clone().unwrap();
+        assert_eq!(at, Location::file(&file.0, 2, 16));
+    }
+
+    #[test]
+    fn a_failed_reload_keeps_the_old_config() {
+        let file = TempFile::new("reload", "[upstreams.a]\nmax_attempts = 2\n");
+        let registry = Registry::from_file(&file.0).unwrap();
+        std::fs::write(&file.0, "[upstreams.a]\nmax_attempts = 9\n[upstreams.b]\n").unwrap();
+        assert!(registry.load_file(&file.0).is_err());
+        assert_eq!(registry.names(), ["a"]);
+        assert_eq!(registry.upstream("a").unwrap().config().max_attempts, 2);
+        // An unreadable file or a syntax error changes nothing either.
+        std::fs::write(&file.0, "[upstreams.a\n").unwrap();
+        assert!(registry.load_file(&file.0).is_err());
+        assert!(registry.load_file(file.0.with_extension("gone")).is_err());
+        assert_eq!(registry.upstream("a").unwrap().config().max_attempts, 2);
+        // And a good reload applies.
+        std::fs::write(&file.0, "[upstreams.a]\nmax_attempts = 3\n[upstreams.b]\n").unwrap();
+        registry.load_file(&file.0).unwrap();
+        assert_eq!(registry.names(), ["a", "b"]);
+        assert_eq!(registry.upstream("a").unwrap().config().max_attempts, 3);
+    }
+
+    #[test]
+    fn a_call_in_flight_keeps_the_config_it_started_with() {
+        let registry = Registry::new();
+        registry
+            .load_str("[upstreams.a]\nmax_attempts = 2\n", "v1.toml", [])
+            .unwrap();
+        let in_flight = registry.upstream("a").unwrap();
+        registry
+            .load_str(
+                "[upstreams.a]\nmax_attempts = 3\n",
+                "v2.toml",
+                [("RETRY__A__DEADLINE".to_owned(), "3s".to_owned())],
+            )
+            .unwrap();
+        assert_eq!(in_flight.config().max_attempts, 2);
+        assert_eq!(in_flight.config().deadline, Duration::from_secs(5));
+        let now = registry.upstream("a").unwrap();
+        assert_eq!(now.config().max_attempts, 3);
+        assert_eq!(now.config().deadline, Duration::from_secs(3));
+        // The budget settings did not change, so the budget carried over.
+        assert!(std::ptr::eq(in_flight.budget(), now.budget()));
+    }
+
+    #[test]
+    fn the_builder_takes_parsed_upstreams() {
+        let registry = Registry::builder()
+            .seed(7)
+            .upstreams(parse_toml(EXAMPLE, "upstreams.toml", []).unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(registry.names().len(), 3);
     }
 }

@@ -98,7 +98,7 @@ where
         let (deadline, retries) = self.limits.apply(&inbound);
         let deadline = Instant::now() + deadline;
         let name = format!("{} {}", request.method(), request.uri().path());
-        let op = Operation::root(name.into(), Some(deadline), Some(retries));
+        let op = Operation::root(name, Some(deadline), Some(retries));
         let enforce = self.limits.enforce_deadline;
         // Services that work in `call` itself (not only when polled) see the scope too.
         let handler = op.clone().sync_scope(|| self.inner.call(request));

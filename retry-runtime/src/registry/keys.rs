@@ -1,0 +1,387 @@
+//! The keys of an upstream's configuration, their types, and how a value sets one.
+//!
+//! Shared by the file reader and the environment overrides so both accept exactly the same keys
+//! with the same rules.
+
+use std::time::Duration;
+
+use toml::de::DeValue;
+
+use super::duration::parse_duration;
+use crate::backoff::Jitter;
+use crate::breaker::BreakerConfig;
+use crate::config::UpstreamConfig;
+
+/// What a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A non-negative whole number (`u32`).
+    Count,
+    /// A number (`f64`); an integer is accepted.
+    Number,
+    /// `true` or `false`.
+    Flag,
+    /// A duration string, see [`parse_duration`].
+    Duration,
+    /// Free text.
+    Text,
+    /// `"full"` or `"decorrelated"`.
+    Jitter,
+    /// `"exponential"`.
+    Backoff,
+}
+
+impl Kind {
+    fn expected(self) -> &'static str {
+        match self {
+            Kind::Count => "a whole number",
+            Kind::Number => "a number",
+            Kind::Flag => "true or false",
+            Kind::Duration => "a duration string such as \"500ms\"",
+            Kind::Text => "a string",
+            Kind::Jitter => "\"full\" or \"decorrelated\"",
+            Kind::Backoff => "\"exponential\"",
+        }
+    }
+
+    fn quoted(self) -> bool {
+        matches!(
+            self,
+            Kind::Duration | Kind::Text | Kind::Jitter | Kind::Backoff
+        )
+    }
+}
+
+/// One configuration key.
+#[derive(Debug)]
+pub(crate) struct KeySpec {
+    /// The name inside its table (`ratio`).
+    pub(crate) name: &'static str,
+    /// The dotted path inside the upstream (`budget.ratio`); also the [`ConfigError`] field.
+    ///
+    /// [`ConfigError`]: super::ConfigError
+    pub(crate) path: &'static str,
+    /// Its type.
+    pub(crate) kind: Kind,
+    /// A good value, unquoted (the default, or the spec's recommendation).
+    pub(crate) example: &'static str,
+}
+
+const fn key(name: &'static str, path: &'static str, kind: Kind, example: &'static str) -> KeySpec {
+    KeySpec {
+        name,
+        path,
+        kind,
+        example,
+    }
+}
+
+/// The table of budget settings inside an upstream.
+pub(crate) const BUDGET: &str = "budget";
+/// The table of circuit-breaker settings inside an upstream.
+pub(crate) const BREAKER: &str = "breaker";
+
+/// The keys of `[upstreams.<name>]`, in documentation order (`budget` and `breaker` are
+/// sub-tables).
+#[rustfmt::skip]
+pub(crate) const UPSTREAM_KEYS: &[KeySpec] = &[
+    key("max_attempts",           "max_attempts",           Kind::Count,    "3"),
+    key("initial_backoff",        "initial_backoff",        Kind::Duration, "500ms"),
+    key("multiplier",             "multiplier",             Kind::Number,   "2.0"),
+    key("max_backoff",            "max_backoff",            Kind::Duration, "1s"),
+    key("jitter",                 "jitter",                 Kind::Jitter,   "full"),
+    key("backoff",                "backoff",                Kind::Backoff,  "exponential"),
+    key("attempt_timeout",        "attempt_timeout",        Kind::Duration, "1s"),
+    key("deadline",               "deadline",               Kind::Duration, "5s"),
+    key("min_attempt_budget",     "min_attempt_budget",     Kind::Duration, "50ms"),
+    key("transient_500",          "transient_500",          Kind::Flag,     "false"),
+    key("idempotency_header",     "idempotency_header",     Kind::Text,     "Idempotency-Key"),
+    key("dedups_idempotency_key", "dedups_idempotency_key", Kind::Flag,     "true"),
+    // No default: left out, the bulkhead is unlimited.
+    key("bulkhead",               "bulkhead",               Kind::Count,    "100"),
+];
+
+/// The keys of `[upstreams.<name>.budget]`.
+#[rustfmt::skip]
+pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
+    key("ratio",          "budget.ratio",          Kind::Number,   "0.2"),
+    key("min_per_second", "budget.min_per_second", Kind::Count,    "10"),
+    key("window",         "budget.window",         Kind::Duration, "10s"),
+];
+
+/// The keys of `[upstreams.<name>.breaker]`.
+#[rustfmt::skip]
+pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
+    key("enabled",          "breaker.enabled",          Kind::Flag,     "true"),
+    key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.5"),
+    key("min_attempts",     "breaker.min_attempts",     Kind::Count,    "20"),
+    key("window",           "breaker.window",           Kind::Duration, "10s"),
+    key("open_for",         "breaker.open_for",         Kind::Duration, "5s"),
+    key("half_open_probes", "breaker.half_open_probes", Kind::Count,    "3"),
+];
+
+/// Every key, in documentation order.
+pub(crate) fn all() -> impl Iterator<Item = &'static KeySpec> {
+    UPSTREAM_KEYS.iter().chain(BUDGET_KEYS).chain(BREAKER_KEYS)
+}
+
+/// Every key by its dotted path.
+pub(crate) fn by_path(path: &str) -> Option<&'static KeySpec> {
+    all().find(|k| k.path == path)
+}
+
+/// An upstream's settings while they are read. The breaker's settings are kept while it is
+/// disabled, so `enabled` and the other breaker keys may come in any order (the file's keys are
+/// read in name order, then the environment's).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    config: UpstreamConfig,
+    breaker: BreakerConfig,
+    breaker_enabled: bool,
+}
+
+impl Settings {
+    /// The defaults of [`UpstreamConfig::new`].
+    pub(crate) fn new() -> Self {
+        let config = UpstreamConfig::new();
+        Settings {
+            breaker: config.breaker.unwrap_or_default(),
+            breaker_enabled: config.breaker.is_some(),
+            config,
+        }
+    }
+
+    /// The config these settings describe.
+    pub(crate) fn config(&self) -> UpstreamConfig {
+        let mut config = self.config.clone();
+        config.breaker = self.breaker_enabled.then_some(self.breaker);
+        config
+    }
+}
+
+/// A value to set, from the file or from an environment variable.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Value<'a> {
+    /// A typed TOML value.
+    Toml(&'a DeValue<'a>),
+    /// The text of an environment variable, parsed according to the key's kind.
+    Env(&'a str),
+}
+
+impl KeySpec {
+    /// The fix to append to a message: how to write a good value in this source.
+    fn fix(&self, value: Value<'_>) -> String {
+        match value {
+            Value::Toml(_) if self.kind.quoted() => {
+                format!("write `{} = \"{}\"`", self.name, self.example)
+            }
+            Value::Toml(_) => format!("write `{} = {}`", self.name, self.example),
+            Value::Env(_) => format!("set it to `{}`", self.example),
+        }
+    }
+
+    fn wrong_type(&self, value: Value<'_>) -> String {
+        let found = match value {
+            Value::Toml(v) => format!("a {}", v.type_str()),
+            Value::Env(s) => format!("`{s}`"),
+        };
+        format!(
+            "`{}` must be {}, found {found}: {}",
+            self.path,
+            self.kind.expected(),
+            self.fix(value)
+        )
+    }
+
+    fn count(&self, value: Value<'_>) -> Result<u32, String> {
+        let n: Option<i128> = match value {
+            Value::Toml(DeValue::Integer(i)) => i128::from_str_radix(i.as_str(), i.radix()).ok(),
+            Value::Env(s) => s.parse::<i128>().ok(),
+            _ => None,
+        };
+        let Some(n) = n else {
+            return Err(self.wrong_type(value));
+        };
+        u32::try_from(n)
+            .map_err(|_| format!("`{}` = {n} is out of range: {}", self.path, self.fix(value)))
+    }
+
+    fn number(&self, value: Value<'_>) -> Result<f64, String> {
+        let n = match value {
+            Value::Toml(DeValue::Float(f)) => f.as_str().parse::<f64>().ok(),
+            Value::Toml(DeValue::Integer(i)) => i128::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64),
+            Value::Env(s) => s.parse::<f64>().ok(),
+            _ => None,
+        };
+        n.ok_or_else(|| self.wrong_type(value))
+    }
+
+    fn flag(&self, value: Value<'_>) -> Result<bool, String> {
+        match value {
+            Value::Toml(DeValue::Boolean(b)) => Ok(*b),
+            Value::Env("true") => Ok(true),
+            Value::Env("false") => Ok(false),
+            _ => Err(self.wrong_type(value)),
+        }
+    }
+
+    fn text<'v>(&self, value: Value<'v>) -> Result<&'v str, String> {
+        match value {
+            Value::Toml(DeValue::String(s)) => Ok(s),
+            Value::Env(s) => Ok(s),
+            _ => Err(self.wrong_type(value)),
+        }
+    }
+
+    fn duration(&self, value: Value<'_>) -> Result<Duration, String> {
+        if let Value::Toml(DeValue::Integer(_) | DeValue::Float(_)) = value {
+            return Err(format!("`{}` needs a unit: {}", self.path, self.fix(value)));
+        }
+        let s = self.text(value)?;
+        parse_duration(s)
+            .map_err(|e| format!("`{}` = \"{s}\" is not a valid duration: {e}", self.path))
+    }
+
+    /// Sets this key of `settings` from `value`, or says what is wrong and how to fix it.
+    pub(crate) fn apply(&self, settings: &mut Settings, value: Value<'_>) -> Result<(), String> {
+        let config = &mut settings.config;
+        let breaker = &mut settings.breaker;
+        match self.path {
+            "max_attempts" => config.max_attempts = self.count(value)?,
+            "initial_backoff" => config.backoff.initial = self.duration(value)?,
+            "multiplier" => config.backoff.multiplier = self.number(value)?,
+            "max_backoff" => config.backoff.max_backoff = self.duration(value)?,
+            "jitter" => {
+                let s = self.text(value)?;
+                config.backoff.jitter =
+                    s.parse::<Jitter>().map_err(|e| format!("`jitter`: {e}"))?;
+            }
+            "backoff" => match self.text(value)? {
+                "exponential" => {}
+                s @ ("linear" | "fixed" | "constant") => {
+                    return Err(format!(
+                        "backoff = \"{s}\" is refused: {s} retry piles load onto a failing upstream \
+                         (spec 003 R-RES-RE-X3); use \"exponential\" with a multiplier such as 2.0"
+                    ));
+                }
+                s => {
+                    return Err(format!(
+                        "unknown backoff \"{s}\": the only accepted value is \"exponential\""
+                    ));
+                }
+            },
+            "attempt_timeout" => config.attempt_timeout = self.duration(value)?,
+            "deadline" => config.deadline = self.duration(value)?,
+            "min_attempt_budget" => config.min_attempt_budget = self.duration(value)?,
+            "transient_500" => config.transient_500 = self.flag(value)?,
+            "idempotency_header" => config.idempotency_header = self.text(value)?.to_owned(),
+            "dedups_idempotency_key" => config.dedups_idempotency_key = self.flag(value)?,
+            "budget.ratio" => config.budget.ratio = self.number(value)?,
+            "budget.min_per_second" => config.budget.min_per_second = self.count(value)?,
+            "budget.window" => config.budget.window = self.duration(value)?,
+            "bulkhead" => {
+                let n = self.count(value)?;
+                config.bulkhead = Some(usize::try_from(n).map_err(|_| {
+                    format!("`bulkhead` = {n} is out of range: {}", self.fix(value))
+                })?);
+            }
+            "breaker.enabled" => settings.breaker_enabled = self.flag(value)?,
+            "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
+            "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,
+            "breaker.window" => breaker.window = self.duration(value)?,
+            "breaker.open_for" => breaker.open_for = self.duration(value)?,
+            "breaker.half_open_probes" => breaker.half_open_probes = self.count(value)?,
+            other => {
+                // Unreachable through the key tables; reported rather than panicking.
+                return Err(format!("`{other}` cannot be set: remove it"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The key of `candidates` closest to `unknown`, if close enough to be a likely typo.
+pub(crate) fn closest<'a>(
+    unknown: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let unknown = unknown.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&unknown, c), c))
+        .filter(|(d, c)| *d <= (c.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// `a, b, c` for messages.
+pub(crate) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    names.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typos_find_their_key() {
+        let names = UPSTREAM_KEYS.iter().map(|k| k.name);
+        assert_eq!(closest("max_attempt", names.clone()), Some("max_attempts"));
+        assert_eq!(closest("MAX_ATTEMPTS", names.clone()), Some("max_attempts"));
+        assert_eq!(closest("jiter", names.clone()), Some("jitter"));
+        assert_eq!(closest("timeout", names.clone()), None);
+        assert_eq!(closest("retries", names), None);
+    }
+
+    #[test]
+    fn every_key_sets_its_default_from_its_example() {
+        // The examples are the documented defaults: applying them to a default config changes
+        // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
+        for key in all().filter(|k| k.path != "bulkhead") {
+            let mut settings = Settings::new();
+            key.apply(&mut settings, Value::Env(key.example))
+                .unwrap_or_else(|e| panic!("{}: {e}", key.path));
+            assert_eq!(settings.config(), UpstreamConfig::new(), "{}", key.path);
+        }
+        // The bulkhead has no default: unlimited.
+        assert_eq!(UpstreamConfig::new().bulkhead, None);
+        let mut settings = Settings::new();
+        let bulkhead = by_path("bulkhead").unwrap();
+        bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
+        assert_eq!(settings.config().bulkhead, Some(100));
+    }
+
+    #[test]
+    fn the_breaker_keeps_its_settings_while_disabled() {
+        let key = |p| by_path(p).unwrap();
+        let mut settings = Settings::new();
+        key("breaker.enabled")
+            .apply(&mut settings, Value::Env("false"))
+            .unwrap();
+        key("breaker.min_attempts")
+            .apply(&mut settings, Value::Env("7"))
+            .unwrap();
+        assert_eq!(settings.config().breaker, None);
+        key("breaker.enabled")
+            .apply(&mut settings, Value::Env("true"))
+            .unwrap();
+        assert_eq!(settings.config().breaker.unwrap().min_attempts, 7);
+    }
+}

@@ -1,0 +1,209 @@
+//! What operators see: counters through the `metrics` facade (Resilience4j's names) and one
+//! tracing event per decision with its named reason.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
+    Unit,
+};
+use retry_runtime::backoff::Backoff;
+use retry_runtime::{Error, Evidence, Method, Registry, Retry, UpstreamConfig};
+
+/// Counters by `name{label=value,...}`.
+#[derive(Default, Clone)]
+struct Capture(Arc<Mutex<BTreeMap<String, Arc<AtomicU64>>>>);
+
+struct Cell(Arc<AtomicU64>);
+impl CounterFn for Cell {
+    fn increment(&self, v: u64) {
+        self.0.fetch_add(v, Ordering::SeqCst);
+    }
+    fn absolute(&self, v: u64) {
+        self.0.store(v, Ordering::SeqCst);
+    }
+}
+impl GaugeFn for Cell {
+    fn increment(&self, _: f64) {}
+    fn decrement(&self, _: f64) {}
+    fn set(&self, v: f64) {
+        self.0.store(v as u64, Ordering::SeqCst);
+    }
+}
+
+impl Capture {
+    fn cell(&self, key: &Key) -> Arc<AtomicU64> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        self.0.lock().unwrap().entry(name).or_default().clone()
+    }
+    fn get(&self, name: &str) -> u64 {
+        self.0
+            .lock()
+            .unwrap()
+            .get(name)
+            .map_or(0, |c| c.load(Ordering::SeqCst))
+    }
+}
+
+impl Recorder for Capture {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(Arc::new(Cell(self.cell(key))))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(Arc::new(Cell(self.cell(key))))
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+fn registry() -> Registry {
+    let quick = Backoff::new()
+        .with_initial(std::time::Duration::from_millis(1))
+        .with_max_backoff(std::time::Duration::from_millis(2));
+    Registry::builder()
+        .upstream(
+            "up",
+            UpstreamConfig::new().with_backoff(quick).with_breaker(None),
+        )
+        .seed(1)
+        .build()
+        .unwrap()
+}
+
+async fn calls(reg: &Registry) {
+    // succeeded without retry
+    let _: Result<(), Error> = Retry::in_registry(reg, "up")
+        .method(Method::GET)
+        .run(|_| async { Ok(()) })
+        .await;
+    // succeeded with retry
+    let _: Result<(), Error> = Retry::in_registry(reg, "up")
+        .method(Method::GET)
+        .run(|a| async move {
+            if a.number() == 1 {
+                Err(timeout())
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    // failed with retry (max attempts)
+    let _: Result<(), Error> = Retry::in_registry(reg, "up")
+        .method(Method::GET)
+        .run(|_| async { Err(timeout()) })
+        .await;
+    // ambiguous: an unkeyed write that may have been sent
+    let _: Result<(), Error> = Retry::in_registry(reg, "up")
+        .method(Method::POST)
+        .run(|_| async { Err(timeout()) })
+        .await;
+}
+
+fn timeout() -> Error {
+    Error::AttemptTimeout {
+        upstream: "up".into(),
+        attempt: 1,
+        timeout: Default::default(),
+    }
+}
+
+#[test]
+fn counters_follow_resilience4j_names() {
+    let capture = Capture::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&capture, || rt.block_on(calls(&registry())));
+    let kind = |k: &str| capture.get(&format!("retry.calls{{upstream=up,kind={k}}}"));
+    assert_eq!(kind("successful_without_retry"), 1);
+    assert_eq!(kind("successful_with_retry"), 1);
+    assert_eq!(kind("failed_with_retry"), 1);
+    assert_eq!(kind("ambiguous"), 1);
+    assert_eq!(capture.get("retry.ambiguous{upstream=up}"), 1);
+    assert_eq!(
+        capture.get("retry.retries{upstream=up}"),
+        3,
+        "1 + 2 retries"
+    );
+    assert_eq!(
+        capture.get("retry.denials{upstream=up,reason=max_attempts}"),
+        1
+    );
+    assert!(capture.get("retry.budget.available{upstream=up}") > 0);
+}
+
+/// A writer collecting what the fmt subscriber prints.
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() {
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let reg = registry();
+            calls(&reg).await;
+            let _: Result<(), Error> = Retry::in_registry(&reg, "up")
+                .method(Method::PUT)
+                .idempotency("secret-order-42")
+                .run(|_| async { Err(timeout()) })
+                .await;
+        })
+    });
+    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(out.contains("decision=\"retry\""), "{out}");
+    assert!(out.contains("reason=max_attempts"), "{out}");
+    assert!(out.contains("decision=\"ambiguous\""), "{out}");
+    assert!(
+        out.contains("retry.call{upstream=up"),
+        "a span per call: {out}"
+    );
+    assert!(
+        out.contains("retry.attempt{attempt=2"),
+        "a span per attempt: {out}"
+    );
+    assert!(out.contains("upstream=up"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "evidence=\"{}\"",
+            Evidence::SentNoResponse.as_str()
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains("secret-order-42"),
+        "the key is never logged in clear"
+    );
+}
