@@ -38,6 +38,10 @@ struct Args {
     /// Designs to run: A, B, C (repeat or comma list); all by default.
     #[arg(long, value_delimiter = ',')]
     design: Vec<Design>,
+    /// Design B's upstream configuration (TOML, loaded through the registry; `RETRY__*`
+    /// environment overrides apply).
+    #[arg(long, default_value_os_t = lab::config::default_path())]
+    config: PathBuf,
     /// Directory for the JSON and HTML reports.
     #[arg(long, default_value = "target/outage-lab")]
     out: PathBuf,
@@ -65,6 +69,13 @@ impl Progress for Bar {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    let upstreams = match lab::config::LabUpstreams::load(&args.config) {
+        Ok(u) => u,
+        Err(errors) => {
+            eprintln!("outage-lab: invalid configuration:\n{errors}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let config = LabConfig {
         duration: Duration::from_secs_f64(args.duration),
         load: args.load,
@@ -83,6 +94,7 @@ fn main() -> std::process::ExitCode {
             d
         },
         out: args.out,
+        upstreams,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -51,6 +51,8 @@ pub struct LabConfig {
     pub designs: Vec<Design>,
     /// Where the report goes.
     pub out: PathBuf,
+    /// Design B's upstreams (`examples/lab.toml`).
+    pub upstreams: config::LabUpstreams,
 }
 
 impl Default for LabConfig {
@@ -62,6 +64,7 @@ impl Default for LabConfig {
             scenarios: Scenario::ALL.to_vec(),
             designs: Design::ALL.to_vec(),
             out: PathBuf::from("target/outage-lab"),
+            upstreams: config::LabUpstreams::builtin(),
         }
     }
 }
@@ -98,7 +101,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
                 design,
                 scenario.write_contract(),
                 catalog_server.url(),
-                config::registries(seed),
+                config.upstreams.registries(seed),
             )
             .await?;
             chains.push((design, state, catalog_server, chain));
