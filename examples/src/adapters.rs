@@ -82,7 +82,7 @@ pub struct Registered {
 #[derive(Debug)]
 pub enum AdapterError {
     /// The HTTP attempt failed (status or transport), with its evidence.
-    Http(HttpError),
+    Http(Box<HttpError>),
     /// The runtime stopped: ambiguous outcome, deadline, breaker open, bulkhead full...
     Runtime(retry_runtime::Error),
     /// The response arrived whole but is not what the contract says.
@@ -127,7 +127,7 @@ impl From<retry_runtime::Error> for AdapterError {
 
 impl From<HttpError> for AdapterError {
     fn from(e: HttpError) -> Self {
-        AdapterError::Http(e)
+        AdapterError::Http(Box::new(e))
     }
 }
 

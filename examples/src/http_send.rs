@@ -105,7 +105,9 @@ pub fn client() -> reqwest::Client {
 /// Sends `request` as the current attempt: adds the idempotency key, the attempt number, the
 /// remaining deadline and the operation's retries left, clamps the timeout to the attempt's,
 /// and returns the 2xx response or a classified [`HttpError`].
-pub async fn send_attempt(request: reqwest::RequestBuilder) -> Result<reqwest::Response, HttpError> {
+pub async fn send_attempt(
+    request: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, HttpError> {
     let mut request = request;
     if let Some(attempt) = Attempt::current() {
         let mut headers = http::HeaderMap::new();

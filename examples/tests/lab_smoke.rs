@@ -34,7 +34,12 @@ async fn one_retry_owner_bounds_calls_and_never_duplicates_writes() {
     .unwrap();
     let a = find(&results, Scenario::Always503, Design::A);
     let b = find(&results, Scenario::Always503, Design::B);
-    assert!(a.ops > 0 && a.ops == b.ops, "same schedule: {} vs {}", a.ops, b.ops);
+    assert!(
+        a.ops > 0 && a.ops == b.ops,
+        "same schedule: {} vs {}",
+        a.ops,
+        b.ops
+    );
     assert_eq!(a.ok + b.ok, 0, "the catalog is dead");
     assert!(
         b.calls_max <= 3,
@@ -53,12 +58,22 @@ async fn one_retry_owner_bounds_calls_and_never_duplicates_writes() {
         .unwrap();
     let keyed = find(&results, Scenario::ResetKeyed, Design::B);
     assert!(keyed.ops > 0);
-    assert_eq!(keyed.duplicates, 0, "a keyed write is deduplicated by the catalog");
-    assert!(keyed.calls_max > 1, "keyed writes whose response was lost are retried");
+    assert_eq!(
+        keyed.duplicates, 0,
+        "a keyed write is deduplicated by the catalog"
+    );
+    assert!(
+        keyed.calls_max > 1,
+        "keyed writes whose response was lost are retried"
+    );
 
     let unkeyed = find(&results, Scenario::ResetUnkeyed, Design::B);
     assert_eq!(unkeyed.duplicates, 0, "an unkeyed write is never repeated");
-    assert!(unkeyed.calls_max <= 1, "not retried: {} calls", unkeyed.calls_max);
+    assert!(
+        unkeyed.calls_max <= 1,
+        "not retried: {} calls",
+        unkeyed.calls_max
+    );
     assert!(
         unkeyed.ambiguous > 0,
         "a reset after the write is reported as ambiguous"

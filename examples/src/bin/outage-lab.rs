@@ -139,7 +139,10 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("outage-lab: cannot write the report under {}: {e}", config.out.display());
+            eprintln!(
+                "outage-lab: cannot write the report under {}: {e}",
+                config.out.display()
+            );
             std::process::ExitCode::FAILURE
         }
     }

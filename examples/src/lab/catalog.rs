@@ -144,14 +144,9 @@ impl CatalogState {
             *n += 1;
             *n - 1
         };
-        let fault = self.scenario.fault(
-            self.seed,
-            order,
-            nth,
-            self.elapsed(),
-            self.duration,
-            write,
-        );
+        let fault =
+            self.scenario
+                .fault(self.seed, order, nth, self.elapsed(), self.duration, write);
         tokio::time::sleep(SERVICE_TIME).await;
         match fault {
             Fault::Unavailable => return servers::respond(503, "catalog unavailable"),
@@ -169,7 +164,9 @@ impl CatalogState {
         if !write {
             let books = self.books.lock().unwrap();
             let body = match books.registered.get(&order) {
-                Some(n) => format!(r#"{{"order":{order},"status":"registered","registration":{n}}}"#),
+                Some(n) => {
+                    format!(r#"{{"order":{order},"status":"registered","registration":{n}}}"#)
+                }
                 None => format!(r#"{{"order":{order},"status":"new"}}"#),
             };
             return servers::respond(200, body);

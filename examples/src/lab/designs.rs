@@ -24,7 +24,7 @@ use super::catalog::IDEMPOTENCY_KEY;
 use super::scenarios::WriteContract;
 use super::servers::{self, FnService, Req, Resp, Server};
 use crate::adapters::{AdapterError, CatalogAdapter, OrderId, RegisterCommand};
-use crate::http_send::{self, HttpError};
+use crate::http_send;
 
 /// The response header the API sets when the outcome of a write is unknown.
 pub const OUTCOME: &str = "x-lab-outcome";
@@ -129,7 +129,8 @@ pub async fn start(
         }
         Design::B => {
             let adapter = Arc::new(CatalogAdapter::new(catalog_url, registries.middle.clone()));
-            let handler = FnService(move |request: Req| middle_b(adapter.clone(), contract, request));
+            let handler =
+                FnService(move |request: Req| middle_b(adapter.clone(), contract, request));
             let limits = InboundLimits {
                 deadline: OPERATION_DEADLINE,
                 max_retries: 2,
@@ -292,7 +293,10 @@ async fn middle_b(adapter: Arc<CatalogAdapter>, contract: WriteContract, request
     match result {
         Ok(r) => servers::respond(
             200,
-            format!(r#"{{"order":{},"registration":{}}}"#, r.order, r.registration),
+            format!(
+                r#"{{"order":{},"registration":{}}}"#,
+                r.order, r.registration
+            ),
         ),
         Err(e) => error_response(&e),
     }
@@ -312,13 +316,13 @@ fn error_response(e: &AdapterError) -> Resp {
         return r;
     }
     match e {
-        AdapterError::Http(HttpError {
-            status: Some(status),
-            headers,
-            ..
-        }) => {
-            let mut r = servers::respond(*status, e.to_string());
-            if let Some(v) = headers.as_ref().and_then(|h| h.get(http::header::RETRY_AFTER)) {
+        AdapterError::Http(http) if http.status.is_some() => {
+            let headers = &http.headers;
+            let mut r = servers::respond(http.status.unwrap_or(502), e.to_string());
+            if let Some(v) = headers
+                .as_ref()
+                .and_then(|h| h.get(http::header::RETRY_AFTER))
+            {
                 r.headers_mut().insert(http::header::RETRY_AFTER, v.clone());
             }
             if let Some(v) = headers.as_ref().and_then(|h| h.get(propagation::PUSHBACK)) {

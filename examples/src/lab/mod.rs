@@ -87,7 +87,10 @@ impl Progress for Quiet {
 }
 
 /// Runs every scenario under every design and returns the metrics, scenario-major.
-pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Result<Vec<RunMetrics>> {
+pub async fn run(
+    config: &LabConfig,
+    progress: Arc<dyn Progress>,
+) -> std::io::Result<Vec<RunMetrics>> {
     let mut results = Vec::new();
     for (i, scenario) in config.scenarios.iter().copied().enumerate() {
         let seed = config.seed.wrapping_add(i as u64);

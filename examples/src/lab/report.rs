@@ -149,11 +149,14 @@ fn color(design: Design) -> RGBColor {
 
 const CHART: (u32, u32) = (440, 300);
 
+/// One series of a bar chart: its label, its shade, and its value for a run.
+type Series<'a> = (&'a str, f64, &'a dyn Fn(&RunMetrics) -> f64);
+
 /// Grouped bars: one group per design, one bar per series.
 fn bars(
     title: &str,
     runs: &[&RunMetrics],
-    series: &[(&str, f64, &dyn Fn(&RunMetrics) -> f64)],
+    series: &[Series<'_>],
     limit: Option<(f64, &str)>,
 ) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
@@ -232,7 +235,10 @@ fn bars(
 }
 
 /// Lines: the catalog's in-flight peak per 100 ms, per design.
-fn concurrency(runs: &[&RunMetrics], outage: Option<(f64, f64)>) -> Result<String, Box<dyn std::error::Error>> {
+fn concurrency(
+    runs: &[&RunMetrics],
+    outage: Option<(f64, f64)>,
+) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, CHART).into_drawing_area();
@@ -273,7 +279,9 @@ fn concurrency(runs: &[&RunMetrics], outage: Option<(f64, f64)>) -> Result<Strin
                     c.stroke_width(2),
                 ))?
                 .label(format!("{} {}", m.design.letter(), m.design.describe()))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 12, y)], c.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()
@@ -294,7 +302,10 @@ fn escape(s: &str) -> String {
 }
 
 /// The HTML report: the table, then per scenario its three charts.
-pub fn html(config: &LabConfig, results: &[RunMetrics]) -> Result<String, Box<dyn std::error::Error>> {
+pub fn html(
+    config: &LabConfig,
+    results: &[RunMetrics],
+) -> Result<String, Box<dyn std::error::Error>> {
     let mut h = String::new();
     h.push_str(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Outage lab</title>\n<style>\
@@ -315,8 +326,20 @@ pub fn html(config: &LabConfig, results: &[RunMetrics]) -> Result<String, Box<dy
     let _ = writeln!(h, "<pre>{}</pre>", escape(LEGEND));
     h.push_str("<table><tr>");
     for col in [
-        "scenario", "design", "ops", "ok %", "calls/op", "max", "p50 ms", "p95 ms", "p99 ms",
-        "peak", "recovery", "ambiguous", "duplicates", "lost acks",
+        "scenario",
+        "design",
+        "ops",
+        "ok %",
+        "calls/op",
+        "max",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "peak",
+        "recovery",
+        "ambiguous",
+        "duplicates",
+        "lost acks",
     ] {
         let _ = write!(h, "<th>{col}</th>");
     }
@@ -387,7 +410,10 @@ pub fn write(
 ) -> Result<(PathBuf, PathBuf), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
     let json_path = dir.join("outage-lab.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json(config, results))?)?;
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&json(config, results))?,
+    )?;
     let html_path = dir.join("outage-lab.html");
     std::fs::write(&html_path, html(config, results)?)?;
     Ok((json_path, html_path))

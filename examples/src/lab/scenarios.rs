@@ -203,7 +203,12 @@ mod tests {
         for s in Scenario::ALL {
             assert_eq!(s.name().parse::<Scenario>().unwrap(), s);
         }
-        assert!("nope".parse::<Scenario>().unwrap_err().contains("always-503"));
+        assert!(
+            "nope"
+                .parse::<Scenario>()
+                .unwrap_err()
+                .contains("always-503")
+        );
     }
 
     #[test]

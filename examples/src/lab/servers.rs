@@ -151,5 +151,9 @@ pub fn respond(status: u16, body: impl Into<Bytes>) -> Resp {
 
 /// The order id in `/orders/{id}` or `/orders/{id}/register`.
 pub fn order_of(path: &str) -> Option<u64> {
-    path.strip_prefix("/orders/")?.split('/').next()?.parse().ok()
+    path.strip_prefix("/orders/")?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
 }
