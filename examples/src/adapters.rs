@@ -15,12 +15,11 @@
 use std::fmt;
 use std::sync::Arc;
 
+use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
     Classify, Evidence, Method, PermanentCategory, Pushback, Reconciled, Registry, Retry,
 };
 use uuid::Uuid;
-
-use crate::http_send::{self, HttpError};
 
 /// The namespace of the adapter's idempotency keys (UUID v5 of `"{order}:{operation}"`).
 pub const KEY_NAMESPACE: Uuid = Uuid::from_u128(0x6f1d_2a4e_8c1b_5d3a_9e7f_0b2c_4d6e_8a10);
@@ -82,7 +81,7 @@ pub struct Registered {
 #[derive(Debug)]
 pub enum AdapterError {
     /// The HTTP attempt failed (status or transport), with its evidence.
-    Http(Box<HttpError>),
+    Http(HttpError),
     /// The runtime stopped: ambiguous outcome, deadline, breaker open, bulkhead full...
     Runtime(retry_runtime::Error),
     /// The response arrived whole but is not what the contract says.
@@ -101,7 +100,7 @@ impl AdapterError {
     /// The catalog's status, when it answered.
     pub fn status(&self) -> Option<u16> {
         match self {
-            AdapterError::Http(e) => e.status,
+            AdapterError::Http(e) => e.status().map(|s| s.as_u16()),
             _ => None,
         }
     }
@@ -127,7 +126,7 @@ impl From<retry_runtime::Error> for AdapterError {
 
 impl From<HttpError> for AdapterError {
     fn from(e: HttpError) -> Self {
-        AdapterError::Http(Box::new(e))
+        AdapterError::Http(e)
     }
 }
 
@@ -190,9 +189,18 @@ pub struct CatalogAdapter {
 impl CatalogAdapter {
     /// An adapter for the catalog at `base` (`http://host:port`), configured by the `catalog`
     /// entry of `registry`.
+    ///
+    /// # Panics
+    /// If `registry` has no `catalog` upstream.
     pub fn new(base: impl Into<String>, registry: Arc<Registry>) -> Self {
+        let upstream = registry.upstream("catalog").expect("a `catalog` upstream");
+        // No redirects, no reqwest-internal retries: the evidence classification stays honest.
+        let client = retry_runtime::http::client_builder_for(upstream.config())
+            .pool_max_idle_per_host(64)
+            .build()
+            .expect("a plain HTTP client builds");
         CatalogAdapter {
-            client: http_send::client(),
+            client,
             base: base.into(),
             registry,
         }
@@ -256,8 +264,8 @@ impl CatalogAdapter {
 
     async fn fetch_status(&self, id: OrderId) -> Result<OrderStatus, AdapterError> {
         let url = format!("{}/orders/{id}", self.base);
-        let response = http_send::send_attempt(self.client.get(url)).await?;
-        let body = json(http_send::read_bytes(response).await?)?;
+        let response = self.client.get(url).send_attempt().await?;
+        let body = json(response.read_bytes().await?)?;
         match body["status"].as_str() {
             Some("new") => Ok(OrderStatus::New),
             Some("registered") => body["registration"]
@@ -270,8 +278,8 @@ impl CatalogAdapter {
 
     async fn post_register(&self, cmd: &RegisterCommand) -> Result<Registered, AdapterError> {
         let url = format!("{}/orders/{}/register", self.base, cmd.order);
-        let response = http_send::send_attempt(self.client.post(url)).await?;
-        let body = json(http_send::read_bytes(response).await?)?;
+        let response = self.client.post(url).send_attempt().await?;
+        let body = json(response.read_bytes().await?)?;
         let registration = body["registration"]
             .as_u64()
             .ok_or_else(|| AdapterError::Decode("no registration number".into()))?;

@@ -6,5 +6,4 @@
 //!   designs; run it with `cargo run --release -p retry-examples --bin outage-lab`.
 
 pub mod adapters;
-pub mod http_send;
 pub mod lab;

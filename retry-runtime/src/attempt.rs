@@ -134,6 +134,11 @@ pub struct Attempt {
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) deadline: Instant,
     pub(crate) timeout: Duration,
+    /// When this attempt's timeout expires (set when the attempt is admitted).
+    pub(crate) ends: Instant,
+    pub(crate) retries_left: Option<u32>,
+    pub(crate) report: crate::attempt_report::AttemptReport,
+    pub(crate) span: tracing::Span,
 }
 
 impl Attempt {
@@ -192,13 +197,34 @@ impl Attempt {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// Time left before this attempt is cut (its timeout, counted from when it was admitted,
+    /// never past the deadline). Integrations use a little less, so their own, classified
+    /// timeout fires before the loop's.
+    pub fn time_left(&self) -> Duration {
+        self.ends
+            .min(self.deadline)
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Retries the operation may still make across every layer, when it started (sent to the
+    /// callee so it does not add retries of its own on top).
+    pub fn retries_left(&self) -> Option<u32> {
+        self.retries_left
+    }
+
     /// This attempt's timeout: the upstream's attempt timeout clamped to the remaining deadline.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
-    pub(crate) async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
-        ATTEMPT.scope(self, fut).await
+    /// Runs `fut` as this attempt and hands the attempt back with what it reported.
+    pub(crate) async fn scope<F: std::future::Future>(
+        self,
+        fut: F,
+    ) -> (F::Output, Option<Attempt>) {
+        let mut scoped = std::pin::pin!(ATTEMPT.scope(self, fut));
+        let output = scoped.as_mut().await;
+        (output, scoped.as_mut().take_value())
     }
 }
 

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempt::{Attempt, IdempotencyKey};
+use crate::attempt_report::{self, AttemptReport};
 use crate::decision::{Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
@@ -103,6 +104,8 @@ pub struct Call<'r> {
     /// What the runtime itself did to the last attempt ([`LOCAL_NONE`] ...): the facts it knows
     /// first-hand override whatever the caller's error type reports.
     local: AtomicU8,
+    /// The weakest body replayability the attempts reported (see [`Attempt::report_body`]).
+    reported: AtomicU8,
 }
 
 const LOCAL_NONE: u8 = 0;
@@ -176,6 +179,7 @@ impl<'r> Call<'r> {
             span,
             attempt_span: tracing::Span::none(),
             local: AtomicU8::new(LOCAL_NONE),
+            reported: AtomicU8::new(attempt_report::encode(Replayability::Replayable)),
         })
     }
 
@@ -222,8 +226,12 @@ impl<'r> Call<'r> {
             parent: &self.span,
             "retry.attempt",
             attempt = self.attempt,
+            http.request.method = %self.method,
             http.request.resend_count = self.attempt - 1,
+            server.address = tracing::field::Empty,
+            server.port = tracing::field::Empty,
             evidence = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
             http.response.status_code = tracing::field::Empty,
         );
         Ok(Attempt {
@@ -233,6 +241,10 @@ impl<'r> Call<'r> {
             key: self.key.clone(),
             deadline: self.deadline,
             timeout: config.attempt_timeout.min(remaining),
+            ends: self.deadline,
+            retries_left: self.operation.retries_left(),
+            report: AttemptReport::default(),
+            span: self.attempt_span.clone(),
         })
     }
 
@@ -294,6 +306,7 @@ impl<'r> Call<'r> {
         attempt.timeout = attempt
             .timeout
             .min(self.deadline.saturating_duration_since(Instant::now()));
+        attempt.ends = Instant::now() + attempt.timeout;
         let fut = make(attempt.clone());
         let result = self.run_admitted(attempt, fut).await;
         drop(permit);
@@ -328,11 +341,16 @@ impl<'r> Call<'r> {
             }
         };
         let scoped = attempt.scope(timed).instrument(self.attempt_span.clone());
-        if self.own_scope {
+        let (result, attempt) = if self.own_scope {
             self.operation.clone().scope(scoped).await
         } else {
             scoped.await
+        };
+        if let Some(attempt) = attempt {
+            let reported = attempt_report::encode(attempt.report.replay());
+            self.reported.fetch_min(reported, Ordering::AcqRel);
         }
+        result
     }
 
     /// Decides after an attempt: returns success, or asks the engine, spends the retry (shared
@@ -362,6 +380,8 @@ impl<'r> Call<'r> {
         }
         self.attempt_span
             .record("evidence", failure.evidence.as_str());
+        self.attempt_span
+            .record("error.type", failure.evidence.as_str());
         if let Some(status) = failure.status {
             self.attempt_span
                 .record("http.response.status_code", status);
@@ -398,7 +418,9 @@ impl<'r> Call<'r> {
             max_attempts: config.max_attempts,
             operation_retries_left: self.operation.retries_left().unwrap_or(u32::MAX),
             budget_has_token: self.upstream.budget().has_token(),
-            replay: self.replay,
+            replay: self.replay.min(attempt_report::decode(
+                self.reported.load(Ordering::Acquire),
+            )),
             draining: self.registry.drain().is_draining(),
             remaining: self.deadline.saturating_duration_since(Instant::now()),
             min_attempt_budget: config.min_attempt_budget,

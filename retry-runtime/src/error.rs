@@ -94,6 +94,9 @@ pub enum Error {
         /// The upstream.
         upstream: Arc<str>,
     },
+    /// An HTTP attempt failed (feature `http`); see [`HttpError`](crate::http::HttpError).
+    #[cfg(feature = "http")]
+    Http(crate::http::HttpError),
 }
 
 impl fmt::Display for Error {
@@ -139,6 +142,8 @@ impl fmt::Display for Error {
                     "the bulkhead of `{upstream}` had no free slot before the deadline: nothing was sent"
                 )
             }
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.fmt(f),
         }
     }
 }
@@ -149,6 +154,8 @@ impl std::error::Error for Error {
             Error::Ambiguous(a) => Some(&**a),
             Error::InvalidIdempotencyKey(e) => Some(e),
             Error::RefreshFailed(e) => Some(&**e),
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.source(),
             _ => None,
         }
     }
@@ -173,6 +180,8 @@ impl From<Ambiguous> for Error {
 impl Classify for Error {
     fn evidence(&self) -> Evidence {
         match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.evidence(),
             Error::Ambiguous(a) => a.evidence,
             Error::AttemptTimeout { .. } => Evidence::SentNoResponse,
             Error::UnknownUpstream { .. }
@@ -187,6 +196,8 @@ impl Classify for Error {
     fn status(&self) -> Option<u16> {
         match self {
             Error::Ambiguous(a) => a.status,
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::status(e),
             _ => None,
         }
     }
@@ -203,6 +214,24 @@ impl Classify for Error {
             | Error::DeadlineExceeded { .. }
             | Error::CircuitOpen { .. }
             | Error::BulkheadFull { .. } => None,
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.permanent(),
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::retry_after(e),
+            _ => None,
+        }
+    }
+
+    fn pushback(&self) -> Option<crate::Pushback> {
+        match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::pushback(e),
+            _ => None,
         }
     }
 

@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod attempt;
+mod attempt_report;
 mod call;
 mod classify;
 mod decision;
@@ -43,7 +44,11 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod config;
+#[cfg(feature = "durable")]
+pub mod durable;
 pub mod engine;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod propagation;
 pub mod registry;
 pub mod retry_after;
@@ -65,7 +70,7 @@ pub use retry::{Retry, RetryCall};
 pub use scope::{Operation, OperationBuilder, operation};
 
 /// Re-exported so users name methods without depending on `http` themselves.
-pub use http::Method;
+pub use ::http::Method;
 
 #[doc(hidden)]
 pub mod __private {

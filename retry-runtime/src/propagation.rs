@@ -6,11 +6,11 @@
 //!
 //! | header | value |
 //! |---|---|
-//! | [`DEADLINE_MS`] `x-retry-deadline-ms` | milliseconds left before the operation's deadline (relative: clocks differ) |
-//! | [`ATTEMPT`] `x-retry-attempt` | this attempt's number, 1-based |
-//! | [`RETRIES_LEFT`] `x-retry-retries-left` | retries the operation may still make, across all layers |
+//! | [`DEADLINE_MS`] `retry-deadline-ms` | milliseconds left before the operation's deadline (relative: clocks differ) |
+//! | [`ATTEMPT`] `retry-attempt` | this attempt's number, 1-based |
+//! | [`RETRIES_LEFT`] `retry-retries-left` | retries the operation may still make, across all layers |
 //!
-//! and a callee answers an error with [`PUSHBACK`] `x-retry-pushback: retries-spent` when it
+//! and a callee answers an error with [`PUSHBACK`] `retry-pushback: retries-spent` when it
 //! already retried for this operation, or `overloaded` when it sheds load: the caller's engine
 //! then denies its own retry with [`DenyReason::Pushback`](crate::DenyReason).
 //!
@@ -23,13 +23,13 @@ use std::time::Duration;
 use crate::Pushback;
 
 /// Milliseconds left before the operation's deadline.
-pub const DEADLINE_MS: &str = "x-retry-deadline-ms";
+pub const DEADLINE_MS: &str = "retry-deadline-ms";
 /// The attempt number, 1-based.
-pub const ATTEMPT: &str = "x-retry-attempt";
+pub const ATTEMPT: &str = "retry-attempt";
 /// Retries the operation may still make across all layers.
-pub const RETRIES_LEFT: &str = "x-retry-retries-left";
+pub const RETRIES_LEFT: &str = "retry-retries-left";
 /// A callee's "do not retry": `retries-spent` or `overloaded`.
-pub const PUSHBACK: &str = "x-retry-pushback";
+pub const PUSHBACK: &str = "retry-pushback";
 
 /// The largest deadline accepted from a caller (one day): anything above is treated as garbage.
 const MAX_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
@@ -96,14 +96,24 @@ pub fn write_headers(
 
 /// Reads a callee's pushback header (unknown values are ignored, traced).
 pub fn pushback(headers: &http::HeaderMap) -> Option<Pushback> {
-    let value = headers.get(PUSHBACK)?;
-    match value.as_bytes() {
-        b"retries-spent" => Some(Pushback::RetriesSpent),
-        b"overloaded" => Some(Pushback::Overloaded),
-        _ => {
-            tracing::debug!(target: "retry_runtime::propagation", value = ?value, "ignoring unknown pushback value");
-            None
-        }
+    parse_pushback(headers.get(PUSHBACK)?.as_bytes())
+}
+
+/// Parses a [`PUSHBACK`] value (case-insensitive, surrounding spaces allowed); an unknown value
+/// is ignored with a trace event.
+pub fn parse_pushback(value: &[u8]) -> Option<Pushback> {
+    let trimmed = value.trim_ascii();
+    if trimmed.eq_ignore_ascii_case(Pushback::Overloaded.as_str().as_bytes()) {
+        Some(Pushback::Overloaded)
+    } else if trimmed.eq_ignore_ascii_case(Pushback::RetriesSpent.as_str().as_bytes()) {
+        Some(Pushback::RetriesSpent)
+    } else {
+        tracing::debug!(
+            target: "retry_runtime::propagation",
+            value = %String::from_utf8_lossy(&value[..value.len().min(64)]),
+            "ignoring unknown pushback value"
+        );
+        None
     }
 }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use retry_runtime::http::{RequestBuilderExt, ResponseExt};
 use retry_runtime::tower::{InboundLimits, ScopeLayer};
 use retry_runtime::{Method, Pushback, Registry, Retry, propagation};
 use tower_layer::Layer;
@@ -24,7 +25,6 @@ use super::catalog::IDEMPOTENCY_KEY;
 use super::scenarios::WriteContract;
 use super::servers::{self, FnService, Req, Resp, Server};
 use crate::adapters::{AdapterError, CatalogAdapter, OrderId, RegisterCommand};
-use crate::http_send;
 
 /// The response header the API sets when the outcome of a write is unknown.
 pub const OUTCOME: &str = "x-lab-outcome";
@@ -115,7 +115,7 @@ pub async fn start(
     let middle = match design {
         Design::A | Design::C => {
             let attempts = if design == Design::A { 3 } else { 1 };
-            let client = http_send::client();
+            let client = plain_client();
             servers::serve(FnService(move |request: Req| {
                 forward(
                     client.clone(),
@@ -140,7 +140,19 @@ pub async fn start(
         }
     };
     let middle_url = middle.url();
-    let client = http_send::client();
+    let client = match design {
+        Design::B => {
+            let upstream = registries
+                .api
+                .upstream("middle")
+                .expect("a `middle` upstream");
+            retry_runtime::http::client_builder_for(upstream.config())
+                .pool_max_idle_per_host(64)
+                .build()
+                .expect("a plain HTTP client builds")
+        }
+        Design::A | Design::C => plain_client(),
+    };
     let api = match design {
         Design::A | Design::C => {
             let attempts = if design == Design::A { 3 } else { 1 };
@@ -171,6 +183,15 @@ pub async fn start(
         }
     };
     Ok(Chain { api, middle })
+}
+
+/// The client A and C use: plain reqwest, as their services would.
+fn plain_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .retry(reqwest::retry::never())
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("a plain HTTP client builds")
 }
 
 /// The API derives the idempotency key of a keyed write (every design sends it).
@@ -260,8 +281,8 @@ async fn api_b(
         .run(call.run(|_attempt| {
             let request = client.request(method.clone(), &url);
             async move {
-                let response = http_send::send_attempt(request).await?;
-                Ok(http_send::read_bytes(response).await?)
+                let response = request.send_attempt().await?;
+                Ok(response.read_bytes().await?)
             }
         }))
         .await;
@@ -316,17 +337,13 @@ fn error_response(e: &AdapterError) -> Resp {
         return r;
     }
     match e {
-        AdapterError::Http(http) if http.status.is_some() => {
-            let headers = &http.headers;
-            let mut r = servers::respond(http.status.unwrap_or(502), e.to_string());
-            if let Some(v) = headers
-                .as_ref()
-                .and_then(|h| h.get(http::header::RETRY_AFTER))
-            {
-                r.headers_mut().insert(http::header::RETRY_AFTER, v.clone());
-            }
-            if let Some(v) = headers.as_ref().and_then(|h| h.get(propagation::PUSHBACK)) {
-                r.headers_mut().insert(propagation::PUSHBACK, v.clone());
+        AdapterError::Http(http) if http.status().is_some() => {
+            let status = http.status().map_or(502, |s| s.as_u16());
+            let mut r = servers::respond(status, e.to_string());
+            for name in [http::header::RETRY_AFTER.as_str(), propagation::PUSHBACK] {
+                if let Some(v) = http.headers().and_then(|h| h.get(name)) {
+                    r.headers_mut().insert(name, v.clone());
+                }
             }
             r
         }

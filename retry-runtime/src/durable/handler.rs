@@ -1,0 +1,167 @@
+//! What a worker runs for each attempt: a [`Handler`] per operation, given a [`TaskContext`],
+//! answering with success or an [`AttemptError`].
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::task::{Task, TaskId};
+
+/// Everything one attempt needs. The idempotency key is the task's, identical on every
+/// attempt: send it upstream (e.g. as the `Idempotency-Key` header) so a repeat after a crash or
+/// a rescued lease is a replay, not a second payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskContext {
+    /// The task.
+    pub task_id: TaskId,
+    /// The operation name the handler was registered under.
+    pub operation: String,
+    /// The key to send upstream on this and every attempt.
+    pub idempotency_key: String,
+    /// The caller's serialized request.
+    pub payload: Vec<u8>,
+    /// This attempt's number, from 1 (durable attempts only; in-memory ones are not counted).
+    pub attempt: u32,
+    /// Attempts allowed before the task fails.
+    pub max_attempts: u32,
+}
+
+impl TaskContext {
+    pub(crate) fn from_task(task: &Task) -> Self {
+        TaskContext {
+            task_id: task.id,
+            operation: task.operation.clone(),
+            idempotency_key: task.idempotency_key.clone(),
+            payload: task.payload.clone(),
+            attempt: task.retry_count,
+            max_attempts: task.max_attempts,
+        }
+    }
+
+    /// Whether a failure of this attempt fails the task.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+}
+
+/// Why an attempt did not succeed, and whether trying again can help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptError {
+    /// A transient failure (timeout, 5xx, 429, connection reset): try again after backoff.
+    Retry {
+        /// What happened, stored as the task's `last_error`.
+        message: String,
+        /// A minimum wait the upstream asked for (`Retry-After`), capped by the backoff cap.
+        retry_after: Option<Duration>,
+    },
+    /// A failure that repeating cannot fix (a 4xx contract error, spec 003 R-RES-RE-X2): the
+    /// task fails at once and alerts.
+    Permanent {
+        /// What happened, stored as the task's `last_error`.
+        message: String,
+    },
+}
+
+impl AttemptError {
+    /// A transient failure.
+    pub fn retry(message: impl Into<String>) -> Self {
+        AttemptError::Retry {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A transient failure whose upstream asked to wait at least `after`.
+    pub fn retry_after(message: impl Into<String>, after: Duration) -> Self {
+        AttemptError::Retry {
+            message: message.into(),
+            retry_after: Some(after),
+        }
+    }
+
+    /// A permanent failure.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        AttemptError::Permanent {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            AttemptError::Retry { message, .. } | AttemptError::Permanent { message } => message,
+        }
+    }
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::Retry { message, .. } => write!(f, "transient: {message}"),
+            AttemptError::Permanent { message } => write!(f, "permanent: {message}"),
+        }
+    }
+}
+
+impl StdError for AttemptError {}
+
+/// The boxed future a [`Handler`] returns.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), AttemptError>> + Send + 'static>>;
+
+/// Runs one attempt of one operation. Implemented for every
+/// `Fn(TaskContext) -> impl Future<Output = Result<(), AttemptError>>`, so an `async` closure
+/// (or a closure returning an `async move` block) is a handler.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs the attempt. The worker drops the future when the attempt timeout elapses.
+    fn call(&self, task: TaskContext) -> HandlerFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(TaskContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), AttemptError>> + Send + 'static,
+{
+    fn call(&self, task: TaskContext) -> HandlerFuture {
+        Box::pin(self(task))
+    }
+}
+
+/// The error an [`AlertHook`] returns when it could not deliver.
+pub type AlertError = Box<dyn StdError + Send + Sync>;
+
+/// The boxed future an [`AlertHook`] returns.
+pub type AlertFuture = Pin<Box<dyn Future<Output = Result<(), AlertError>> + Send + 'static>>;
+
+/// Tells a human that a task failed for good (spec 003: "a human must see it").
+///
+/// Delivery is at-least-once and survives crashes: the failed row owes an alert until the hook
+/// returns `Ok` and the worker records it. A hook that returns `Err` (pager unreachable) is
+/// called again after the alert lease. Implemented for every
+/// `Fn(Task) -> impl Future<Output = Result<(), AlertError>>`.
+pub trait AlertHook: Send + Sync + 'static {
+    /// Delivers the alert for `task` (status `failed`, with `last_error`).
+    fn alert(&self, task: Task) -> AlertFuture;
+}
+
+impl<F, Fut> AlertHook for F
+where
+    F: Fn(Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), AlertError>> + Send + 'static,
+{
+    fn alert(&self, task: Task) -> AlertFuture {
+        Box::pin(self(task))
+    }
+}
+
+/// The default alert hook: only the worker's `error`-level `tracing` event (`event = "alert"`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TracingAlert;
+
+impl AlertHook for TracingAlert {
+    fn alert(&self, _task: Task) -> AlertFuture {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,185 @@
+//! The storage interface every backend implements, and which the worker and queue use.
+//!
+//! The trait is small on purpose: each method is one or two SQL statements whose semantics are
+//! pinned by the shared conformance suite (`tests/tests/durable_*.rs`). Policy (backoff, attempt
+//! limits, what counts as permanent) stays in Rust and is passed in, so both backends behave
+//! identically. Every method takes `now` from the caller's [`Clock`](super::Clock) so tests move
+//! time instead of sleeping.
+
+use std::future::Future;
+
+use super::backoff::DurableBackoff;
+use super::clock::Timestamp;
+use super::error::DurableError;
+use super::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId};
+
+/// Result alias for store calls.
+pub type StoreResult<T> = Result<T, DurableError>;
+
+/// A database holding durable tasks. Implemented by
+/// [`SqliteStore`](super::SqliteStore) and [`PgStore`](super::PgStore).
+///
+/// Stores are cheap to clone (they wrap a connection pool).
+pub trait DurableStore: Clone + Send + Sync + 'static {
+    /// `"sqlite"` or `"postgres"`, for logs and errors.
+    fn backend(&self) -> &'static str;
+
+    /// Inserts a task, or returns the existing one when `(operation, idempotency_key)` was
+    /// handed off before (whatever its status): handing off twice is a no-op.
+    fn enqueue(
+        &self,
+        task: NewTask<'_>,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Enqueued>> + Send;
+
+    /// Claims up to `batch` due `pending` tasks of the given operations for `owner`, setting
+    /// them `running` with a lease until `lease_until` and incrementing `retry_count` (the
+    /// attempt is counted at claim). A task is handed to exactly one claimer per attempt.
+    fn claim(
+        &self,
+        owner: &str,
+        operations: &[String],
+        batch: u32,
+        lease_until: Timestamp,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Vec<Task>>> + Send;
+
+    /// Marks a claimed task `succeeded`. Returns `false`, changing nothing, when the fence no
+    /// longer matches (the lease was rescued and the task re-claimed or finished elsewhere).
+    fn complete(
+        &self,
+        fence: &Fence,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Returns a claimed task to `pending`, due at `next_attempt_at`, recording `error`.
+    /// Fenced like [`complete`](Self::complete).
+    fn retry_later(
+        &self,
+        fence: &Fence,
+        error: &str,
+        next_attempt_at: Timestamp,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Marks a claimed task `failed`, recording `error`; the alert becomes owed in the same
+    /// write. Fenced like [`complete`](Self::complete).
+    fn mark_failed(
+        &self,
+        fence: &Fence,
+        error: &str,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Gives a claimed task back unfinished (graceful shutdown): `pending`, due now, and the
+    /// attempt is not counted. Fenced like [`complete`](Self::complete).
+    fn release(
+        &self,
+        fence: &Fence,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Takes back up to `batch` tasks whose lease expired before `now`: `pending` after
+    /// `backoff`, or `failed` when the abandoned attempt was the last. Safe to run from every
+    /// instance at once: a task is rescued once.
+    fn rescue_expired(
+        &self,
+        batch: u32,
+        backoff: DurableBackoff,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Vec<Rescued>>> + Send;
+
+    /// Reserves up to `batch` failed tasks whose alert is owed and not reserved by another
+    /// dispatcher, until `lease_until`. Deliver each, then call
+    /// [`ack_alert`](Self::ack_alert); an unacknowledged alert is offered again after the
+    /// reservation expires (at-least-once, surviving a crash between failing and alerting).
+    fn claim_alerts(
+        &self,
+        batch: u32,
+        lease_until: Timestamp,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Vec<Task>>> + Send;
+
+    /// Records that the alert for a failed task was delivered.
+    fn ack_alert(
+        &self,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// One task by id.
+    fn get(&self, task_id: TaskId) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
+
+    /// One task by `(operation, idempotency_key)`.
+    fn find(
+        &self,
+        operation: &str,
+        idempotency_key: &str,
+    ) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
+
+    /// How many tasks are in each status.
+    fn counts(&self) -> impl Future<Output = StoreResult<StatusCounts>> + Send;
+
+    /// Up to `limit` failed tasks, most recently failed first, with their last error.
+    fn failed_tasks(&self, limit: u32) -> impl Future<Output = StoreResult<Vec<Task>>> + Send;
+
+    /// Puts a `failed` or `cancelled` task back to `pending`, due now, with a fresh attempt
+    /// budget and the alert reset (a new failure alerts again).
+    fn requeue(
+        &self,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Task>> + Send;
+
+    /// Cancels a `pending` or `failed` task. A `running` task cannot be cancelled: its attempt
+    /// is in flight; cancel it after it fails or let it finish.
+    fn cancel(
+        &self,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Task>> + Send;
+}
+
+/// The outcome of a lease rescue for one task, computed in Rust so worker and rescuer share
+/// the policy.
+pub(crate) fn rescue_decision(
+    retry_count: u32,
+    max_attempts: u32,
+    backoff: DurableBackoff,
+    now: Timestamp,
+) -> (super::task::TaskStatus, Timestamp) {
+    if retry_count >= max_attempts {
+        (super::task::TaskStatus::Failed, now)
+    } else {
+        (
+            super::task::TaskStatus::Pending,
+            now.saturating_add(backoff.delay_after(retry_count)),
+        )
+    }
+}
+
+/// The error text recorded on a rescued task.
+pub(crate) fn rescue_error(owner: &str, lease_until: Option<Timestamp>) -> String {
+    match lease_until {
+        Some(t) => {
+            format!("lease held by worker `{owner}` expired at {t} (unix ms); worker presumed dead")
+        }
+        None => format!("lease held by worker `{owner}` expired; worker presumed dead"),
+    }
+}
+
+/// The explanation for requeue/cancel refusals.
+pub(crate) fn transition_error(
+    store_get: Option<Task>,
+    task_id: TaskId,
+    action: &'static str,
+) -> DurableError {
+    match store_get {
+        None => DurableError::NotFound { task_id: task_id.0 },
+        Some(t) => DurableError::InvalidTransition {
+            task_id: task_id.0,
+            action,
+            status: t.status.as_str().to_owned(),
+        },
+    }
+}

@@ -1,0 +1,214 @@
+//! The error-chain walk: a failed `send()` into [`Evidence`].
+//!
+//! Rules from `research/evidence-classification.md` section 5, applied top-down to an error
+//! returned by `send()` (no final headers yet), on a client built with
+//! [`client_builder`](super::client_builder) (no redirects, no reqwest retries):
+//!
+//! | # | situation | check | evidence |
+//! |---|---|---|---|
+//! | 2 | invalid URL, bad scheme, builder error | `is_builder()` | `NotSent` |
+//! | 21/24 | final headers arrived (`error_for_status`, redirect policy) | `is_status()` / `is_redirect()` | `ResponseReceived` |
+//! | 3-8 | DNS, TCP refused/reset during connect, connect timeout, TLS/proxy, pool checkout | `is_connect()` (a hyper-util `legacy::Error` of kind Connect in the chain) | `NotSent` |
+//! | 9 | hyper handed the request back unsent | the **first** `hyper::Error` in the chain `is_canceled()` | `NotSent` |
+//! | 10 | HTTP/2 `REFUSED_STREAM` before headers | first `h2::Error`: `is_reset() && is_remote() && reason == REFUSED_STREAM` | `NotSent` |
+//! | 11 | HTTP/2 stream above a GOAWAY's last-stream-id | first `h2::Error`: `is_go_away() && is_remote()`, any reason | `NotSent` |
+//! | 12-20 | every other failure: total/read timeout, reset, EOF (`IncompleteMessage`), partial head, other RST_STREAM codes, h2 connection loss, handshake failure, an unknown chain | default | `SentNoResponse` |
+//!
+//! The body phase is classified by the caller of [`ResponseExt`](super::ResponseExt): any failure
+//! while reading a body whose headers arrived is `PartialResponse` (row 23); a complete body that
+//! does not decode is `ResponseReceived` with the permanent category `Decode` (row 22).
+//!
+//! A generic I/O error is never upgraded to `NotSent`: a reset on a connection where the server
+//! read the whole request and one where it read nothing produce identical chains. When a
+//! downcast fails (a hyper/h2 upgrade changed the chain, or two majors are linked) the walk
+//! finds nothing and the answer falls to `SentNoResponse`: unsafe changes can only make the
+//! classifier more cautious. The canary tests in `tests/tests/http_canary.rs` fail loudly when
+//! that happens.
+
+use std::error::Error as StdError;
+use std::io;
+
+use crate::Evidence;
+
+/// The HTTP/2 `REFUSED_STREAM` error code (RFC 9113 §7).
+pub const REFUSED_STREAM: u32 = 0x7;
+
+/// What the classifier found in a `reqwest::Error`'s chain. Exposed so tests (and curious
+/// operators) can see why an error got its class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChainFacts {
+    /// `reqwest::Error::is_builder()`.
+    pub builder: bool,
+    /// `reqwest::Error::is_connect()`.
+    pub connect: bool,
+    /// `reqwest::Error::is_timeout()` (phase-neutral: says nothing alone).
+    pub timeout: bool,
+    /// `reqwest::Error::is_status()` or `is_redirect()`: final headers arrived.
+    pub response: bool,
+    /// A hyper-util `legacy::Error` is in the chain.
+    pub legacy: bool,
+    /// That `legacy::Error` carries connection info (the request was dispatched on a connection).
+    pub legacy_connect_info: bool,
+    /// A `hyper::Error` is in the chain.
+    pub hyper: bool,
+    /// The first `hyper::Error` is `is_canceled()`.
+    pub hyper_canceled: bool,
+    /// The first `hyper::Error` is `is_incomplete_message()`.
+    pub hyper_incomplete: bool,
+    /// The first `h2::Error`'s reason code, if an `h2::Error` is in the chain.
+    pub h2_reason: Option<u32>,
+    /// The first `h2::Error` is a stream reset.
+    pub h2_reset: bool,
+    /// The first `h2::Error` is a GOAWAY.
+    pub h2_go_away: bool,
+    /// The first `h2::Error` came from the peer.
+    pub h2_remote: bool,
+    /// The first `io::Error`'s kind.
+    pub io: Option<io::ErrorKind>,
+}
+
+impl ChainFacts {
+    /// Walks `error`'s `source()` chain, downcasting at every level.
+    pub fn of(error: &reqwest::Error) -> ChainFacts {
+        let mut facts = ChainFacts {
+            builder: error.is_builder(),
+            connect: error.is_connect(),
+            timeout: error.is_timeout(),
+            response: error.is_status() || error.is_redirect(),
+            ..ChainFacts::default()
+        };
+        let mut source: Option<&(dyn StdError + 'static)> = error.source();
+        // A chain is a handful of links; the bound only guards against a cycle.
+        for _ in 0..32 {
+            let Some(e) = source else { break };
+            if let Some(l) = e.downcast_ref::<hyper_util::client::legacy::Error>()
+                && !facts.legacy
+            {
+                facts.legacy = true;
+                facts.legacy_connect_info = l.connect_info().is_some();
+            }
+            // The first hyper::Error counts: a canceled request nests the connection error
+            // that canceled it (research §1).
+            if let Some(h) = e.downcast_ref::<hyper::Error>()
+                && !facts.hyper
+            {
+                facts.hyper = true;
+                facts.hyper_canceled = h.is_canceled();
+                facts.hyper_incomplete = h.is_incomplete_message();
+            }
+            if let Some(h) = e.downcast_ref::<h2::Error>()
+                && facts.h2_reason.is_none()
+                && !facts.h2_reset
+                && !facts.h2_go_away
+            {
+                facts.h2_reason = h.reason().map(u32::from);
+                facts.h2_reset = h.is_reset();
+                facts.h2_go_away = h.is_go_away();
+                facts.h2_remote = h.is_remote();
+            }
+            if let Some(io) = e.downcast_ref::<io::Error>()
+                && facts.io.is_none()
+            {
+                facts.io = Some(io.kind());
+            }
+            source = e.source();
+        }
+        facts
+    }
+
+    /// The evidence these facts prove for an error returned by `send()` (table above).
+    pub fn send_evidence(&self) -> Evidence {
+        if self.builder {
+            return Evidence::NotSent;
+        }
+        if self.response {
+            return Evidence::ResponseReceived;
+        }
+        if self.connect {
+            return Evidence::NotSent;
+        }
+        if self.hyper_canceled {
+            return Evidence::NotSent;
+        }
+        if self.h2_remote && self.h2_reset && self.h2_reason == Some(REFUSED_STREAM) {
+            return Evidence::NotSent;
+        }
+        if self.h2_remote && self.h2_go_away {
+            return Evidence::NotSent;
+        }
+        Evidence::SentNoResponse
+    }
+}
+
+/// The evidence of an error returned by reqwest's `send()`/`execute()`: for code that calls
+/// reqwest directly instead of [`send_attempt`](super::RequestBuilderExt::send_attempt).
+/// Errors from reading a body are `PartialResponse`, whatever this says.
+pub fn send_error_evidence(error: &reqwest::Error) -> Evidence {
+    ChainFacts::of(error).send_evidence()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> ChainFacts {
+        ChainFacts::default()
+    }
+
+    #[test]
+    fn only_proofs_give_not_sent() {
+        assert_eq!(facts().send_evidence(), Evidence::SentNoResponse);
+        let timeout = ChainFacts {
+            timeout: true,
+            ..facts()
+        };
+        assert_eq!(timeout.send_evidence(), Evidence::SentNoResponse);
+        let reset = ChainFacts {
+            hyper: true,
+            io: Some(io::ErrorKind::ConnectionReset),
+            ..facts()
+        };
+        assert_eq!(reset.send_evidence(), Evidence::SentNoResponse);
+        let connect_timeout = ChainFacts {
+            connect: true,
+            timeout: true,
+            ..facts()
+        };
+        assert_eq!(connect_timeout.send_evidence(), Evidence::NotSent);
+        let canceled = ChainFacts {
+            hyper: true,
+            hyper_canceled: true,
+            ..facts()
+        };
+        assert_eq!(canceled.send_evidence(), Evidence::NotSent);
+    }
+
+    #[test]
+    fn h2_codes() {
+        let refused = ChainFacts {
+            h2_reason: Some(REFUSED_STREAM),
+            h2_reset: true,
+            h2_remote: true,
+            ..facts()
+        };
+        assert_eq!(refused.send_evidence(), Evidence::NotSent);
+        let local_refused = ChainFacts {
+            h2_remote: false,
+            ..refused
+        };
+        assert_eq!(local_refused.send_evidence(), Evidence::SentNoResponse);
+        let internal = ChainFacts {
+            h2_reason: Some(0x2),
+            ..refused
+        };
+        assert_eq!(internal.send_evidence(), Evidence::SentNoResponse);
+        let go_away = ChainFacts {
+            h2_reason: Some(0xb),
+            h2_go_away: true,
+            h2_remote: true,
+            ..facts()
+        };
+        assert_eq!(go_away.send_evidence(), Evidence::NotSent);
+    }
+}

@@ -1,0 +1,116 @@
+//! The durable queue on PostgreSQL: the shared conformance suite plus PostgreSQL-specific
+//! checks. Needs `TEST_DATABASE_URL` (see `.ci/postgres.sh`); without it the tests say they
+//! skipped, except under `CI=true`, where they fail.
+
+mod durable_support;
+
+use durable_support::PgDb;
+use retry_runtime::durable::sqlx;
+use retry_runtime::durable::{
+    DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore, PgStoreOptions, TaskContext,
+    Worker,
+};
+
+conformance_suite!(PgDb::new());
+
+#[tokio::test]
+async fn migrations_apply_once_in_our_own_table() {
+    let Some(db) = PgDb::new().await else { return };
+    let again = PgDb::connect(&db.url, &db.schema).await;
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT version, name FROM retry_durable_migrations")
+            .fetch_all(again.pool())
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![(1, "task_table".to_owned())]);
+    again.close().await;
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn concurrent_startups_migrate_once() {
+    let Some(db) = PgDb::new().await else { return };
+    let schema = format!("{}_m", db.schema);
+    let opts = PgStoreOptions::new(&db.url).with_schema(&schema);
+    let (a, b, c) = tokio::join!(
+        PgStore::connect_with(opts.clone()),
+        PgStore::connect_with(opts.clone()),
+        PgStore::connect_with(opts)
+    );
+    let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM retry_durable_migrations")
+        .fetch_one(a.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(a.pool())
+    .await
+    .unwrap();
+    for s in [a, b, c] {
+        s.close().await;
+    }
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn tasks_enqueued_before_a_restart_are_worked_after_it() {
+    let Some(db) = PgDb::new().await else { return };
+    let q = DurableQueue::new(db.store.clone());
+    for i in 0..5 {
+        q.enqueue("op", &format!("k{i}"), b"", EnqueueOptions::new())
+            .await
+            .unwrap();
+    }
+    db.store.close().await;
+    let reopened = PgDb::connect(&db.url, &db.schema).await;
+    let worker = Worker::builder(reopened.clone())
+        .handler("op", |_t: TaskContext| async { Ok(()) })
+        .build()
+        .unwrap();
+    assert_eq!(worker.tick().await.unwrap().succeeded, 5);
+    let cleanup = PgDb {
+        store: reopened,
+        ..db
+    };
+    cleanup.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_bad_row_is_a_located_error_not_a_panic() {
+    let Some(db) = PgDb::new().await else { return };
+    let q = DurableQueue::new(db.store.clone());
+    let id = q
+        .enqueue("op", "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
+    // The schema is private to this test: drop the CHECK to write what a newer version might.
+    sqlx::query("ALTER TABLE retry_durable_task DROP CONSTRAINT retry_durable_task_status_check")
+        .execute(db.store.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE retry_durable_task SET status = 'paused' WHERE task_id = $1")
+        .bind(id.0)
+        .execute(db.store.pool())
+        .await
+        .unwrap();
+    let err = db.store.get(id).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DurableError::BadRow {
+                column: "status",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&format!("`status` of task {id}")),
+        "{err}"
+    );
+    db.cleanup().await;
+}

@@ -1,0 +1,902 @@
+//! The conformance suite: the same assertions on every [`DurableStore`].
+//!
+//! Time is a [`ManualClock`]; nothing here sleeps to let time pass or asserts on elapsed time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use retry_runtime::durable::{
+    AlertError, AttemptError, Clock, DurableBackoff, DurableError, DurableQueue, DurableStore,
+    EnqueueOptions, ManualClock, Task, TaskContext, TaskId, TaskStatus, Timestamp, Worker,
+    WorkerConfig,
+};
+use tokio::sync::Notify;
+
+const OP: &str = "payments.capture";
+const LEASE: Duration = Duration::from_secs(60);
+
+pub fn clock() -> ManualClock {
+    ManualClock::new(Timestamp::from_unix_millis(1_800_000_000_000))
+}
+
+pub fn ops() -> Vec<String> {
+    vec![OP.to_owned()]
+}
+
+pub fn config(id: &str) -> WorkerConfig {
+    WorkerConfig::new()
+        .with_worker_id(id)
+        .with_attempt_timeout(Duration::from_secs(30))
+        .with_lease(LEASE)
+        .with_poll_interval(Duration::from_millis(10))
+}
+
+/// An alert hook that counts deliveries and keeps the alerted tasks.
+#[derive(Clone, Default)]
+pub struct Alerts {
+    pub calls: Arc<AtomicU32>,
+    pub tasks: Arc<Mutex<Vec<Task>>>,
+    /// Fail this many calls before succeeding.
+    pub fail_first: Arc<AtomicU32>,
+}
+
+impl Alerts {
+    pub fn hook(
+        &self,
+    ) -> impl Fn(Task) -> std::future::Ready<Result<(), AlertError>> + Send + Sync + 'static {
+        let me = self.clone();
+        move |task: Task| {
+            me.calls.fetch_add(1, Ordering::SeqCst);
+            let fail = me
+                .fail_first
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if fail {
+                return std::future::ready(Err("pager unreachable".into()));
+            }
+            me.tasks.lock().unwrap().push(task);
+            std::future::ready(Ok(()))
+        }
+    }
+
+    pub fn delivered(&self) -> usize {
+        self.tasks.lock().unwrap().len()
+    }
+}
+
+async fn enqueue<S: DurableStore>(
+    q: &DurableQueue<S>,
+    key: &str,
+    options: EnqueueOptions,
+) -> TaskId {
+    q.enqueue(OP, key, key.as_bytes(), options)
+        .await
+        .expect("enqueue")
+        .task_id
+}
+
+async fn get<S: DurableStore>(store: &S, id: TaskId) -> Task {
+    store.get(id).await.expect("get").expect("task exists")
+}
+
+fn ok_worker<S: DurableStore>(store: S, clock: &ManualClock, id: &str) -> Worker<S> {
+    Worker::builder(store)
+        .handler(OP, |_t: TaskContext| async { Ok(()) })
+        .clock(clock.clone())
+        .config(config(id))
+        .build()
+        .expect("worker")
+}
+
+pub async fn enqueue_is_idempotent_and_refuses_missing_keys<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let a = q
+        .enqueue(OP, "k1", b"first", EnqueueOptions::new())
+        .await
+        .unwrap();
+    assert!(a.created);
+    assert_eq!(a.status, TaskStatus::Pending);
+    let b = q
+        .enqueue(OP, "k1", b"second", EnqueueOptions::new())
+        .await
+        .unwrap();
+    assert!(!b.created, "a repeated hand-off must not create a task");
+    assert_eq!(b.task_id, a.task_id);
+
+    let t = get(&store, a.task_id).await;
+    assert_eq!(
+        t.payload, b"first",
+        "the duplicate must not overwrite the payload"
+    );
+    assert_eq!(t.idempotency_key, "k1");
+    assert_eq!(t.retry_count, 0);
+    assert_eq!(t.max_attempts, 10, "10 attempts by default");
+    assert_eq!(t.next_attempt_at, clock.now());
+    assert_eq!(t.created_at, clock.now());
+    assert_eq!(t.locked_by, None);
+
+    let other_op = q
+        .enqueue("payments.refund", "k1", b"x", EnqueueOptions::new())
+        .await
+        .unwrap();
+    assert!(other_op.created, "the key is unique per operation");
+    assert_ne!(other_op.task_id, a.task_id);
+
+    let err = q
+        .enqueue(OP, "", b"x", EnqueueOptions::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DurableError::MissingIdempotencyKey { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("without an idempotency key"),
+        "{err}"
+    );
+    let err = q
+        .enqueue("", "k", b"x", EnqueueOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DurableError::EmptyOperation), "{err}");
+    let err = q
+        .enqueue(OP, "k9", b"x", EnqueueOptions::new().with_max_attempts(0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DurableError::InvalidConfig {
+                field: "max_attempts",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(q.counts().await.unwrap().total(), 2);
+}
+
+pub async fn claim_takes_due_tasks_once_and_counts_the_attempt<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let k1 = enqueue(&q, "k1", EnqueueOptions::new()).await;
+    let k2 = enqueue(&q, "k2", EnqueueOptions::new()).await;
+    let k3 = enqueue(
+        &q,
+        "k3",
+        EnqueueOptions::new().with_delay(Duration::from_secs(10)),
+    )
+    .await;
+    let now = clock.now();
+    let lease_until = now.saturating_add(LEASE);
+
+    let got = store
+        .claim("w1", &ops(), 10, lease_until, now)
+        .await
+        .unwrap();
+    let ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
+    assert_eq!(ids, vec![k1, k2], "only due tasks, in due order");
+    for t in &got {
+        assert_eq!(t.status, TaskStatus::Running);
+        assert_eq!(t.retry_count, 1, "the attempt is counted at claim");
+        assert_eq!(t.locked_by.as_deref(), Some("w1"));
+        assert_eq!(t.locked_until, Some(lease_until));
+    }
+    let again = store
+        .claim("w2", &ops(), 10, lease_until, now)
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "a running task is not claimed twice");
+
+    clock.advance(Duration::from_millis(9_999));
+    let now = clock.now();
+    assert!(
+        store
+            .claim("w2", &ops(), 10, now.saturating_add(LEASE), now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    clock.advance(Duration::from_millis(1));
+    let now = clock.now();
+    let late = store
+        .claim("w2", &ops(), 10, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert_eq!(late.iter().map(|t| t.id).collect::<Vec<_>>(), vec![k3]);
+
+    // Batches are respected.
+    for i in 0..5 {
+        enqueue(&q, &format!("b{i}"), EnqueueOptions::new()).await;
+    }
+    let two = store
+        .claim("w3", &ops(), 2, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert_eq!(two.len(), 2);
+}
+
+pub async fn claim_only_takes_registered_operations<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let weird = "we\"ird\\op";
+    q.enqueue("other.op", "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap();
+    let mine = q
+        .enqueue(weird, "k", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
+    let now = clock.now();
+    let got = store
+        .claim(
+            "w",
+            &[weird.to_owned(), "nothing".to_owned()],
+            10,
+            now.saturating_add(LEASE),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), vec![mine]);
+    assert!(
+        store
+            .claim("w", &[], 10, now, now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let now = clock.now();
+    let stale = store
+        .claim("slow", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    let stale_fence = stale[0].fence().unwrap();
+
+    clock.advance(LEASE + Duration::from_millis(1));
+    let backoff = DurableBackoff::new();
+    let rescued = store
+        .rescue_expired(10, backoff, clock.now())
+        .await
+        .unwrap();
+    assert_eq!(rescued.len(), 1);
+    assert_eq!(rescued[0].previous_owner, "slow");
+    assert_eq!(rescued[0].new_status, TaskStatus::Pending);
+    assert!(
+        store
+            .rescue_expired(10, backoff, clock.now())
+            .await
+            .unwrap()
+            .is_empty(),
+        "rescued once"
+    );
+
+    clock.advance(Duration::from_secs(2));
+    let now = clock.now();
+    let fresh = store
+        .claim("fast", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert_eq!(fresh[0].retry_count, 2);
+    let fresh_fence = fresh[0].fence().unwrap();
+
+    assert!(
+        !store.complete(&stale_fence, now).await.unwrap(),
+        "stale complete must not apply"
+    );
+    assert!(
+        !store
+            .retry_later(&stale_fence, "late", now, now)
+            .await
+            .unwrap()
+    );
+    assert!(!store.mark_failed(&stale_fence, "late", now).await.unwrap());
+    assert!(!store.release(&stale_fence, now).await.unwrap());
+    let t = get(&store, id).await;
+    assert_eq!(
+        (t.status, t.locked_by.as_deref()),
+        (TaskStatus::Running, Some("fast"))
+    );
+
+    assert!(store.complete(&fresh_fence, now).await.unwrap());
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.retry_count, 2);
+    assert_eq!(t.locked_by, None);
+    assert!(
+        !store.complete(&fresh_fence, now).await.unwrap(),
+        "completing twice is a no-op"
+    );
+}
+
+pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
+    let clock = clock();
+    let alerts = Alerts::default();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new().with_max_attempts(6)).await;
+    let backoff = DurableBackoff::new()
+        .with_base(Duration::from_secs(1))
+        .with_cap(Duration::from_secs(10));
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::retry("503 from upstream"))
+        })
+        .alert_hook(alerts.hook())
+        .clock(clock.clone())
+        .config(config("w").with_backoff(backoff))
+        .build()
+        .unwrap();
+
+    let expected_secs = [2u64, 4, 8, 10, 10];
+    for (i, secs) in expected_secs.iter().enumerate() {
+        let stats = worker.tick().await.unwrap();
+        assert_eq!((stats.claimed, stats.retried), (1, 1), "attempt {}", i + 1);
+        let t = get(&store, id).await;
+        assert_eq!(t.status, TaskStatus::Pending);
+        assert_eq!(t.retry_count as usize, i + 1);
+        assert_eq!(
+            t.next_attempt_at.since(clock.now()),
+            Duration::from_secs(*secs)
+        );
+        assert_eq!(t.last_error.as_deref(), Some("503 from upstream"));
+        // Not due a millisecond early.
+        clock.advance(Duration::from_secs(*secs) - Duration::from_millis(1));
+        assert_eq!(worker.tick().await.unwrap().claimed, 0);
+        clock.advance(Duration::from_millis(1));
+    }
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.claimed, stats.failed, stats.alerted), (1, 1, 1));
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.retry_count, 6);
+    assert!(
+        t.last_error.as_deref().unwrap().contains("attempt 6 of 6"),
+        "{:?}",
+        t.last_error
+    );
+    assert_eq!(alerts.delivered(), 1);
+}
+
+pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S) {
+    let clock = clock();
+    let alerts = Alerts::default();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::retry("connection reset"))
+        })
+        .alert_hook(alerts.hook())
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    let mut claims = 0;
+    for _ in 0..15 {
+        claims += worker.tick().await.unwrap().claimed;
+        clock.advance(Duration::from_secs(3600));
+    }
+    assert_eq!(claims, 10, "10 attempts by default, then no more");
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.retry_count, 10);
+    assert!(t.alerted_at.is_some());
+    assert_eq!(alerts.calls.load(Ordering::SeqCst), 1, "exactly one alert");
+    assert_eq!(alerts.tasks.lock().unwrap()[0].id, id);
+    let failed = q.failed(10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("connection reset")
+    );
+}
+
+pub async fn permanent_failure_fails_at_once<S: DurableStore>(store: S) {
+    let clock = clock();
+    let alerts = Alerts::default();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::permanent(
+                "422 Unprocessable Entity: card number invalid",
+            ))
+        })
+        .alert_hook(alerts.hook())
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    let stats = worker.tick().await.unwrap();
+    assert_eq!(
+        (stats.claimed, stats.failed, stats.retried, stats.alerted),
+        (1, 1, 0, 1)
+    );
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.retry_count, 1);
+    assert!(t.last_error.unwrap().contains("422"));
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(
+        worker.tick().await.unwrap(),
+        Default::default(),
+        "nothing more happens"
+    );
+    assert_eq!(alerts.delivered(), 1);
+}
+
+pub async fn alert_owed_after_crash_between_fail_and_alert<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    // A worker fails the task and crashes before its alert dispatch runs.
+    let now = clock.now();
+    let claimed = store
+        .claim("crashed", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .mark_failed(&claimed[0].fence().unwrap(), "boom", now)
+            .await
+            .unwrap()
+    );
+
+    let alerts = Alerts::default();
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async { Ok(()) })
+        .alert_hook(alerts.hook())
+        .clock(clock.clone())
+        .config(config("survivor"))
+        .build()
+        .unwrap();
+    assert_eq!(worker.tick().await.unwrap().alerted, 1);
+    assert_eq!(worker.tick().await.unwrap().alerted, 0);
+    assert_eq!(alerts.delivered(), 1);
+    let alerted = alerts.tasks.lock().unwrap()[0].clone();
+    assert_eq!(
+        (alerted.id, alerted.last_error.as_deref()),
+        (id, Some("boom"))
+    );
+    assert!(get(&store, id).await.alerted_at.is_some());
+}
+
+pub async fn failing_alert_hook_is_retried_until_delivered<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    enqueue(&q, "k", EnqueueOptions::new()).await;
+    let alerts = Alerts::default();
+    alerts.fail_first.store(1, Ordering::SeqCst);
+    let alert_lease = Duration::from_secs(60);
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::permanent("400"))
+        })
+        .alert_hook(alerts.hook())
+        .clock(clock.clone())
+        .config(config("w").with_alert_lease(alert_lease))
+        .build()
+        .unwrap();
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.failed, stats.alerted), (1, 0));
+    assert_eq!(alerts.calls.load(Ordering::SeqCst), 1);
+    // Reserved by the failed delivery until its alert lease ends.
+    assert_eq!(worker.dispatch_alerts().await.unwrap(), 0);
+    assert_eq!(alerts.calls.load(Ordering::SeqCst), 1);
+    clock.advance(alert_lease);
+    assert_eq!(worker.dispatch_alerts().await.unwrap(), 1);
+    assert_eq!(worker.dispatch_alerts().await.unwrap(), 0);
+    assert_eq!(alerts.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(alerts.delivered(), 1);
+}
+
+pub async fn expired_lease_is_rescued_and_completed<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let now = clock.now();
+    store
+        .claim("dead", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+
+    let worker = ok_worker(store.clone(), &clock, "rescuer");
+    // Lease not yet expired: nothing to rescue, nothing due.
+    clock.advance(LEASE);
+    assert_eq!(worker.tick().await.unwrap(), Default::default());
+    clock.advance(Duration::from_millis(1));
+    let stats = worker.tick().await.unwrap();
+    assert_eq!(
+        (stats.rescued, stats.claimed),
+        (1, 0),
+        "rescued, then waits its backoff"
+    );
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Pending);
+    assert!(
+        t.last_error.as_deref().unwrap().contains("`dead`"),
+        "{:?}",
+        t.last_error
+    );
+    assert_eq!(t.next_attempt_at.since(clock.now()), Duration::from_secs(2));
+    clock.advance(Duration::from_secs(2));
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.claimed, stats.succeeded), (1, 1));
+    let t = get(&store, id).await;
+    assert_eq!((t.status, t.retry_count), (TaskStatus::Succeeded, 2));
+}
+
+pub async fn rescue_of_last_attempt_fails_and_alerts<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new().with_max_attempts(1)).await;
+    let now = clock.now();
+    store
+        .claim("dead", &ops(), 1, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    let alerts = Alerts::default();
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async { Ok(()) })
+        .alert_hook(alerts.hook())
+        .clock(clock.clone())
+        .config(config("rescuer"))
+        .build()
+        .unwrap();
+    clock.advance(LEASE + Duration::from_millis(1));
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.rescued, stats.alerted), (1, 1));
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert!(t.last_error.unwrap().contains("presumed dead"));
+}
+
+pub async fn operator_requeue_and_cancel<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let fail = Arc::new(AtomicBool::new(true));
+    let f = Arc::clone(&fail);
+    let worker = Worker::builder(store.clone())
+        .handler(OP, move |_t: TaskContext| {
+            let fail = f.load(Ordering::SeqCst);
+            async move {
+                if fail {
+                    Err(AttemptError::permanent("404 account not found"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    worker.tick().await.unwrap();
+    let failed = q.failed(10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].id, id);
+    assert_eq!(
+        failed[0].last_error.as_deref(),
+        Some("404 account not found")
+    );
+
+    fail.store(false, Ordering::SeqCst);
+    let t = q.requeue(id).await.unwrap();
+    assert_eq!(
+        (t.status, t.retry_count, t.alerted_at),
+        (TaskStatus::Pending, 0, None)
+    );
+    assert_eq!(worker.tick().await.unwrap().succeeded, 1);
+    let err = q.requeue(id).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DurableError::InvalidTransition {
+                action: "requeue",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("`succeeded`"), "{err}");
+    let err = q.requeue(TaskId(987_654_321)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DurableError::NotFound {
+                task_id: 987_654_321
+            }
+        ),
+        "{err}"
+    );
+
+    let pending = enqueue(&q, "k2", EnqueueOptions::new()).await;
+    assert_eq!(
+        q.cancel(pending).await.unwrap().status,
+        TaskStatus::Cancelled
+    );
+    assert_eq!(
+        worker.tick().await.unwrap().claimed,
+        0,
+        "a cancelled task is not attempted"
+    );
+    assert_eq!(
+        q.requeue(pending).await.unwrap().status,
+        TaskStatus::Pending
+    );
+
+    let running = enqueue(&q, "k3", EnqueueOptions::new()).await;
+    let now = clock.now();
+    // Claims `pending` (k2, requeued) and k3.
+    store
+        .claim("other", &ops(), 10, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    let err = q.cancel(running).await.unwrap_err();
+    assert!(err.to_string().contains("`running`"), "{err}");
+}
+
+pub async fn counts_by_status<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let now = clock.now();
+    let lease = now.saturating_add(LEASE);
+    let c = |k: &'static str| {
+        let q = q.clone();
+        async move { enqueue(&q, k, EnqueueOptions::new()).await }
+    };
+    let succeeded = c("s").await;
+    let failed = c("f").await;
+    let claimed = store.claim("w", &ops(), 10, lease, now).await.unwrap();
+    let fence = |id: TaskId| {
+        claimed
+            .iter()
+            .find(|t| t.id == id)
+            .unwrap()
+            .fence()
+            .unwrap()
+    };
+    assert!(store.complete(&fence(succeeded), now).await.unwrap());
+    assert!(store.mark_failed(&fence(failed), "x", now).await.unwrap());
+    let cancelled = c("c").await;
+    q.cancel(cancelled).await.unwrap();
+    c("r").await;
+    store.claim("w", &ops(), 1, lease, now).await.unwrap();
+    c("p").await;
+    let counts = q.counts().await.unwrap();
+    for st in TaskStatus::ALL {
+        assert_eq!(counts.get(st), 1, "{st}");
+    }
+    assert_eq!((counts.total(), counts.outstanding()), (5, 2));
+}
+
+pub async fn attempt_timeout_is_a_transient_failure<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| std::future::pending())
+        .clock(clock.clone())
+        .config(config("w").with_attempt_timeout(Duration::from_millis(20)))
+        .build()
+        .unwrap();
+    assert_eq!(worker.tick().await.unwrap().retried, 1);
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Pending);
+    assert!(t.last_error.unwrap().contains("timed out"));
+}
+
+pub async fn handler_panic_is_a_failed_attempt<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            if true {
+                panic!("handler bug (expected by this test)");
+            }
+            Ok(())
+        })
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    assert_eq!(worker.tick().await.unwrap().retried, 1);
+    let t = get(&store, id).await;
+    assert_eq!(
+        (t.status, t.last_error.as_deref()),
+        (TaskStatus::Pending, Some("handler panicked"))
+    );
+}
+
+pub async fn graceful_shutdown_releases_unfinished_leases<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let first = enqueue(&q, "k1", EnqueueOptions::new()).await;
+    let second = enqueue(&q, "k2", EnqueueOptions::new()).await;
+    let started = Arc::new(Notify::new());
+    let s = Arc::clone(&started);
+    let worker = Worker::builder(store.clone())
+        .handler(OP, move |_t: TaskContext| {
+            let s = Arc::clone(&s);
+            async move {
+                s.notify_one();
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        })
+        .clock(clock.clone())
+        .config(
+            config("w")
+                .with_concurrency(1)
+                .with_batch_size(1)
+                .with_shutdown_grace(Duration::from_millis(20)),
+        )
+        .build()
+        .unwrap();
+    let stats = worker.run(async move { started.notified().await }).await;
+    assert_eq!((stats.claimed, stats.released), (1, 1));
+    let t = get(&store, first).await;
+    assert_eq!(t.status, TaskStatus::Pending);
+    assert_eq!(t.retry_count, 0, "a released attempt is not counted");
+    assert_eq!((t.locked_by, t.next_attempt_at), (None, clock.now()));
+    assert_eq!(
+        get(&store, second).await.retry_count,
+        0,
+        "nothing claimed after shutdown"
+    );
+}
+
+pub async fn concurrent_workers_claim_each_attempt_once<S: DurableStore>(store: S) {
+    const TASKS: usize = 200;
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    for i in 0..TASKS {
+        enqueue(&q, &format!("k{i}"), EnqueueOptions::new()).await;
+    }
+    let seen: Arc<Mutex<HashMap<(String, u32), u32>>> = Arc::default();
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let seen = Arc::clone(&seen);
+        let worker = Worker::builder(store.clone())
+            .handler(OP, move |t: TaskContext| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    *seen
+                        .lock()
+                        .unwrap()
+                        .entry((t.idempotency_key.clone(), t.attempt))
+                        .or_insert(0) += 1;
+                    tokio::task::yield_now().await;
+                    let n: usize = t.idempotency_key[1..].parse().unwrap();
+                    if n.is_multiple_of(4) && t.attempt == 1 {
+                        Err(AttemptError::retry(
+                            "first attempt of every fourth task fails",
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+            })
+            .clock(clock.clone())
+            .config(
+                config(&format!("w{w}"))
+                    .with_batch_size(5)
+                    .with_backoff(DurableBackoff::new().with_base(Duration::ZERO)),
+            )
+            .build()
+            .unwrap();
+        workers.push(tokio::spawn(async move {
+            let mut claimed = 0;
+            loop {
+                let stats = worker.tick().await.unwrap();
+                claimed += stats.claimed;
+                assert_eq!(stats.lost_leases, 0);
+                if stats.claimed == 0 {
+                    if worker.store().counts().await.unwrap().outstanding() == 0 {
+                        return claimed;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    let mut total = 0;
+    for w in workers {
+        total += w.await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(total as usize, TASKS + TASKS / 4);
+    assert_eq!(seen.len(), TASKS + TASKS / 4, "every (task, attempt) ran");
+    assert!(seen.values().all(|&n| n == 1), "an attempt ran twice");
+    let counts = q.counts().await.unwrap();
+    assert_eq!(counts.succeeded as usize, TASKS, "none lost");
+}
+
+pub async fn retry_after_is_honoured<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            Err(AttemptError::retry_after(
+                "429 Too Many Requests",
+                Duration::from_secs(30),
+            ))
+        })
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    worker.tick().await.unwrap();
+    let t = get(&store, id).await;
+    assert_eq!(
+        t.next_attempt_at.since(clock.now()),
+        Duration::from_secs(30)
+    );
+}
+
+/// (idempotency key, attempt, payload) as a handler saw them.
+type Seen = (String, u32, Vec<u8>);
+
+pub async fn every_attempt_gets_the_task_key<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    q.enqueue(
+        OP,
+        "order-42-capture",
+        b"{\"amount\":500}",
+        EnqueueOptions::new(),
+    )
+    .await
+    .unwrap();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let s = Arc::clone(&seen);
+    let worker = Worker::builder(store.clone())
+        .handler(OP, move |t: TaskContext| {
+            s.lock()
+                .unwrap()
+                .push((t.idempotency_key.clone(), t.attempt, t.payload.clone()));
+            let attempt = t.attempt;
+            async move {
+                if attempt < 3 {
+                    Err(AttemptError::retry("503"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        worker.tick().await.unwrap();
+        clock.advance(Duration::from_secs(60));
+    }
+    let seen = seen.lock().unwrap();
+    let expected: Vec<Seen> = (1..=3)
+        .map(|n| {
+            (
+                "order-42-capture".to_owned(),
+                n,
+                b"{\"amount\":500}".to_vec(),
+            )
+        })
+        .collect();
+    assert_eq!(*seen, expected);
+}

@@ -1,0 +1,161 @@
+//! Canaries: fail loudly when a hyper / h2 / reqwest upgrade changes an error chain or a
+//! behaviour the classifier relies on (research/evidence-classification.md §9 E). When one
+//! fails, re-read the classifier (`retry_runtime::http::classify`) before "fixing" the test:
+//! a downcast that stopped matching makes the classifier fall back to `SentNoResponse` (safe
+//! but less useful), a predicate that changed meaning may make it unsafe.
+
+use std::io;
+use std::time::Duration;
+
+use retry_runtime::Evidence;
+use retry_runtime::http::classify::{ChainFacts, REFUSED_STREAM};
+use retry_runtime::http::{HttpError, RequestBuilderExt};
+use retry_tests::fault::dead_port;
+use retry_tests::fault::dns::{FakeDns, Resolution};
+use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
+use retry_tests::fault::h2::{H2Fault, H2Server, code};
+use retry_tests::support;
+
+fn facts(e: &HttpError) -> ChainFacts {
+    e.chain_facts().expect("a reqwest error in the chain")
+}
+
+#[tokio::test]
+async fn refused_connect_is_connect_with_an_io_refused_under_hyper_util() {
+    let e = support::client()
+        .get(format!("http://{}/", dead_port()))
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let f = facts(&e);
+    assert!(f.connect && f.legacy, "{f:?}");
+    assert_eq!(f.io, Some(io::ErrorKind::ConnectionRefused), "{f:?}");
+    assert_eq!(e.evidence(), Evidence::NotSent);
+}
+
+#[tokio::test]
+async fn dns_failure_is_dns_and_connect() {
+    let client = support::dns_client(FakeDns::new([], Resolution::Fail));
+    let e = client
+        .get("http://upstream.test/")
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let r = e.reqwest_error().unwrap();
+    assert!(r.is_dns() && r.is_connect(), "{r:?}");
+}
+
+#[tokio::test]
+async fn connect_timeout_is_connect_and_timeout() {
+    let client = support::dns_client(FakeDns::new([], Resolution::Hang));
+    let e = client
+        .get("http://upstream.test/")
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let r = e.reqwest_error().unwrap();
+    assert!(r.is_connect() && r.is_timeout(), "{r:?}");
+}
+
+#[tokio::test]
+async fn refused_stream_is_a_remote_h2_reset_under_hyper_under_legacy() {
+    let server = H2Server::start([H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM)]).await;
+    let e = support::h2_client()
+        .get(server.url("/"))
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let f = facts(&e);
+    // Also proves hyper/h2 are unified with reqwest's: the h2 downcast succeeded.
+    assert!(f.legacy && f.hyper && !f.connect, "{f:?}");
+    assert_eq!(f.h2_reason, Some(REFUSED_STREAM), "{f:?}");
+    assert!(f.h2_reset && f.h2_remote, "{f:?}");
+}
+
+#[tokio::test]
+async fn goaway_is_a_remote_h2_go_away() {
+    let server = H2Server::start([H2Fault::GoAwayBelow(code::ENHANCE_YOUR_CALM)]).await;
+    let e = support::h2_client()
+        .get(server.url("/"))
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let f = facts(&e);
+    assert!(f.h2_go_away && f.h2_remote, "{f:?}");
+    assert_eq!(f.h2_reason, Some(code::ENHANCE_YOUR_CALM), "{f:?}");
+}
+
+#[tokio::test]
+async fn a_close_after_the_request_was_read_is_incomplete_message_with_connect_info() {
+    let server = H1Server::start([H1Fault::ReadThenClose]).await;
+    let e = support::client()
+        .get(server.url("/"))
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let f = facts(&e);
+    assert!(
+        f.hyper_incomplete && !f.hyper_canceled && !f.connect,
+        "{f:?}"
+    );
+    // Post-dispatch errors carry connect_info (research §3): needed before row 12 may ever be
+    // upgraded to NotSent.
+    assert!(f.legacy && f.legacy_connect_info, "{f:?}");
+}
+
+#[tokio::test]
+async fn a_total_timeout_before_headers_is_not_connect() {
+    let server = H1Server::start_with_default([], H1Fault::Stall).await;
+    let e = support::client()
+        .get(server.url("/"))
+        .timeout(Duration::from_millis(100))
+        .send_attempt()
+        .await
+        .unwrap_err();
+    let r = e.reqwest_error().unwrap();
+    assert!(r.is_timeout() && !r.is_connect(), "{r:?}");
+    assert_eq!(e.evidence(), Evidence::SentNoResponse);
+}
+
+#[tokio::test]
+async fn reqwest_default_client_still_retries_refused_stream_by_itself() {
+    // Why `retry::never()` is required: the default client re-sends REFUSED_STREAM up to twice,
+    // invisible to the retry budget (S12b). If this starts failing, reqwest's default changed.
+    let server = H2Server::start([
+        H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM),
+        H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM),
+        H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM),
+    ])
+    .await;
+    let default_client = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let _ = default_client.get(server.url("/")).send().await;
+    assert_eq!(server.truth().seen(), 3, "reqwest's hidden retries");
+
+    let server = H2Server::start([H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM)]).await;
+    let _ = support::h2_client().get(server.url("/")).send().await;
+    assert_eq!(server.truth().seen(), 1, "client_builder() turns them off");
+}
+
+#[tokio::test]
+async fn followed_redirects_make_is_connect_lie() {
+    // Why redirects must be off (S22): the origin executed the POST, then the redirect's hop
+    // failed to connect, and the error says `is_connect()` for the original URL.
+    let location = format!("http://{}/next", dead_port());
+    let server = H1Server::start([H1Fault::Respond(
+        Reply::status(307).header("Location", &location),
+    )])
+    .await;
+    let following = reqwest::Client::builder().no_proxy().build().unwrap();
+    let e = following
+        .post(server.url("/pay"))
+        .body("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(e.is_connect(), "{e:?}");
+    assert_eq!(server.truth().processed(), 1);
+}
