@@ -1,1 +1,9 @@
-//! Shared code of the example programs.
+//! Runnable examples of `retry-runtime`: the adapters of spec 003 and the outage lab of spec 004.
+//!
+//! - [`adapters`]: an order-status read, a register write with a deterministic idempotency key,
+//!   a write with a reconcile check.
+//! - [`lab`]: API -> middle -> catalog on loopback under forced faults, for the three retry
+//!   designs; run it with `cargo run --release -p retry-examples --bin outage-lab`.
+
+pub mod adapters;
+pub mod lab;

@@ -1,0 +1,221 @@
+//! The catalog: the dependency at the end of the chain, with the scenario's fault injected, and
+//! the instruments that count what reaches it.
+//!
+//! | route | does |
+//! |---|---|
+//! | `GET /orders/{id}` | the order's status (`new`, or `registered` with its registration number) |
+//! | `POST /orders/{id}/register` | registers the order: **the side effect**. With an `Idempotency-Key` it has seen, it answers the stored result without executing again |
+//!
+//! Every request is counted per order (the order id is the operation's id: it travels in the
+//! path through every layer), every execution of a registration is counted per order (more than
+//! one is a duplicate side effect), and the requests in flight are tracked for the peak and the
+//! concurrency-over-time series.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::scenarios::{Fault, Scenario};
+use super::servers::{self, Conn, FnService, Req, Resp, Server};
+
+/// The header carrying the idempotency key (the registry's default `idempotency_header`).
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// Time every request takes, so concurrency is visible even for fast errors.
+const SERVICE_TIME: Duration = Duration::from_millis(10);
+
+/// What the catalog has seen.
+#[derive(Debug)]
+pub struct CatalogState {
+    scenario: Scenario,
+    seed: u64,
+    duration: Duration,
+    start: Mutex<Option<Instant>>,
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+    interval_peak: AtomicUsize,
+    books: Mutex<Books>,
+    samples: Mutex<Vec<(f64, usize)>>,
+}
+
+#[derive(Debug, Default)]
+struct Books {
+    /// Requests per order (every route).
+    calls: HashMap<u64, u32>,
+    /// Executions of the registration per order.
+    executions: HashMap<u64, u32>,
+    /// Registration number per order (the latest).
+    registered: HashMap<u64, u64>,
+    /// Idempotency key -> (order, registration number).
+    keys: HashMap<String, (u64, u64)>,
+    next_registration: u64,
+}
+
+/// What the catalog counted for one run.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogCounts {
+    /// Requests per order.
+    pub calls: HashMap<u64, u32>,
+    /// Executions of the registration per order.
+    pub executions: HashMap<u64, u32>,
+    /// Most requests in flight at once.
+    pub peak: usize,
+}
+
+impl CatalogState {
+    /// A catalog for `scenario`, whose load lasts `duration`.
+    pub fn new(scenario: Scenario, seed: u64, duration: Duration) -> Arc<Self> {
+        Arc::new(CatalogState {
+            scenario,
+            seed,
+            duration,
+            start: Mutex::new(None),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            interval_peak: AtomicUsize::new(0),
+            books: Mutex::new(Books::default()),
+            samples: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Marks the start of the load (the transient scenario's clock).
+    pub fn start(&self, at: Instant) {
+        *self.start.lock().unwrap() = Some(at);
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The most requests in flight since the last call (for the time series).
+    pub fn take_interval_peak(&self) -> usize {
+        self.interval_peak
+            .swap(self.in_flight(), Ordering::Relaxed)
+            .max(self.in_flight())
+    }
+
+    /// Records one concurrency sample: (seconds since the start, peak in flight).
+    pub fn record_sample(&self, at: f64, peak: usize) {
+        self.samples.lock().unwrap().push((at, peak));
+    }
+
+    /// The concurrency samples so far.
+    pub fn series(&self) -> Vec<(f64, usize)> {
+        self.samples.lock().unwrap().clone()
+    }
+
+    /// A copy of the counts.
+    pub fn counts(&self) -> CatalogCounts {
+        let books = self.books.lock().unwrap();
+        CatalogCounts {
+            calls: books.calls.clone(),
+            executions: books.executions.clone(),
+            peak: self.peak.load(Ordering::Relaxed),
+        }
+    }
+
+    fn enter(self: &Arc<Self>) -> InFlight {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.interval_peak.fetch_max(now, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.start
+            .lock()
+            .unwrap()
+            .map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
+    async fn handle(self: Arc<Self>, request: Req) -> Resp {
+        let _in_flight = self.enter();
+        let Some(order) = servers::order_of(request.uri().path()) else {
+            return servers::respond(404, "no such route");
+        };
+        let write = request.method() == http::Method::POST;
+        let nth = {
+            let mut books = self.books.lock().unwrap();
+            let n = books.calls.entry(order).or_default();
+            *n += 1;
+            *n - 1
+        };
+        let fault =
+            self.scenario
+                .fault(self.seed, order, nth, self.elapsed(), self.duration, write);
+        tokio::time::sleep(SERVICE_TIME).await;
+        match fault {
+            Fault::Unavailable => return servers::respond(503, "catalog unavailable"),
+            Fault::TooManyRequests => {
+                let mut r = servers::respond(429, "slow down");
+                r.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from_static("1"),
+                );
+                return r;
+            }
+            Fault::Slow(d) => tokio::time::sleep(d).await,
+            Fault::None | Fault::ResetAfterWrite => {}
+        }
+        if !write {
+            let books = self.books.lock().unwrap();
+            let body = match books.registered.get(&order) {
+                Some(n) => {
+                    format!(r#"{{"order":{order},"status":"registered","registration":{n}}}"#)
+                }
+                None => format!(r#"{{"order":{order},"status":"new"}}"#),
+            };
+            return servers::respond(200, body);
+        }
+        let key = request
+            .headers()
+            .get(IDEMPOTENCY_KEY)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let registration = {
+            let mut books = self.books.lock().unwrap();
+            match key.as_ref().and_then(|k| books.keys.get(k)).copied() {
+                // Deduplicated: the stored result, no second execution.
+                Some((_, n)) => n,
+                None => {
+                    books.next_registration += 1;
+                    let n = books.next_registration;
+                    *books.executions.entry(order).or_default() += 1;
+                    books.registered.insert(order, n);
+                    if let Some(k) = key {
+                        books.keys.insert(k, (order, n));
+                    }
+                    n
+                }
+            }
+        };
+        if fault == Fault::ResetAfterWrite {
+            if let Some(conn) = request.extensions().get::<Conn>() {
+                conn.reset();
+            }
+            // The connection is torn down; this response is never written.
+            std::future::pending::<()>().await;
+        }
+        servers::respond(
+            200,
+            format!(r#"{{"order":{order},"registration":{registration}}}"#),
+        )
+    }
+}
+
+struct InFlight(Arc<CatalogState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Starts the catalog server.
+pub async fn start(state: Arc<CatalogState>) -> std::io::Result<Server> {
+    servers::serve(FnService(move |request: Req| state.clone().handle(request))).await
+}

@@ -1,0 +1,127 @@
+//! The load driver: an open-loop stream of user operations at a fixed mean rate (Poisson
+//! arrivals from the seed), each one a request to the API, timed end to end.
+//!
+//! Open loop on purpose: users do not wait for the previous user, so a slow design accumulates
+//! operations in flight instead of quietly lowering the load it is measured under.
+
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::designs::OUTCOME;
+
+/// How an operation ended, as the user saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx.
+    Ok,
+    /// An error response or no response.
+    Failed,
+    /// The API said the write's outcome is unknown.
+    Ambiguous,
+}
+
+/// One operation's record.
+#[derive(Debug, Clone, Copy)]
+pub struct OpRecord {
+    /// The operation's id (the order id).
+    pub id: u64,
+    /// When it started, from the start of the load.
+    pub start: Duration,
+    /// How long it took.
+    pub latency: Duration,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// Arrival offsets of a Poisson process at `rate` per second over `duration`, from `seed`.
+pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut t = 0.0;
+    let mut out = Vec::new();
+    if rate <= 0.0 {
+        return out;
+    }
+    loop {
+        // Exponential inter-arrival time; 1 - u is in (0, 1].
+        t += -(1.0 - rng.f64()).ln() / rate;
+        if t >= duration.as_secs_f64() {
+            return out;
+        }
+        out.push(Duration::from_secs_f64(t));
+    }
+}
+
+/// Sends one operation per entry of `schedule` to `api`, from `start`; `write` selects
+/// `POST /orders/{id}/register` over `GET /orders/{id}`. `done` is called as each one ends.
+pub async fn drive(
+    api: String,
+    write: bool,
+    schedule: &[Duration],
+    start: Instant,
+    done: impl Fn() + Send + Sync + Clone + 'static,
+) -> Vec<OpRecord> {
+    let client = reqwest::Client::builder()
+        .retry(reqwest::retry::never())
+        .timeout(Duration::from_secs(15))
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("a plain HTTP client builds");
+    let mut ops = JoinSet::new();
+    for (i, offset) in schedule.iter().enumerate() {
+        let id = i as u64 + 1;
+        let at = start + *offset;
+        let client = client.clone();
+        let api = api.clone();
+        let done = done.clone();
+        ops.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let began = Instant::now();
+            let request = if write {
+                client.post(format!("{api}/orders/{id}/register"))
+            } else {
+                client.get(format!("{api}/orders/{id}"))
+            };
+            let outcome = match request.send().await {
+                Ok(r) if r.status().is_success() => {
+                    let _ = r.bytes().await;
+                    Outcome::Ok
+                }
+                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == "ambiguous") => {
+                    Outcome::Ambiguous
+                }
+                _ => Outcome::Failed,
+            };
+            let record = OpRecord {
+                id,
+                start: began.saturating_duration_since(start),
+                latency: began.elapsed(),
+                outcome,
+            };
+            done();
+            record
+        });
+    }
+    let mut records = Vec::with_capacity(schedule.len());
+    while let Some(r) = ops.join_next().await {
+        if let Ok(r) = r {
+            records.push(r);
+        }
+    }
+    records.sort_by_key(|r| r.id);
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_is_seeded_and_near_its_rate() {
+        let a = schedule(1, 100.0, Duration::from_secs(10));
+        assert_eq!(a, schedule(1, 100.0, Duration::from_secs(10)));
+        assert!((900..1100).contains(&a.len()), "{}", a.len());
+        assert!(a.windows(2).all(|w| w[0] <= w[1]));
+    }
+}

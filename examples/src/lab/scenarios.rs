@@ -1,0 +1,228 @@
+//! The faults the lab forces on the catalog, and which request each scenario sends.
+//!
+//! Every fault decision is a pure function of the seed, the order and how many times the catalog
+//! has already seen that order, so a run with the same `--seed` injects the same faults into
+//! the same requests under every design.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// One forced failure mode of the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scenario {
+    /// The catalog answers every request with 503 (a dead dependency).
+    Always503,
+    /// Half the requests get 429 with `Retry-After: 1` (a rate-limited dependency).
+    RateLimited429,
+    /// Half the requests get 503 without `Retry-After` (a flapping dependency).
+    Flaky503,
+    /// 503 on every request during a window in the middle of the run, then healthy again.
+    Transient,
+    /// A third of the requests take 1 s, far past the 300 ms attempt timeout.
+    Slow,
+    /// Writes with an idempotency key; the catalog executes half the writes and then resets the
+    /// connection before answering.
+    ResetKeyed,
+    /// The same resets on writes without an idempotency key.
+    ResetUnkeyed,
+    /// Writes without a key, but with a way to check the result (`GET /orders/{id}`): design B
+    /// asks before retrying.
+    ResetReconciled,
+}
+
+impl Scenario {
+    /// Every scenario, in report order.
+    pub const ALL: [Scenario; 8] = [
+        Scenario::Always503,
+        Scenario::RateLimited429,
+        Scenario::Flaky503,
+        Scenario::Transient,
+        Scenario::Slow,
+        Scenario::ResetKeyed,
+        Scenario::ResetUnkeyed,
+        Scenario::ResetReconciled,
+    ];
+
+    /// The flag value and report name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Scenario::Always503 => "always-503",
+            Scenario::RateLimited429 => "429-retry-after",
+            Scenario::Flaky503 => "503-no-retry-after",
+            Scenario::Transient => "transient-outage",
+            Scenario::Slow => "slow-catalog",
+            Scenario::ResetKeyed => "reset-write-keyed",
+            Scenario::ResetUnkeyed => "reset-write-unkeyed",
+            Scenario::ResetReconciled => "reset-write-reconciled",
+        }
+    }
+
+    /// One line for `--help` and the report.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Scenario::Always503 => "every catalog request answers 503",
+            Scenario::RateLimited429 => "half the catalog requests answer 429 with Retry-After: 1",
+            Scenario::Flaky503 => "half the catalog requests answer 503 without Retry-After",
+            Scenario::Transient => {
+                "every catalog request answers 503 from 20% to 60% of the run, then healthy"
+            }
+            Scenario::Slow => "a third of the catalog requests take 1 s (attempt timeout 300 ms)",
+            Scenario::ResetKeyed => {
+                "writes with an idempotency key; half are executed, then the connection is reset"
+            }
+            Scenario::ResetUnkeyed => "the same resets on writes without an idempotency key",
+            Scenario::ResetReconciled => {
+                "writes without a key whose result can be checked (GET /orders/{id})"
+            }
+        }
+    }
+
+    /// Whether the operations are writes (`POST /orders/{id}/register`).
+    pub const fn is_write(self) -> bool {
+        matches!(
+            self,
+            Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
+        )
+    }
+
+    /// How the write is protected: a key, a reconcile check, or nothing.
+    pub const fn write_contract(self) -> WriteContract {
+        match self {
+            Scenario::ResetKeyed => WriteContract::Keyed,
+            Scenario::ResetReconciled => WriteContract::Reconciled,
+            _ => WriteContract::None,
+        }
+    }
+
+    /// The fault window of the transient scenario, as fractions of the load duration.
+    pub fn outage_window(self, duration: Duration) -> Option<(Duration, Duration)> {
+        (self == Scenario::Transient).then(|| (duration.mul_f64(0.2), duration.mul_f64(0.6)))
+    }
+}
+
+/// What makes a write safe to retry in a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteContract {
+    /// Nothing: the write must not be repeated once it may have reached the catalog.
+    None,
+    /// An idempotency key the catalog deduplicates.
+    Keyed,
+    /// A way to ask the catalog whether the write happened.
+    Reconciled,
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Scenario::ALL
+            .into_iter()
+            .find(|sc| sc.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                format!("unknown scenario `{s}`: use one of {}", names.join(", "))
+            })
+    }
+}
+
+/// What the catalog does with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Serve it normally.
+    None,
+    /// Answer 503 without `Retry-After`.
+    Unavailable,
+    /// Answer 429 with `Retry-After: 1`.
+    TooManyRequests,
+    /// Serve it after this long.
+    Slow(Duration),
+    /// Execute the write, then reset the connection instead of answering.
+    ResetAfterWrite,
+}
+
+/// How long a slow request takes.
+pub const SLOW: Duration = Duration::from_secs(1);
+
+impl Scenario {
+    /// The fault for the `nth` request (0-based) the catalog sees for `order`, `elapsed` after
+    /// the load started. `write` is whether the request is the write itself (a reconcile check
+    /// is a read and is never reset).
+    pub fn fault(
+        self,
+        seed: u64,
+        order: u64,
+        nth: u32,
+        elapsed: Duration,
+        duration: Duration,
+        write: bool,
+    ) -> Fault {
+        let coin = |p: f64| unit(seed, order, nth) < p;
+        match self {
+            Scenario::Always503 => Fault::Unavailable,
+            Scenario::RateLimited429 if coin(0.5) => Fault::TooManyRequests,
+            Scenario::Flaky503 if coin(0.5) => Fault::Unavailable,
+            Scenario::Transient => match self.outage_window(duration) {
+                Some((from, until)) if elapsed >= from && elapsed < until => Fault::Unavailable,
+                _ => Fault::None,
+            },
+            Scenario::Slow if coin(1.0 / 3.0) => Fault::Slow(SLOW),
+            Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
+                if write && coin(0.5) =>
+            {
+                Fault::ResetAfterWrite
+            }
+            _ => Fault::None,
+        }
+    }
+}
+
+/// A deterministic number in `[0, 1)` from the seed, the order and the request's rank
+/// (SplitMix64 finaliser).
+pub fn unit(seed: u64, order: u64, nth: u32) -> f64 {
+    let mut z = seed
+        ^ order.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ u64::from(nth).wrapping_mul(0xd1b5_4a32_d192_ed03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in Scenario::ALL {
+            assert_eq!(s.name().parse::<Scenario>().unwrap(), s);
+        }
+        assert!(
+            "nope"
+                .parse::<Scenario>()
+                .unwrap_err()
+                .contains("always-503")
+        );
+    }
+
+    #[test]
+    fn faults_are_deterministic_and_near_their_rate() {
+        let d = Duration::from_secs(5);
+        let hits = (0..10_000)
+            .filter(|o| {
+                Scenario::Flaky503.fault(7, *o, 0, Duration::ZERO, d, false) == Fault::Unavailable
+            })
+            .count();
+        assert!((4_500..5_500).contains(&hits), "{hits}");
+        assert_eq!(
+            Scenario::Flaky503.fault(7, 3, 1, Duration::ZERO, d, false),
+            Scenario::Flaky503.fault(7, 3, 1, Duration::ZERO, d, false)
+        );
+    }
+}
