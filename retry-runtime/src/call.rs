@@ -30,7 +30,7 @@ use tracing::Instrument;
 
 use crate::attempt::{Attempt, IdempotencyKey};
 use crate::attempt_report::{self, AttemptReport};
-use crate::decision::{Decision, DenyReason, RetryReason};
+use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
 use crate::registry::{Registry, Upstream};
@@ -441,11 +441,11 @@ impl<'r> Call<'r> {
             Decision::Retry { delay, reason } => {
                 // Spend only now that the retry really happens: a denied retry is free.
                 if !self.operation.take_retry() {
-                    return self.deny(DenyReason::MaxAttempts, error);
+                    return self.stop(DenyReason::MaxAttempts, error, failure);
                 }
                 if !self.upstream.budget().withdraw() {
                     self.operation.give_back_retry();
-                    return self.deny(DenyReason::BudgetExhausted, error);
+                    return self.stop(DenyReason::BudgetExhausted, error, failure);
                 }
                 self.span.in_scope(|| {
                     tracing::info!(
@@ -477,32 +477,78 @@ impl<'r> Call<'r> {
                 self.previous_delay = delay;
                 Step::Retry
             }
-            Decision::Denied(reason) => self.deny(reason, error),
-            Decision::Ambiguous(reason) => {
+            Decision::Denied(reason) => self.stop(reason, error, failure),
+            Decision::Ambiguous(reason) => self.ambiguous_step(reason, error, failure),
+        }
+    }
+
+    /// A denied retry. For a write whose last attempt may have executed without its response
+    /// arriving, stopping does not make the outcome known: reporting a plain failure would tell
+    /// the caller the write did not happen. That is an ambiguous outcome (carrying the key, so a
+    /// keyed write can be replayed safely later), whatever stopped the retries.
+    fn stop<T, E>(&mut self, reason: DenyReason, error: E, failure: &Failure) -> Step<T, E>
+    where
+        E: Display,
+    {
+        let unknown = match (failure.evidence, failure.status) {
+            _ if self.safety == Safety::Read => None,
+            (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
+            (Evidence::PartialResponse, _) => Some(AmbiguityReason::PartialResponse),
+            (Evidence::ResponseReceived, Some(s @ 502..=504)) => Some(AmbiguityReason::Status(s)),
+            _ => None,
+        };
+        match (unknown, reason) {
+            // These say the request or response itself is settled (or already reported).
+            (_, DenyReason::PermanentFailure(_) | DenyReason::Status(_)) | (None, _) => {
+                self.deny(reason, error)
+            }
+            (Some(ambiguity), _) => {
                 self.span.in_scope(|| {
-                    tracing::warn!(
+                    tracing::info!(
                         target: "retry_runtime::decision",
-                        decision = "ambiguous",
+                        decision = "denied",
                         reason = %reason,
                         attempt = self.attempt,
-                        evidence = failure.evidence.as_str(),
-                        status = failure.status,
-                        "outcome unknown: not retrying a write that may have happened"
+                        "not retrying, and the write's outcome is unknown"
                     )
                 });
-                let ambiguous = Ambiguous {
-                    upstream: self.upstream.name_arc().clone(),
-                    operation: self.operation.name().to_owned(),
-                    attempts: self.attempt,
-                    evidence: failure.evidence,
-                    status: failure.status,
-                    reason,
-                    idempotency_key: self.key.clone(),
-                    last_error: error.to_string(),
-                };
-                Step::Ambiguous { error, ambiguous }
+                observe::denied(self.upstream.name(), reason);
+                self.ambiguous_step(ambiguity, error, failure)
             }
         }
+    }
+
+    fn ambiguous_step<T, E>(
+        &mut self,
+        reason: AmbiguityReason,
+        error: E,
+        failure: &Failure,
+    ) -> Step<T, E>
+    where
+        E: Display,
+    {
+        self.span.in_scope(|| {
+            tracing::warn!(
+                target: "retry_runtime::decision",
+                decision = "ambiguous",
+                reason = %reason,
+                attempt = self.attempt,
+                evidence = failure.evidence.as_str(),
+                status = failure.status,
+                "outcome unknown: not retrying a write that may have happened"
+            )
+        });
+        let ambiguous = Ambiguous {
+            upstream: self.upstream.name_arc().clone(),
+            operation: self.operation.name().to_owned(),
+            attempts: self.attempt,
+            evidence: failure.evidence,
+            status: failure.status,
+            reason,
+            idempotency_key: self.key.clone(),
+            last_error: error.to_string(),
+        };
+        Step::Ambiguous { error, ambiguous }
     }
 
     fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {

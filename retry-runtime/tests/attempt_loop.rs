@@ -423,7 +423,19 @@ async fn the_key_is_fixed_once_and_visible_to_every_attempt() {
             async { Err(Fail::new(Evidence::SentNoResponse)) }
         })
         .await;
-    assert!(result.is_err());
+    // Out of attempts with the last one unanswered: the write may have happened, so the outcome
+    // is ambiguous, carrying the key to replay with, never a plain failure.
+    let err = result.unwrap_err();
+    let amb = err
+        .runtime
+        .as_ref()
+        .and_then(Error::as_ambiguous)
+        .expect("ambiguous");
+    assert_eq!(amb.attempts, 3);
+    assert_eq!(
+        amb.idempotency_key.as_ref().unwrap().as_str(),
+        "order-7:register"
+    );
     let seen = seen.into_inner().unwrap();
     assert_eq!(
         seen.len(),
@@ -673,4 +685,45 @@ async fn a_burst_against_a_dead_upstream_is_bounded_by_the_budget() {
         calls >= 1000 + 100,
         "the budget is used, not refused outright: {calls}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_stopped_by_any_gate_after_an_unanswered_attempt_is_ambiguous_and_a_read_is_not() {
+    for (method, max_attempts) in [(Method::POST, 1), (Method::PUT, 2)] {
+        let reg = registry(UpstreamConfig::new().with_max_attempts(max_attempts));
+        let result: Result<(), Error> = Retry::in_registry(&reg, "up")
+            .method(method.clone())
+            .idempotency("k-1")
+            .run(|_| async {
+                Err(Error::AttemptTimeout {
+                    upstream: "up".into(),
+                    attempt: 1,
+                    timeout: ms(1),
+                })
+            })
+            .await;
+        let err = result.unwrap_err();
+        assert!(err.as_ambiguous().is_some(), "{method}: {err}");
+    }
+    let reg = registry(UpstreamConfig::new().with_max_attempts(1));
+    let result: Result<(), Error> = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|_| async {
+            Err(Error::AttemptTimeout {
+                upstream: "up".into(),
+                attempt: 1,
+                timeout: ms(1),
+            })
+        })
+        .await;
+    assert!(
+        matches!(result, Err(Error::AttemptTimeout { .. })),
+        "a read is simply failed"
+    );
+    // A response that settles the write is a plain failure even for a write.
+    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .run(|_| async { Err(Fail::status(409)) })
+        .await;
+    assert_eq!(result.unwrap_err().status, Some(409));
 }

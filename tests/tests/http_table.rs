@@ -190,8 +190,27 @@ async fn each_fault_has_its_evidence_for_get_and_post_with_and_without_key() {
                 "{:?} {kind:?}: the server processed the request but the evidence is NotSent",
                 row.setup
             );
-            // Every error here is an HTTP error (not a runtime one) and has a source chain to
-            // reqwest, except statuses, which keep the response instead.
+            // A write whose outcome is unknown is reported as ambiguous, never as a plain failure
+            // (a read never is); the evidence above is then the ambiguous outcome's.
+            if let Some(ambiguous) = error.as_ambiguous() {
+                assert!(
+                    kind != Kind::Get,
+                    "{:?}: a read is never ambiguous",
+                    row.setup
+                );
+                assert_eq!(
+                    ambiguous.idempotency_key.is_some(),
+                    kind == Kind::PostWithKey
+                );
+                continue;
+            }
+            assert!(
+                kind == Kind::Get || !matches!(evidence, SentNoResponse | PartialResponse),
+                "{:?} {kind:?}: a write that may have executed is reported as a plain failure",
+                row.setup
+            );
+            // Every other error here is an HTTP error (not a runtime one) and has a source chain
+            // to reqwest, except statuses, which keep the response instead.
             let http = http_error(&error).unwrap_or_else(|| panic!("not an HTTP error: {error:?}"));
             if http.kind() == HttpErrorKind::Status {
                 assert!(http.response().is_some());
