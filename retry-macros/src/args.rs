@@ -15,10 +15,11 @@ pub(crate) const UPSTREAM: &str = "upstream";
 pub(crate) const METHOD: &str = "method";
 pub(crate) const IDEMPOTENCY: &str = "idempotency";
 pub(crate) const RECONCILE: &str = "reconcile";
+const REGISTRY: &str = "registry";
 const CRATE: &str = "crate";
 
 /// The arguments, in the order a message lists them.
-const VALID: &str = "`upstream`, `method`, `idempotency`, `reconcile` or `crate`";
+const VALID: &str = "`upstream`, `method`, `idempotency`, `reconcile`, `registry` or `crate`";
 
 /// Tuning people put in retry annotations elsewhere (Resilience4j, Spring Retry, backon): each
 /// is refused with the registry key that holds it.
@@ -141,6 +142,7 @@ pub(crate) struct Args {
     pub(crate) method: Option<WithSpan<HttpMethod>>,
     pub(crate) idempotency: Option<Expr>,
     pub(crate) reconcile: Option<ExprPath>,
+    pub(crate) registry: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// Keys seen, for the duplicate check (a key with an invalid value still counts).
     seen: Vec<&'static str>,
@@ -168,7 +170,7 @@ impl Args {
             .get_ident()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let known = [UPSTREAM, METHOD, IDEMPOTENCY, RECONCILE, CRATE]
+        let known = [UPSTREAM, METHOD, IDEMPOTENCY, RECONCILE, REGISTRY, CRATE]
             .into_iter()
             .find(|k| *k == key);
         let Some(known) = known else {
@@ -217,6 +219,7 @@ impl Args {
             METHOD => self.method = method(cx, value),
             IDEMPOTENCY => self.idempotency = idempotency(cx, value),
             RECONCILE => self.reconcile = reconcile(cx, value),
+            REGISTRY => self.registry = Some(value),
             _ => self.krate = krate(cx, value),
         }
         Ok(())

@@ -265,9 +265,17 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         }
     };
     let upstream = &spec.upstream;
+    let registry = match &spec.registry {
+        Some(expr) => expr.to_token_stream(),
+        None => quote_spanned!(mixed=> #private::Registry::global()),
+    };
     let method = Ident::new(spec.method.as_str(), mixed);
     let function = format!("::{}", sig.ident);
 
+    let injected = spec.registry.as_ref().map(|expr| {
+        let text = expr.to_token_stream().to_string();
+        quote_spanned!(mixed=> .with_registry(#text))
+    });
     let registration = quote_spanned! {mixed=>
         #private::inventory::submit! {
             #private::Registration::new(
@@ -275,7 +283,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 ::core::concat!(::core::module_path!(), #function),
                 ::core::file!(),
                 ::core::line!(),
-            )
+            )#injected
         }
     };
 
@@ -286,7 +294,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
             #registration
             #key_stmt
             let mut __retry_call = match #private::Call::new(#private::CallSpec {
-                registry: #private::Registry::global(),
+                registry: #registry,
                 upstream: #upstream,
                 method: #private::Method::#method,
                 key: #key_value,

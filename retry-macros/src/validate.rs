@@ -15,6 +15,8 @@ pub(crate) struct Spec {
     pub(crate) method: HttpMethod,
     pub(crate) idempotency: Option<syn::Expr>,
     pub(crate) reconcile: Option<ExprPath>,
+    /// An expression of type `&Registry` (default: the global registry).
+    pub(crate) registry: Option<syn::Expr>,
 }
 
 pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
@@ -123,6 +125,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         method: method?.0,
         idempotency: args.idempotency,
         reconcile: args.reconcile,
+        registry: args.registry,
     })
 }
 

@@ -388,6 +388,22 @@ fn verify_names_every_missing_upstream_and_its_functions() {
     Registry::global()
         .verify()
         .expect("every upstream of this file is installed");
+    // A function with an injected registry is checked against that registry.
+    let injected = Registry::builder()
+        .upstream("only-injected", UpstreamConfig::new())
+        .build()
+        .unwrap();
+    let select = |r: &retry_runtime::registry::Registration| r.registry().is_some();
+    injected
+        .verify_where(select)
+        .expect("the injected registry has it");
+    assert!(
+        Registry::builder()
+            .build()
+            .unwrap()
+            .verify_where(select)
+            .is_err()
+    );
 }
 
 /// Every shape of annotated function, compiled under clippy (`cargo clippy --all-targets`) and
@@ -444,4 +460,53 @@ mod lint_clean {
             Ok(cmd.id)
         }
     }
+}
+
+/// An adapter whose registry is injected, not the global one.
+struct Injected {
+    registry: std::sync::Arc<Registry>,
+    calls: AtomicU32,
+}
+
+impl Injected {
+    #[retry(upstream = "only-injected", method = GET, registry = &self.registry)]
+    async fn read(&self) -> Result<u32, AdapterError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if n < 2 {
+            Err(AdapterError::from(Error::AttemptTimeout {
+                upstream: "only-injected".into(),
+                attempt: n,
+                timeout: Duration::ZERO,
+            }))
+        } else {
+            Ok(n)
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_injected_registry_configures_the_call() {
+    setup();
+    let registry = Registry::builder()
+        .upstream(
+            "only-injected",
+            UpstreamConfig::new()
+                .with_max_attempts(2)
+                .with_breaker(None),
+        )
+        .build()
+        .unwrap();
+    let adapter = Injected {
+        registry: std::sync::Arc::new(registry),
+        calls: AtomicU32::new(0),
+    };
+    assert_eq!(
+        adapter.read().await.unwrap(),
+        2,
+        "retried per the injected entry"
+    );
+    assert!(
+        Registry::global().upstream("only-injected").is_err(),
+        "the global registry never knew this upstream"
+    );
 }

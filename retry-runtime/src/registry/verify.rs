@@ -18,6 +18,8 @@ pub struct Registration {
     function: &'static str,
     file: &'static str,
     line: u32,
+    /// The `registry = ...` expression, when the function does not use the global registry.
+    registry: Option<&'static str>,
 }
 
 impl Registration {
@@ -33,7 +35,20 @@ impl Registration {
             function,
             file,
             line,
+            registry: None,
         }
+    }
+
+    #[doc(hidden)]
+    pub const fn with_registry(mut self, expression: &'static str) -> Self {
+        self.registry = Some(expression);
+        self
+    }
+
+    /// The `registry = ...` expression of the function, or `None` when it uses the global
+    /// registry.
+    pub fn registry(&self) -> Option<&'static str> {
+        self.registry
     }
 
     /// The upstream the function names.
@@ -124,9 +139,12 @@ impl Registry {
         all
     }
 
-    /// Checks that every upstream named by a `#[retry]` function in the binary is configured.
-    /// Call it at start-up, after loading the configuration: it reports every missing upstream
-    /// at once, with the functions that name it.
+    /// Checks that every upstream named by a `#[retry]` function of the binary that uses the
+    /// global registry (no `registry = ...`) is configured here. Call it on
+    /// [`Registry::global()`] at start-up, after loading the configuration: it reports every
+    /// missing upstream at once, with the functions that name it. Functions with an injected
+    /// registry are checked with [`verify_where`](Registry::verify_where).
+
     ///
     /// ```standalone_crate
     /// use retry_runtime::{Registry, UpstreamConfig};
@@ -136,9 +154,23 @@ impl Registry {
     /// registry.verify().unwrap();
     /// ```
     pub fn verify(&self) -> Result<(), MissingUpstreams> {
+        self.verify_where(|r| r.registry().is_none())
+    }
+
+    /// Like [`verify`](Registry::verify), for the `#[retry]` functions `select` picks, e.g. those
+    /// whose injected registry is this one:
+    /// `registry.verify_where(|r| r.registry() == Some("& self.registry"))` (the expression as
+    /// tokens, spaced).
+    pub fn verify_where(
+        &self,
+        select: impl Fn(&Registration) -> bool,
+    ) -> Result<(), MissingUpstreams> {
         let known = self.names();
         let mut missing: BTreeMap<&'static str, Vec<Registration>> = BTreeMap::new();
-        for r in Registry::retry_functions() {
+        for r in Registry::retry_functions()
+            .into_iter()
+            .filter(|r| select(r))
+        {
             if known
                 .binary_search_by(|k| k.as_str().cmp(r.upstream))
                 .is_err()
