@@ -144,7 +144,6 @@ impl Registry {
     /// [`Registry::global()`] at start-up, after loading the configuration: it reports every
     /// missing upstream at once, with the functions that name it. Functions with an injected
     /// registry are checked with [`verify_where`](Registry::verify_where).
-
     ///
     /// ```standalone_crate
     /// use retry_runtime::{Registry, UpstreamConfig};
