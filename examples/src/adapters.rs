@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
-    Classify, Evidence, Method, PermanentCategory, Pushback, Reconciled, Registry, Retry,
+    Classify, Evidence, Method, PermanentCategory, Pushback, Reconciled, Registry, Retry, retry,
 };
 use uuid::Uuid;
 
@@ -208,41 +208,43 @@ impl CatalogAdapter {
 
     /// The order's status. A read: retried on 5xx, 429, timeouts and resets, inside the
     /// operation's deadline, retry allowance and the catalog's budget.
+    #[retry(upstream = "catalog", method = GET, registry = &self.registry)]
     pub async fn order_status(&self, id: &OrderId) -> Result<OrderStatus, AdapterError> {
-        Retry::in_registry(&self.registry, "catalog")
-            .method(Method::GET)
-            .run(|_attempt| self.fetch_status(*id))
-            .await
+        self.fetch_status(*id).await
     }
 
     /// Registers the order with its deterministic key: a retry carries the same key, and the
     /// catalog answers a replay with the stored result instead of registering twice.
+    #[retry(
+        upstream = "catalog",
+        method = POST,
+        idempotency = cmd.idempotency_key(),
+        registry = &self.registry
+    )]
     pub async fn register(&self, cmd: &RegisterCommand) -> Result<Registered, AdapterError> {
-        Retry::in_registry(&self.registry, "catalog")
-            .method(Method::POST)
-            .idempotency(cmd.idempotency_key())
-            .run(|_attempt| self.post_register(cmd))
-            .await
+        self.post_register(cmd).await
     }
 
     /// Registers the order without a key; when an attempt's fate is unknown, asks the catalog
     /// (`GET /orders/{id}`) before retrying: registered returns that registration, new permits
     /// the retry, no answer leaves the outcome ambiguous.
+    #[retry(
+        upstream = "catalog",
+        method = POST,
+        reconcile = Self::registration_of,
+        registry = &self.registry
+    )]
     pub async fn register_checked(
         &self,
         cmd: &RegisterCommand,
     ) -> Result<Registered, AdapterError> {
-        Retry::in_registry(&self.registry, "catalog")
-            .method(Method::POST)
-            .run_reconciled(
-                |_attempt| self.post_register(cmd),
-                || self.registration_of(cmd),
-            )
-            .await
+        self.post_register(cmd).await
     }
 
     /// Registers the order without a key or a check: sent once, never repeated after it may
-    /// have reached the catalog; a lost response is [`AdapterError::as_ambiguous`].
+    /// have reached the catalog; a lost response is [`AdapterError::as_ambiguous`]. The macro
+    /// refuses this write (no key, no check), so it uses the builder, which says the same thing
+    /// at runtime: the outcome is ambiguous instead of retried.
     pub async fn register_once(&self, cmd: &RegisterCommand) -> Result<Registered, AdapterError> {
         Retry::in_registry(&self.registry, "catalog")
             .method(Method::POST)
