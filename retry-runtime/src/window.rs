@@ -21,20 +21,26 @@ const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
 #[derive(Debug)]
 pub(crate) struct Clock {
     start: Instant,
-    slot_len: Duration,
+    slot_nanos: u64,
 }
 
 impl Clock {
     pub(crate) fn new(window: Duration) -> Self {
+        let slot = (window / SLOTS as u32).max(Duration::from_nanos(1));
         Clock {
             start: Instant::now(),
-            slot_len: (window / SLOTS as u32).max(Duration::from_nanos(1)),
+            slot_nanos: u64::try_from(slot.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
     pub(crate) fn epoch(&self) -> u64 {
+        // u64 nanoseconds (584 years) keep the hot path off 128-bit division.
         let elapsed = Instant::now().saturating_duration_since(self.start);
-        (elapsed.as_nanos() / self.slot_len.as_nanos()) as u64
+        let nanos = elapsed
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(elapsed.subsec_nanos()));
+        nanos / self.slot_nanos
     }
 }
 
