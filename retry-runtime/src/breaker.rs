@@ -277,6 +277,12 @@ impl CircuitBreaker {
 
     /// Records the outcome of an admitted attempt.
     pub fn record(&self, admission: Admission, failed: bool) {
+        self.record_at(admission, failed, Instant::now());
+    }
+
+    /// Records the outcome of an admitted attempt that started at `at` (the window only needs
+    /// slot resolution, so the attempt's start saves a clock read).
+    pub fn record_at(&self, admission: Admission, failed: bool, at: Instant) {
         if admission.probe {
             if failed {
                 self.open();
@@ -293,7 +299,7 @@ impl CircuitBreaker {
             }
             return;
         }
-        let epoch = self.clock.epoch();
+        let epoch = self.clock.epoch_at(at);
         self.attempts.add(epoch, 1);
         if failed {
             self.failures.add(epoch, 1);

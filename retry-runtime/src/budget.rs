@@ -151,6 +151,11 @@ impl RetryBudget {
         self.deposits.add(self.epoch(), 1);
     }
 
+    /// Records one real call made at `now` (saves a clock read when the caller has one).
+    pub fn deposit_at(&self, now: tokio::time::Instant) {
+        self.deposits.add(self.clock.epoch_at(now), 1);
+    }
+
     fn balance_milli(&self, epoch: u64) -> i128 {
         let deposits = self.deposits.sum(epoch);
         let withdrawals = self.withdrawals.sum(epoch);

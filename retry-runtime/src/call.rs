@@ -104,6 +104,8 @@ pub struct Call<'r> {
     /// What the runtime itself did to the last attempt ([`LOCAL_NONE`] ...): the facts it knows
     /// first-hand override whatever the caller's error type reports.
     local: AtomicU8,
+    /// The instant read when the call was created, reused by the first attempt.
+    created: Option<Instant>,
     /// The weakest body replayability the attempts reported (see [`Attempt::report_body`]).
     reported: AtomicU8,
 }
@@ -126,7 +128,8 @@ impl<'r> Call<'r> {
     pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
         let upstream = spec.registry.upstream(spec.upstream)?;
         let config = upstream.config();
-        let own_deadline = Instant::now() + config.deadline;
+        let now = Instant::now();
+        let own_deadline = now + config.deadline;
         let retries = config.max_attempts.saturating_sub(1);
         let (operation, own_scope) = match Operation::current() {
             Some(op) => {
@@ -179,6 +182,7 @@ impl<'r> Call<'r> {
             span,
             attempt_span: tracing::Span::none(),
             local: AtomicU8::new(LOCAL_NONE),
+            created: Some(now),
             reported: AtomicU8::new(attempt_report::encode(Replayability::Replayable)),
         })
     }
@@ -207,7 +211,8 @@ impl<'r> Call<'r> {
     /// Starts the next attempt, or fails with [`Error::DeadlineExceeded`] when less than the
     /// minimum attempt budget is left (nothing is sent then).
     pub fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let now = self.created.take().unwrap_or_else(Instant::now);
+        let remaining = self.deadline.saturating_duration_since(now);
         let config = self.upstream.config();
         if remaining < config.min_attempt_budget || remaining.is_zero() {
             self.span.in_scope(|| {
@@ -218,7 +223,7 @@ impl<'r> Call<'r> {
             });
         }
         if self.attempt == 0 {
-            self.upstream.budget().deposit();
+            self.upstream.budget().deposit_at(now);
         }
         self.attempt += 1;
         self.retried_mark = self.operation.retried_failures();
@@ -234,14 +239,15 @@ impl<'r> Call<'r> {
             "error.type" = tracing::field::Empty,
             http.response.status_code = tracing::field::Empty,
         );
+        let timeout = config.attempt_timeout.min(remaining);
         Ok(Attempt {
             number: self.attempt,
             upstream: self.upstream.clone(),
             method: self.method.clone(),
             key: self.key.clone(),
             deadline: self.deadline,
-            timeout: config.attempt_timeout.min(remaining),
-            ends: self.deadline,
+            timeout,
+            ends: now + timeout,
             retries_left: self.operation.retries_left(),
             report: AttemptReport::default(),
             span: self.attempt_span.clone(),
@@ -288,7 +294,21 @@ impl<'r> Call<'r> {
                     .deadline
                     .checked_sub(upstream.config().min_attempt_budget)
                     .unwrap_or(self.deadline);
-                match tokio::time::timeout_at(until, sem.clone().acquire_owned()).await {
+                let acquired = match sem.clone().try_acquire_owned() {
+                    Ok(permit) => Ok(Ok(permit)),
+                    // Waiting: the attempt's clock starts when it is admitted.
+                    Err(_) => {
+                        let waited =
+                            tokio::time::timeout_at(until, sem.clone().acquire_owned()).await;
+                        let now = Instant::now();
+                        attempt.timeout = attempt
+                            .timeout
+                            .min(self.deadline.saturating_duration_since(now));
+                        attempt.ends = now + attempt.timeout;
+                        waited
+                    }
+                };
+                match acquired {
                     Ok(Ok(permit)) => Some(permit),
                     _ => {
                         if let (Some(b), Some(a)) = (upstream.breaker(), admission) {
@@ -303,10 +323,10 @@ impl<'r> Call<'r> {
             }
             None => None,
         };
-        attempt.timeout = attempt
-            .timeout
-            .min(self.deadline.saturating_duration_since(Instant::now()));
-        attempt.ends = Instant::now() + attempt.timeout;
+        let started = attempt
+            .ends
+            .checked_sub(attempt.timeout)
+            .unwrap_or(attempt.ends);
         let fut = make(attempt.clone());
         let result = self.run_admitted(attempt, fut).await;
         drop(permit);
@@ -315,7 +335,7 @@ impl<'r> Call<'r> {
                 Ok(_) => false,
                 Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
             };
-            breaker.record(admission, failed);
+            breaker.record_at(admission, failed, started);
         }
         result
     }
@@ -325,10 +345,10 @@ impl<'r> Call<'r> {
         F: Future<Output = Result<T, E>>,
         E: From<Error>,
     {
-        let timeout = attempt.timeout;
+        let (timeout, ends) = (attempt.timeout, attempt.ends);
         let number = attempt.number;
         let timed = async move {
-            match tokio::time::timeout(timeout, fut).await {
+            match tokio::time::timeout_at(ends, fut).await {
                 Ok(result) => result,
                 Err(_) => Err({
                     self.local.store(LOCAL_TIMED_OUT, Ordering::Relaxed);
