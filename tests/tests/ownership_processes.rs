@@ -301,6 +301,12 @@ async fn a_burst_against_a_dead_catalog_stays_within_the_middles_retry_budget() 
         api_attempts.load(Ordering::SeqCst)
     );
     assert_eq!(per_op.len(), N, "every operation reached the catalog");
+    assert_eq!(
+        api_attempts.load(Ordering::SeqCst) as usize,
+        N,
+        "the API retried none: the middle answered every failure with a pushback \
+         (`retries-spent` when it retried, `overloaded` when its budget refused the retry)"
+    );
     assert!(
         per_op.values().all(|n| *n <= 3),
         "at most 3 catalog calls per operation: {per_op:?}"
