@@ -189,6 +189,14 @@ impl Operation {
             .allowance
             .retried_failures
             .fetch_add(1, Ordering::AcqRel);
+        // Retried below is retried below for every enclosing scope too: the root's retrying
+        // calls and the server layer (which reads the root) must see it.
+        if let Some(root) = &self.inner.root {
+            root.inner
+                .allowance
+                .retried_failures
+                .fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Whether a retrying call in this operation was denied for an upstream-wide reason.
