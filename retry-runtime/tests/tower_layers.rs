@@ -310,11 +310,9 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
             .upstream("middle", UpstreamConfig::new().with_breaker(None))
             .upstream(
                 "catalog",
-                UpstreamConfig::new().with_breaker(None).with_budget(
-                    BudgetConfig::new()
-                        .with_ratio(0.0)
-                        .with_min_per_second(0),
-                ),
+                UpstreamConfig::new()
+                    .with_breaker(None)
+                    .with_budget(BudgetConfig::new().with_ratio(0.0).with_min_per_second(0)),
             )
             .build()
             .unwrap(),
@@ -369,16 +367,20 @@ async fn a_handler_that_opens_its_own_operation_scope_still_pushes_back() {
         let (r, c) = (r.clone(), c.clone());
         async move {
             let result: Result<(), Error> = retry_runtime::operation("lookup")
-                .run(Retry::in_registry(&r, "catalog").method(Method::GET).run(|_| {
-                    c.fetch_add(1, Ordering::SeqCst);
-                    async {
-                        Err(Error::AttemptTimeout {
-                            upstream: "catalog".into(),
-                            attempt: 1,
-                            timeout: Duration::ZERO,
-                        })
-                    }
-                }))
+                .run(
+                    Retry::in_registry(&r, "catalog")
+                        .method(Method::GET)
+                        .run(|_| {
+                            c.fetch_add(1, Ordering::SeqCst);
+                            async {
+                                Err(Error::AttemptTimeout {
+                                    upstream: "catalog".into(),
+                                    attempt: 1,
+                                    timeout: Duration::ZERO,
+                                })
+                            }
+                        }),
+                )
                 .await;
             status(if result.is_ok() { 200 } else { 503 })
         }

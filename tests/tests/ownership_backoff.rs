@@ -159,7 +159,11 @@ async fn during_a_backoff_the_permit_is_back_and_no_connection_is_checked_out() 
     let upstream = registry.upstream("up").expect("upstream");
     let client = client();
 
-    let (r, c, url) = (registry.clone(), client.clone(), format!("{}/busy", server.url()));
+    let (r, c, url) = (
+        registry.clone(),
+        client.clone(),
+        format!("{}/busy", server.url()),
+    );
     let call = tokio::spawn(async move {
         Retry::in_registry(&r, "up")
             .method(Method::GET)
@@ -176,7 +180,11 @@ async fn during_a_backoff_the_permit_is_back_and_no_connection_is_checked_out() 
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     assert!(!call.is_finished(), "the call is still waiting to retry");
-    assert_eq!(truth.paths(), ["/busy"], "the second attempt has not started");
+    assert_eq!(
+        truth.paths(),
+        ["/busy"],
+        "the second attempt has not started"
+    );
     assert_eq!(upstream.in_flight(), 0, "the bulkhead has its permit back");
     assert_eq!(
         truth.alive(),
@@ -209,7 +217,10 @@ async fn during_a_backoff_the_permit_is_back_and_no_connection_is_checked_out() 
 
     // The first call then retries once and fails on the second 503.
     let err = call.await.expect("no panic").unwrap_err();
-    assert!(matches!(&err, Error::Http(e) if e.status() == Some(http::StatusCode::SERVICE_UNAVAILABLE)), "{err}");
+    assert!(
+        matches!(&err, Error::Http(e) if e.status() == Some(http::StatusCode::SERVICE_UNAVAILABLE)),
+        "{err}"
+    );
     assert_eq!(truth.paths(), ["/busy", "/ok", "/busy"]);
 }
 
@@ -224,8 +235,15 @@ async fn control_the_measurement_sees_a_response_held_by_the_client() {
     assert_eq!(response.status(), 503);
     // Held, unread: the server cannot finish writing 32 MiB.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(truth.alive(), 1, "the held response is visible on the server");
+    assert_eq!(
+        truth.alive(),
+        1,
+        "the held response is visible on the server"
+    );
     drop(response);
-    wait_until("the server sees the response dropped", || truth.alive() == 0).await;
+    wait_until("the server sees the response dropped", || {
+        truth.alive() == 0
+    })
+    .await;
     assert_eq!(truth.bodies_abandoned.load(Ordering::SeqCst), 1);
 }

@@ -338,10 +338,17 @@ async fn the_apis_300ms_deadline_reaches_the_catalog_shrunk_by_the_time_spent() 
         })
         .await;
     assert!(result.is_err());
-    let deadline = deadline.lock().unwrap().expect("the operation has a deadline");
+    let deadline = deadline
+        .lock()
+        .unwrap()
+        .expect("the operation has a deadline");
     let sent = sent.lock().unwrap()[0];
     let seen = catalog.seen();
-    assert_eq!(seen.len(), 3, "the middle made its three attempts: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        3,
+        "the middle made its three attempts: {seen:?}"
+    );
 
     // What is provable with a relative header: the API sent `floor(D - t_send)` at some
     // t_send >= `sent`; the middle's deadline is that much after it received the request, and
@@ -367,9 +374,7 @@ async fn the_apis_300ms_deadline_reaches_the_catalog_shrunk_by_the_time_spent() 
         // Diagnostic only: the same comparison at the catalog's receive time, which the
         // wire time (not knowable by any header) may exceed by a fraction of a millisecond.
         let at_catalog = deadline.saturating_duration_since(s.at);
-        eprintln!(
-            "catalog request {k}: told {received:?}, API's real remaining {at_catalog:?}"
-        );
+        eprintln!("catalog request {k}: told {received:?}, API's real remaining {at_catalog:?}");
     }
 }
 
@@ -392,7 +397,10 @@ async fn when_the_api_gives_up_the_middle_stops_and_the_catalog_sees_no_later_re
         })
         .await;
     let gave_up = Instant::now();
-    let deadline = deadline.lock().unwrap().expect("the operation has a deadline");
+    let deadline = deadline
+        .lock()
+        .unwrap()
+        .expect("the operation has a deadline");
     assert!(result.is_err(), "the catalog never answers");
     assert!(gave_up >= deadline - Duration::from_millis(50));
 

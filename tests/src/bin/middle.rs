@@ -56,7 +56,10 @@ fn args() -> Args {
             _ => panic!("unknown argument {arg:?}"),
         }
     }
-    assert!(!a.catalog.is_empty(), "usage: middle catalog=URL [key=value ...]");
+    assert!(
+        !a.catalog.is_empty(),
+        "usage: middle catalog=URL [key=value ...]"
+    );
     a
 }
 
