@@ -586,6 +586,14 @@ impl<'r> Call<'r> {
             // Tell enclosing retrying calls that this failure was already retried here.
             self.operation.note_retried_failure();
         }
+        if matches!(
+            reason,
+            DenyReason::BudgetExhausted | DenyReason::CircuitOpen | DenyReason::BulkheadFull
+        ) {
+            // The upstream is failing or saturated for everyone: a caller in another process
+            // that retried the whole chain would only add calls the budget just refused.
+            self.operation.note_overloaded();
+        }
         self.finish(CallKind::of(false, self.attempt));
         Step::Done(Err(error))
     }

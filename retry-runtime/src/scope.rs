@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -30,6 +30,10 @@ struct Allowance {
     /// Incremented whenever a retrying call inside returns a failure it already retried, so an
     /// enclosing call can tell that its attempt's failure was retried below.
     retried_failures: AtomicU64,
+    /// Set when a retrying call inside was denied its retry because its upstream is unhealthy
+    /// or saturated fleet-wide (budget exhausted, breaker open, bulkhead full), so the server
+    /// layer can tell its caller not to retry the whole chain either.
+    overloaded: AtomicBool,
 }
 
 impl Allowance {
@@ -37,6 +41,7 @@ impl Allowance {
         Allowance {
             retries_left: AtomicU32::new(retries.map_or(UNSET, |r| r.min(UNSET - 1))),
             retried_failures: AtomicU64::new(0),
+            overloaded: AtomicBool::new(false),
         }
     }
 }
@@ -184,6 +189,23 @@ impl Operation {
             .allowance
             .retried_failures
             .fetch_add(1, Ordering::AcqRel);
+        // Retried below is retried below for every enclosing scope too: the root's retrying
+        // calls and the server layer (which reads the root) must see it.
+        if let Some(root) = &self.inner.root {
+            root.inner
+                .allowance
+                .retried_failures
+                .fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether a retrying call in this operation was denied for an upstream-wide reason.
+    pub(crate) fn overloaded(&self) -> bool {
+        self.allowance().overloaded.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn note_overloaded(&self) {
+        self.allowance().overloaded.store(true, Ordering::Release);
     }
 
     /// A root operation (no enclosing scope).

@@ -297,3 +297,99 @@ async fn two_layers_of_three_attempts_make_three_catalog_calls_not_nine() {
         "the API did not retry what the middle retried"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_retried_above() {
+    // The middle's catalog budget allows no retry at all: its call makes one attempt, is denied
+    // `budget_exhausted`, and the middle answers 503. Without a pushback the API would retry
+    // the whole chain, each retry a fresh catalog call the budget never sees refused.
+    use retry_runtime::budget::BudgetConfig;
+    let reg = Arc::new(
+        Registry::builder()
+            .seed(3)
+            .upstream("middle", UpstreamConfig::new().with_breaker(None))
+            .upstream(
+                "catalog",
+                UpstreamConfig::new()
+                    .with_breaker(None)
+                    .with_budget(BudgetConfig::new().with_ratio(0.0).with_min_per_second(0)),
+            )
+            .build()
+            .unwrap(),
+    );
+    let catalog_calls = Arc::new(AtomicU32::new(0));
+    let middle_calls = Arc::new(AtomicU32::new(0));
+    let (r, c, m) = (reg.clone(), catalog_calls.clone(), middle_calls.clone());
+    let middle = FnService(move |_req: Req| {
+        m.fetch_add(1, Ordering::SeqCst);
+        let (r, c) = (r.clone(), c.clone());
+        async move {
+            let result: Result<(), Error> = Retry::in_registry(&r, "catalog")
+                .method(Method::GET)
+                .run(|_| {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Err(Error::AttemptTimeout {
+                            upstream: "catalog".into(),
+                            attempt: 1,
+                            timeout: Duration::ZERO,
+                        })
+                    }
+                })
+                .await;
+            status(if result.is_ok() { 200 } else { 503 })
+        }
+    });
+    let middle = ScopeLayer::default().layer(middle);
+    let mut api = RetryLayer::with_registry(reg, "middle").layer(middle);
+    let response = api.call(request(Method::GET)).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()[PUSHBACK], "overloaded");
+    assert_eq!(catalog_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        middle_calls.load(Ordering::SeqCst),
+        1,
+        "the API did not retry what the middle's budget refused"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_opens_its_own_operation_scope_still_pushes_back() {
+    // The middle's handler names its work with a nested `operation(..)`: the failure its
+    // catalog call retried is noted on that nested scope, and must reach the request's root
+    // scope, which the server layer reads (else the API retries: 3 + 2 + 1 = 6 catalog calls).
+    let reg = registry(&["middle", "catalog"]);
+    let catalog_calls = Arc::new(AtomicU32::new(0));
+    let middle_calls = Arc::new(AtomicU32::new(0));
+    let (r, c, m) = (reg.clone(), catalog_calls.clone(), middle_calls.clone());
+    let middle = FnService(move |_req: Req| {
+        m.fetch_add(1, Ordering::SeqCst);
+        let (r, c) = (r.clone(), c.clone());
+        async move {
+            let result: Result<(), Error> = retry_runtime::operation("lookup")
+                .run(
+                    Retry::in_registry(&r, "catalog")
+                        .method(Method::GET)
+                        .run(|_| {
+                            c.fetch_add(1, Ordering::SeqCst);
+                            async {
+                                Err(Error::AttemptTimeout {
+                                    upstream: "catalog".into(),
+                                    attempt: 1,
+                                    timeout: Duration::ZERO,
+                                })
+                            }
+                        }),
+                )
+                .await;
+            status(if result.is_ok() { 200 } else { 503 })
+        }
+    });
+    let middle = ScopeLayer::default().layer(middle);
+    let mut api = RetryLayer::with_registry(reg, "middle").layer(middle);
+    let response = api.call(request(Method::GET)).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()[PUSHBACK], "retries-spent");
+    assert_eq!(catalog_calls.load(Ordering::SeqCst), 3, "3 calls, not 6");
+    assert_eq!(middle_calls.load(Ordering::SeqCst), 1);
+}

@@ -6,5 +6,6 @@
 
 pub mod adapter_error;
 pub mod fault;
+pub mod loopback;
 pub mod support;
 pub use adapter_error::AdapterError;

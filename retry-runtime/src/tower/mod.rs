@@ -9,8 +9,9 @@
 //! - [`ScopeLayer`] wraps a server (axum, plain hyper): it opens an operation scope per request
 //!   from the caller's propagated deadline and retry allowance, *shrunk* to the server's own
 //!   limits, stops the handler when the caller's deadline has passed, and answers a failed
-//!   request whose retries were spent here with the pushback header, so the caller does not
-//!   retry it again.
+//!   request whose retries were spent here (`retries-spent`), or whose retry here was refused by
+//!   the upstream's budget, breaker or bulkhead (`overloaded`), with the pushback header, so the
+//!   caller does not retry it again.
 
 mod body;
 mod client;

@@ -1,4 +1,8 @@
 //! The server-side layer: restore the caller's operation scope, shrunk to our own limits.
+//!
+//! A 5xx answer gets `retry-pushback: retries-spent` when the request already retried below,
+//! and `retry-pushback: overloaded` when a retry below was refused because the upstream's retry
+//! budget is exhausted, its breaker is open or its bulkhead is full.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -119,9 +123,15 @@ where
                 scoped.await
             };
             result.map(|mut response| {
-                // A failure this request already retried below must not be retried above.
-                if response.status().is_server_error() && op.retried_failures() > 0 {
-                    propagation::set_pushback(response.headers_mut(), Pushback::RetriesSpent);
+                if response.status().is_server_error() {
+                    if op.retried_failures() > 0 {
+                        // A failure this request already retried below must not be retried above.
+                        propagation::set_pushback(response.headers_mut(), Pushback::RetriesSpent);
+                    } else if op.overloaded() {
+                        // A retry below was refused because the upstream is failing for
+                        // everyone (budget, breaker, bulkhead): retrying above would bypass it.
+                        propagation::set_pushback(response.headers_mut(), Pushback::Overloaded);
+                    }
                 }
                 response
             })
