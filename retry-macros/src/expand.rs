@@ -228,7 +228,9 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
             let check = reconcile_call(path, &call_args);
             quote_spanned! {mixed=>
                 #private::Step::Ambiguous { error, ambiguous } => match #check.await {
-                    #private::Reconciled::Happened(value) => return ::core::result::Result::Ok(value),
+                    #private::Reconciled::Happened(value) => {
+                        return ::core::result::Result::Ok(__retry_call.happened(value));
+                    }
                     #private::Reconciled::NotHappened => match __retry_call.settle_not_happened(error).await {
                         #private::Step::Retry => {}
                         #private::Step::Done(result) => return result,

@@ -91,6 +91,11 @@ impl fmt::Display for IdempotencyKey {
 }
 
 /// A key-producing value accepted by `idempotency = ...` and [`RetryCall::idempotency`](crate::RetryCall::idempotency).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an idempotency key",
+    label = "expected a `String`, `&str`, `Arc<str>` or `IdempotencyKey`",
+    note = "derive the key from the operation, e.g. `Uuid::new_v5(&NS, format!(\"{{order}}:register\").as_bytes()).to_string()`"
+)]
 pub trait IntoIdempotencyKey {
     /// Converts, validating.
     fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError>;

@@ -422,6 +422,21 @@ impl<'r> Call<'r> {
         self.apply(decision, error, &failure).await
     }
 
+    /// The reconcile check found that the write happened: the call ends successfully with the
+    /// check's value (recorded as a success, with the attempts made).
+    pub fn happened<T>(&mut self, value: T) -> T {
+        self.span.in_scope(|| {
+            tracing::info!(
+                target: "retry_runtime::decision",
+                decision = "reconciled",
+                attempt = self.attempt,
+                "the reconcile check found the write: returning its result"
+            )
+        });
+        self.finish(CallKind::of(true, self.attempt));
+        value
+    }
+
     /// Reports an ambiguous outcome as the caller's error type.
     pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
         self.finish(CallKind::Ambiguous);

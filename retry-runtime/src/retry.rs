@@ -181,7 +181,7 @@ impl<'r> RetryCall<'r> {
             let mut step = call.settle(result).await;
             if let Step::Ambiguous { error, ambiguous } = step {
                 step = match reconcile().await {
-                    Reconciled::Happened(value) => return Ok(value),
+                    Reconciled::Happened(value) => return Ok(call.happened(value)),
                     Reconciled::NotHappened => call.settle_not_happened(error).await,
                     Reconciled::Unknown => return Err(call.ambiguous(ambiguous)),
                 };
