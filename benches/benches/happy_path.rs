@@ -18,6 +18,9 @@ fn happy_path(c: &mut Criterion) {
     g.bench_function("retry_runtime_builder", |b| {
         b.to_async(&rt).iter(|| happy::ours(&registry))
     });
+    g.bench_function("retry_runtime_macro", |b| {
+        b.to_async(&rt).iter(|| happy::ours_macro(&registry))
+    });
     g.bench_function("backon", |b| b.to_async(&rt).iter(happy::backon));
     g.bench_function("tower_retry_tps_budget", |b| {
         b.to_async(&rt).iter(|| happy::tower(&tower))

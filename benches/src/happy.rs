@@ -35,6 +35,25 @@ pub async fn ours(registry: &Registry) -> u64 {
         .unwrap()
 }
 
+/// Through `#[retry]` on an adapter method, with the registry injected.
+pub struct Adapter<'r> {
+    /// The registry holding [`UPSTREAM`].
+    pub registry: &'r Registry,
+}
+
+impl Adapter<'_> {
+    /// One read, as an application writes it.
+    #[retry_runtime::retry(upstream = "up", method = GET, registry = self.registry)]
+    pub async fn read(&self) -> Result<u64, BenchError> {
+        work().await
+    }
+}
+
+/// Through the macro.
+pub async fn ours_macro(registry: &Registry) -> u64 {
+    Adapter { registry }.read().await.unwrap()
+}
+
 /// Through backon with its default exponential builder (3 retries, 1 s min delay).
 pub async fn backon() -> u64 {
     use backon::{ExponentialBuilder, Retryable};

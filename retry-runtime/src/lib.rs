@@ -18,6 +18,35 @@
 //! add only a fraction of real traffic, and the [operation scope](operation) shares one retry
 //! allowance and one deadline across every layer of a business operation (3 calls, not 3 x 3).
 //!
+//! # Quick start
+//! Name the upstream in code, tune it in the registry, send through the classifying path:
+//!
+//! ```no_run
+//! use retry_runtime::http::{RequestBuilderExt, ResponseExt};
+//! use retry_runtime::{Error, Registry, retry};
+//!
+//! struct Catalog { client: reqwest::Client, base: String }
+//!
+//! impl Catalog {
+//!     // A read: retried when the evidence, budget and deadline allow.
+//!     #[retry(upstream = "catalog", method = GET)]
+//!     async fn item(&self, id: u64) -> Result<bytes::Bytes, Error> {
+//!         let response = self.client.get(format!("{}/items/{id}", self.base)).send_attempt().await?;
+//!         Ok(response.read_bytes().await?)
+//!     }
+//! }
+//!
+//! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+//! Registry::global().load_file("upstreams.toml")?; // every mistake at once, located
+//! Registry::global().verify()?; // every upstream named by a #[retry] is configured
+//! tokio::spawn(retry_runtime::Drain::global().clone().on_shutdown_signal());
+//! # Ok(()) }
+//! ```
+//!
+//! Without the macro: [`Retry::upstream`]. Across services: [`propagation`] headers and the
+//! `retry_runtime::tower` layers (feature `tower`). For outages longer than the in-memory
+//! window: the durable queue (features `durable-sqlite`, `durable-postgres`).
+//!
 //! # The decision order
 //! The [`DefaultEngine`] evaluates, in order, and a later rule never re-enables an earlier
 //! denial: attempts, budget, body replayability, response already delivered, draining,

@@ -51,6 +51,7 @@ fn main() {
             "retry-runtime builder",
             measure(&rt, || happy::ours(&registry)),
         ),
+        ("`#[retry]`", measure(&rt, || happy::ours_macro(&registry))),
         ("backon", measure(&rt, happy::backon)),
         (
             "tower::retry + TpsBudget",
