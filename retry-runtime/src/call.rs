@@ -347,19 +347,9 @@ impl<'r> Call<'r> {
     {
         let (timeout, ends) = (attempt.timeout, attempt.ends);
         let number = attempt.number;
-        let timed = async move {
-            match tokio::time::timeout_at(ends, fut).await {
-                Ok(result) => result,
-                Err(_) => Err({
-                    self.local.store(LOCAL_TIMED_OUT, Ordering::Relaxed);
-                    E::from(Error::AttemptTimeout {
-                        upstream: self.upstream.name_arc().clone(),
-                        attempt: number,
-                        timeout,
-                    })
-                }),
-            }
-        };
+        // Few layers of futures: each one is a copy of the attempt's future (a memmove per
+        // layer was the largest cost of a call in the happy-path profile).
+        let timed = tokio::time::timeout_at(ends, fut);
         let scoped = attempt.scope(timed).instrument(self.attempt_span.clone());
         let (result, attempt) = if self.own_scope {
             self.operation.clone().scope(scoped).await
@@ -370,7 +360,17 @@ impl<'r> Call<'r> {
             let reported = attempt_report::encode(attempt.report.replay());
             self.reported.fetch_min(reported, Ordering::AcqRel);
         }
-        result
+        match result {
+            Ok(result) => result,
+            Err(_) => {
+                self.local.store(LOCAL_TIMED_OUT, Ordering::Relaxed);
+                Err(E::from(Error::AttemptTimeout {
+                    upstream: self.upstream.name_arc().clone(),
+                    attempt: number,
+                    timeout,
+                }))
+            }
+        }
     }
 
     /// Decides after an attempt: returns success, or asks the engine, spends the retry (shared

@@ -200,6 +200,7 @@ impl Operation {
     }
 
     /// Whether a retrying call in this operation was denied for an upstream-wide reason.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn overloaded(&self) -> bool {
         self.allowance().overloaded.load(Ordering::Acquire)
     }
