@@ -1,0 +1,78 @@
+//! The attempt spans carry OpenTelemetry's HTTP semantic-convention attributes, and never the
+//! idempotency key in clear (reqwest-middleware users asked for the attempt count in vain: its
+//! issue 152).
+
+use std::sync::{Arc, Mutex};
+
+use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
+use retry_tests::support::{self, KEY, Kind, call, fast_config};
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn attempt_spans_carry_the_http_semantic_conventions() {
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
+            let registry = support::registry(fast_config());
+            let body = call(
+                &registry,
+                &support::client(),
+                Kind::PostWithKey,
+                &server.url("/pay"),
+            )
+            .await;
+            assert_eq!(body.unwrap(), "ok");
+        })
+    });
+    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let attempts: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("retry.attempt{"))
+        .collect();
+    assert!(attempts.len() >= 2, "{out}");
+    let first = attempts
+        .iter()
+        .find(|l| l.contains("http.request.resend_count=0"))
+        .expect("first attempt");
+    for attribute in [
+        "http.request.method=POST",
+        "server.address=\"127.0.0.1\"",
+        "server.port=",
+        "http.response.status_code=503",
+        "error.type=\"response_received\"",
+    ] {
+        assert!(first.contains(attribute), "{attribute} missing: {first}");
+    }
+    let second = attempts
+        .iter()
+        .find(|l| l.contains("http.request.resend_count=1"))
+        .expect("the retry");
+    assert!(second.contains("http.response.status_code=200"), "{second}");
+    assert!(
+        !out.contains(KEY),
+        "the idempotency key is never logged in clear"
+    );
+}
