@@ -538,16 +538,7 @@ impl<'r> Call<'r> {
                 self.deny(reason, error)
             }
             (Some(ambiguity), _) => {
-                self.span.in_scope(|| {
-                    tracing::info!(
-                        target: "retry_runtime::decision",
-                        decision = "denied",
-                        reason = %reason,
-                        attempt = self.attempt,
-                        "not retrying, and the write's outcome is unknown"
-                    )
-                });
-                observe::denied(self.upstream.name(), reason);
+                self.record_denial(reason, "not retrying, and the write's outcome is unknown");
                 self.ambiguous_step(ambiguity, error, failure)
             }
         }
@@ -586,17 +577,22 @@ impl<'r> Call<'r> {
         Step::Ambiguous { error, ambiguous }
     }
 
-    fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
+    /// The decision event and the denial counter, with the reason's name.
+    fn record_denial(&self, reason: DenyReason, message: &'static str) {
         self.span.in_scope(|| {
             tracing::info!(
                 target: "retry_runtime::decision",
                 decision = "denied",
                 reason = %reason,
                 attempt = self.attempt,
-                "not retrying"
+                "{message}"
             )
         });
         observe::denied(self.upstream.name(), reason);
+    }
+
+    fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
+        self.record_denial(reason, "not retrying");
         if self.attempt > 1 {
             // Tell enclosing retrying calls that this failure was already retried here.
             self.operation.note_retried_failure();
