@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
-    Classify, Evidence, Method, PermanentCategory, Pushback, Reconciled, Registry, Retry, retry,
+    Classify, Evidence, Method, PermanentCategory, Reconciled, Registry, Retry, retry,
 };
 use uuid::Uuid;
 
@@ -131,49 +131,22 @@ impl From<HttpError> for AdapterError {
 }
 
 impl Classify for AdapterError {
-    fn evidence(&self) -> Evidence {
+    // The wrapped errors report their own facts; only `Decode` needs its own.
+    fn via(&self) -> Option<&dyn Classify> {
         match self {
-            AdapterError::Http(e) => e.evidence(),
-            AdapterError::Runtime(e) => e.evidence(),
-            AdapterError::Decode(_) => Evidence::ResponseReceived,
-        }
-    }
-    fn status(&self) -> Option<u16> {
-        match self {
-            AdapterError::Http(e) => Classify::status(e),
-            AdapterError::Runtime(e) => e.status(),
+            AdapterError::Http(e) => Some(e),
+            AdapterError::Runtime(e) => Some(e),
             AdapterError::Decode(_) => None,
         }
     }
-    fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            AdapterError::Http(e) => e.retry_after(),
-            _ => None,
-        }
+    fn evidence(&self) -> Evidence {
+        self.via()
+            .map_or(Evidence::ResponseReceived, Classify::evidence)
     }
     fn permanent(&self) -> Option<PermanentCategory> {
         match self {
-            AdapterError::Http(e) => e.permanent(),
-            AdapterError::Runtime(e) => e.permanent(),
             AdapterError::Decode(_) => Some(PermanentCategory::Decode),
-        }
-    }
-    fn pushback(&self) -> Option<Pushback> {
-        match self {
-            AdapterError::Http(e) => e.pushback(),
-            _ => None,
-        }
-    }
-    fn rejection(&self) -> Option<retry_runtime::Rejection> {
-        match self {
-            AdapterError::Runtime(e) => e.rejection(),
-            _ => None,
-        }
-    }
-    fn already_retried(&self) -> bool {
-        match self {
-            AdapterError::Runtime(e) => e.already_retried(),
-            _ => false,
+            other => other.via()?.permanent(),
         }
     }
 }

@@ -94,76 +94,106 @@ impl Rejection {
 /// What a failed attempt's error knows about itself. Implement it for your adapter's error type
 /// (usually by delegating to the transport error it wraps) so the engine can decide.
 ///
-/// Only [`evidence`](Classify::evidence) is required; every other fact defaults to "unknown".
+/// Nothing is required: an error that wraps another implements [`via`](Classify::via); an
+/// error that knows nothing is treated as possibly sent ([`Evidence::SentNoResponse`]).
 ///
 /// ```
-/// use retry_runtime::{Classify, Evidence};
+/// use retry_runtime::{Classify, PermanentCategory};
 ///
 /// #[derive(Debug)]
 /// enum AdapterError {
-///     Transport(retry_runtime::Error),
+///     /// Transport, HTTP status, ambiguous outcome... (`From<HttpError>` comes with it).
+///     Retry(retry_runtime::Error),
+///     /// A complete answer the contract does not allow.
 ///     Rejected { code: String },
 /// }
 ///
 /// impl Classify for AdapterError {
-///     fn evidence(&self) -> Evidence {
+///     // Every fact of the wrapped error, delegated in one place.
+///     fn via(&self) -> Option<&dyn Classify> {
 ///         match self {
-///             AdapterError::Transport(e) => e.evidence(),
-///             AdapterError::Rejected { .. } => Evidence::ResponseReceived,
+///             AdapterError::Retry(e) => Some(e),
+///             AdapterError::Rejected { .. } => None,
 ///         }
 ///     }
-///     fn permanent(&self) -> Option<retry_runtime::PermanentCategory> {
+///     // The facts of our own variants.
+///     fn evidence(&self) -> retry_runtime::Evidence {
 ///         match self {
-///             AdapterError::Transport(e) => e.permanent(),
-///             AdapterError::Rejected { .. } => Some(retry_runtime::PermanentCategory::Contract),
+///             AdapterError::Retry(e) => e.evidence(),
+///             AdapterError::Rejected { .. } => retry_runtime::Evidence::ResponseReceived,
+///         }
+///     }
+///     fn permanent(&self) -> Option<PermanentCategory> {
+///         match self {
+///             AdapterError::Retry(e) => e.permanent(),
+///             AdapterError::Rejected { .. } => Some(PermanentCategory::Contract),
 ///         }
 ///     }
 /// }
+///
+/// let e = AdapterError::Retry(retry_runtime::Error::CircuitOpen { upstream: "sber".into() });
+/// assert_eq!(e.evidence(), retry_runtime::Evidence::NotSent);
+/// assert!(e.rejection().is_some(), "delegated without writing `rejection`");
 /// ```
 pub trait Classify {
-    /// How far the attempt is proven to have got.
-    fn evidence(&self) -> Evidence;
+    /// The error this one wraps and whose facts it reports (its transport or runtime error), if
+    /// any. Every other method defaults to asking it, so an application error usually
+    /// implements only this, plus the facts of its own variants (see the example above).
+    fn via(&self) -> Option<&dyn Classify> {
+        None
+    }
+
+    /// How far the attempt is proven to have got. The default asks [`via`](Classify::via),
+    /// and without it answers [`Evidence::SentNoResponse`]: an error that proves nothing never
+    /// counts as "not sent", since that is how a timeout becomes a duplicate payment.
+    fn evidence(&self) -> Evidence {
+        self.via()
+            .map_or(Evidence::SentNoResponse, Classify::evidence)
+    }
 
     /// The HTTP status of the response, when one arrived.
     fn status(&self) -> Option<u16> {
-        None
+        self.via().and_then(Classify::status)
     }
 
     /// The server's `Retry-After`, already parsed into a delay from now (see
     /// [`retry_after::parse`](crate::retry_after::parse)).
     fn retry_after(&self) -> Option<Duration> {
-        None
+        self.via().and_then(Classify::retry_after)
     }
 
     /// `Some` when retrying cannot help, with the category named in the denial.
     fn permanent(&self) -> Option<PermanentCategory> {
-        None
+        self.via().and_then(Classify::permanent)
     }
 
     /// `true` when the first byte of the response was already handed to the caller (a streamed
     /// body): a retry would deliver a second response to code that consumed part of the first.
     fn response_delivered(&self) -> bool {
-        false
+        self.via().is_some_and(Classify::response_delivered)
     }
 
     /// `true` when this failure was already retried by a retrying call below (in this process or
     /// in a callee): retrying it again multiplies traffic (spec 004).
     fn already_retried(&self) -> bool {
-        false
+        self.via().is_some_and(Classify::already_retried)
     }
 
     /// The callee's "do not retry" signal, when its response carried one.
     fn pushback(&self) -> Option<Pushback> {
-        None
+        self.via().and_then(Classify::pushback)
     }
 
     /// `Some` when the attempt was refused locally by the circuit breaker or the bulkhead.
     fn rejection(&self) -> Option<Rejection> {
-        None
+        self.via().and_then(Classify::rejection)
     }
 }
 
 impl<T: Classify + ?Sized> Classify for Box<T> {
+    fn via(&self) -> Option<&dyn Classify> {
+        (**self).via()
+    }
     fn evidence(&self) -> Evidence {
         (**self).evidence()
     }
@@ -264,5 +294,43 @@ impl Failure {
     pub const fn with_permanent(mut self, category: PermanentCategory) -> Self {
         self.permanent = Some(category);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct KnowsNothing;
+    impl Classify for KnowsNothing {}
+
+    struct Wraps(crate::Error);
+    impl Classify for Wraps {
+        fn via(&self) -> Option<&dyn Classify> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_that_proves_nothing_may_have_been_sent() {
+        assert_eq!(KnowsNothing.evidence(), Evidence::SentNoResponse);
+        assert_eq!(
+            Failure::of(&KnowsNothing),
+            Failure::new(Evidence::SentNoResponse)
+        );
+    }
+
+    #[test]
+    fn every_fact_is_delegated_through_via() {
+        let open = Wraps(crate::Error::CircuitOpen {
+            upstream: "x".into(),
+        });
+        assert_eq!(open.evidence(), Evidence::NotSent);
+        assert_eq!(open.rejection(), Some(Rejection::CircuitOpen));
+        let key = Wraps(crate::Error::InvalidIdempotencyKey(crate::KeyError::Empty));
+        assert_eq!(key.permanent(), Some(PermanentCategory::InvalidRequest));
+        let boxed: Box<dyn Classify> = Box::new(open);
+        assert_eq!(boxed.rejection(), Some(Rejection::CircuitOpen));
     }
 }
