@@ -613,5 +613,10 @@ impl<'r> Call<'r> {
         self.span.record("attempts", self.attempt);
         self.span.record("outcome", kind.as_str());
         observe::call_finished(self.upstream.name(), kind);
+        if cfg!(feature = "metrics")
+            && let Some(breaker) = self.upstream.breaker()
+        {
+            observe::breaker_state(self.upstream.name(), breaker.state());
+        }
     }
 }

@@ -7,9 +7,11 @@
 //! - `retry.denials{upstream, reason}`: denied retries by named reason
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
+//! - `retry.breaker.state{upstream}` (gauge): 0 closed, 1 half-open, 2 open (set as calls end)
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
+use crate::breaker::BreakerState;
 use crate::decision::DenyReason;
 
 /// How a call ended, for `retry.calls{kind}`.
@@ -60,6 +62,16 @@ pub(crate) fn retried(upstream: &str, budget_available: u64) {
         metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
             .set(budget_available as f64);
     }
+}
+
+/// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open.
+pub(crate) fn breaker_state(upstream: &str, state: BreakerState) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("retry.breaker.state", "upstream" => upstream.to_owned()).set(match state {
+        BreakerState::Closed => 0.0,
+        BreakerState::HalfOpen => 1.0,
+        BreakerState::Open => 2.0,
+    });
 }
 
 pub(crate) fn denied(upstream: &str, reason: DenyReason) {

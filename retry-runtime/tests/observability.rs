@@ -72,13 +72,19 @@ impl Recorder for Capture {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn registry() -> Registry {
+    registry_with(None)
+}
+
+fn registry_with(breaker: Option<retry_runtime::breaker::BreakerConfig>) -> Registry {
     let quick = Backoff::new()
         .with_initial(std::time::Duration::from_millis(1))
         .with_max_backoff(std::time::Duration::from_millis(2));
     Registry::builder()
         .upstream(
             "up",
-            UpstreamConfig::new().with_backoff(quick).with_breaker(None),
+            UpstreamConfig::new()
+                .with_backoff(quick)
+                .with_breaker(breaker),
         )
         .seed(1)
         .build()
@@ -131,7 +137,8 @@ fn counters_follow_resilience4j_names() {
         .start_paused(true)
         .build()
         .unwrap();
-    metrics::with_local_recorder(&capture, || rt.block_on(calls(&registry())));
+    let registry = registry_with(Some(retry_runtime::breaker::BreakerConfig::new()));
+    metrics::with_local_recorder(&capture, || rt.block_on(calls(&registry)));
     let kind = |k: &str| capture.get(&format!("retry.calls{{upstream=up,kind={k}}}"));
     assert_eq!(kind("successful_without_retry"), 1);
     assert_eq!(kind("successful_with_retry"), 1);
@@ -148,6 +155,14 @@ fn counters_follow_resilience4j_names() {
         1
     );
     assert!(capture.get("retry.budget.available{upstream=up}") > 0);
+    assert_eq!(capture.get("retry.breaker.state{upstream=up}"), 0, "closed");
+    assert!(
+        capture
+            .0
+            .lock()
+            .unwrap()
+            .contains_key("retry.breaker.state{upstream=up}")
+    );
 }
 
 /// A writer collecting what the fmt subscriber prints.
