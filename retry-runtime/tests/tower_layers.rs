@@ -257,22 +257,33 @@ async fn the_handler_stops_when_the_caller_has_given_up() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn two_layers_of_three_attempts_make_three_catalog_calls_not_nine() {
-    // API --(RetryLayer, 3 attempts)--> middle (ScopeLayer) --(retrying call, 3 attempts)--> catalog
-    // Only headers cross the API/middle boundary, as between two processes.
-    let reg = registry(&["middle", "catalog"]);
-    let catalog_calls = Arc::new(AtomicU32::new(0));
-    let middle_calls = Arc::new(AtomicU32::new(0));
-    let (r, c, m) = (reg.clone(), catalog_calls.clone(), middle_calls.clone());
+/// Counts of one API -> middle -> catalog chain.
+#[derive(Default)]
+struct Calls {
+    catalog: AtomicU32,
+    middle: AtomicU32,
+}
+
+/// API --(RetryLayer)--> middle (ScopeLayer) --(retrying call)--> a catalog that always times
+/// out. Only headers cross the API/middle boundary, as between two processes. With
+/// `own_scope`, the middle's handler names its work with a nested `operation(..)`.
+fn chain(
+    reg: Arc<Registry>,
+    own_scope: bool,
+) -> (
+    impl Service<Req, Response = Resp, Error = TowerError>,
+    Arc<Calls>,
+) {
+    let calls = Arc::new(Calls::default());
+    let (r, c) = (reg.clone(), calls.clone());
     let middle = FnService(move |_req: Req| {
-        m.fetch_add(1, Ordering::SeqCst);
+        c.middle.fetch_add(1, Ordering::SeqCst);
         let (r, c) = (r.clone(), c.clone());
         async move {
-            let result: Result<(), Error> = Retry::in_registry(&r, "catalog")
+            let catalog = Retry::in_registry(&r, "catalog")
                 .method(Method::GET)
                 .run(|_| {
-                    c.fetch_add(1, Ordering::SeqCst);
+                    c.catalog.fetch_add(1, Ordering::SeqCst);
                     async {
                         Err(Error::AttemptTimeout {
                             upstream: "catalog".into(),
@@ -280,19 +291,31 @@ async fn two_layers_of_three_attempts_make_three_catalog_calls_not_nine() {
                             timeout: Duration::ZERO,
                         })
                     }
-                })
-                .await;
+                });
+            let result: Result<(), Error> = if own_scope {
+                retry_runtime::operation("lookup").run(catalog).await
+            } else {
+                catalog.await
+            };
             status(if result.is_ok() { 200 } else { 503 })
         }
     });
     let middle = ScopeLayer::default().layer(middle);
-    let mut api = RetryLayer::with_registry(reg, "middle").layer(middle);
+    (
+        RetryLayer::with_registry(reg, "middle").layer(middle),
+        calls,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_layers_of_three_attempts_make_three_catalog_calls_not_nine() {
+    let (mut api, calls) = chain(registry(&["middle", "catalog"]), false);
     let response = api.call(request(Method::GET)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()[PUSHBACK], "retries-spent");
-    assert_eq!(catalog_calls.load(Ordering::SeqCst), 3, "3 calls, not 9");
+    assert_eq!(calls.catalog.load(Ordering::SeqCst), 3, "3 calls, not 9");
     assert_eq!(
-        middle_calls.load(Ordering::SeqCst),
+        calls.middle.load(Ordering::SeqCst),
         1,
         "the API did not retry what the middle retried"
     );
@@ -317,37 +340,13 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
             .build()
             .unwrap(),
     );
-    let catalog_calls = Arc::new(AtomicU32::new(0));
-    let middle_calls = Arc::new(AtomicU32::new(0));
-    let (r, c, m) = (reg.clone(), catalog_calls.clone(), middle_calls.clone());
-    let middle = FnService(move |_req: Req| {
-        m.fetch_add(1, Ordering::SeqCst);
-        let (r, c) = (r.clone(), c.clone());
-        async move {
-            let result: Result<(), Error> = Retry::in_registry(&r, "catalog")
-                .method(Method::GET)
-                .run(|_| {
-                    c.fetch_add(1, Ordering::SeqCst);
-                    async {
-                        Err(Error::AttemptTimeout {
-                            upstream: "catalog".into(),
-                            attempt: 1,
-                            timeout: Duration::ZERO,
-                        })
-                    }
-                })
-                .await;
-            status(if result.is_ok() { 200 } else { 503 })
-        }
-    });
-    let middle = ScopeLayer::default().layer(middle);
-    let mut api = RetryLayer::with_registry(reg, "middle").layer(middle);
+    let (mut api, calls) = chain(reg, false);
     let response = api.call(request(Method::GET)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()[PUSHBACK], "overloaded");
-    assert_eq!(catalog_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.catalog.load(Ordering::SeqCst), 1);
     assert_eq!(
-        middle_calls.load(Ordering::SeqCst),
+        calls.middle.load(Ordering::SeqCst),
         1,
         "the API did not retry what the middle's budget refused"
     );
@@ -355,41 +354,13 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_opens_its_own_operation_scope_still_pushes_back() {
-    // The middle's handler names its work with a nested `operation(..)`: the failure its
-    // catalog call retried is noted on that nested scope, and must reach the request's root
-    // scope, which the server layer reads (else the API retries: 3 + 2 + 1 = 6 catalog calls).
-    let reg = registry(&["middle", "catalog"]);
-    let catalog_calls = Arc::new(AtomicU32::new(0));
-    let middle_calls = Arc::new(AtomicU32::new(0));
-    let (r, c, m) = (reg.clone(), catalog_calls.clone(), middle_calls.clone());
-    let middle = FnService(move |_req: Req| {
-        m.fetch_add(1, Ordering::SeqCst);
-        let (r, c) = (r.clone(), c.clone());
-        async move {
-            let result: Result<(), Error> = retry_runtime::operation("lookup")
-                .run(
-                    Retry::in_registry(&r, "catalog")
-                        .method(Method::GET)
-                        .run(|_| {
-                            c.fetch_add(1, Ordering::SeqCst);
-                            async {
-                                Err(Error::AttemptTimeout {
-                                    upstream: "catalog".into(),
-                                    attempt: 1,
-                                    timeout: Duration::ZERO,
-                                })
-                            }
-                        }),
-                )
-                .await;
-            status(if result.is_ok() { 200 } else { 503 })
-        }
-    });
-    let middle = ScopeLayer::default().layer(middle);
-    let mut api = RetryLayer::with_registry(reg, "middle").layer(middle);
+    // The failure the middle's catalog call retried is noted on the handler's nested scope, and
+    // must reach the request's root scope, which the server layer reads (else the API retries:
+    // 3 + 2 + 1 = 6 catalog calls).
+    let (mut api, calls) = chain(registry(&["middle", "catalog"]), true);
     let response = api.call(request(Method::GET)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()[PUSHBACK], "retries-spent");
-    assert_eq!(catalog_calls.load(Ordering::SeqCst), 3, "3 calls, not 6");
-    assert_eq!(middle_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.catalog.load(Ordering::SeqCst), 3, "3 calls, not 6");
+    assert_eq!(calls.middle.load(Ordering::SeqCst), 1);
 }
