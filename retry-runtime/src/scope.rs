@@ -265,8 +265,8 @@ impl Operation {
     }
 
     /// Runs `fut` inside this scope.
-    pub async fn scope<F: Future>(self, fut: F) -> F::Output {
-        OPERATION.scope(self, fut).await
+    pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        OPERATION.scope(self, fut)
     }
 }
 
