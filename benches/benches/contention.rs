@@ -1,8 +1,10 @@
 //! Contention: many tasks on a 2-thread runtime, every call going to one upstream (one budget,
 //! one breaker, one registry entry). Reports time per call; throughput ratio = bare / ours.
 //!
-//! Two attempt bodies: `empty` (returns at once: pure overhead, the worst case for the ratio)
-//! and `yield` (one trip through the scheduler, the cheapest stand-in for real I/O).
+//! Three attempt bodies: `empty` (returns at once: pure overhead, the worst case for the
+//! ratio), `yield` (one trip through the scheduler, the cheapest stand-in for real I/O) and
+//! `work10us` (about 7 µs of CPU, a small but real attempt: the ratio then shows what sharing
+//! one budget and breaker costs when calls do something).
 //!
 //! `cargo bench -p retry-benches --bench contention`
 
@@ -20,11 +22,25 @@ const TASKS: u64 = 64;
 enum Body {
     Empty,
     Yield,
+    Work,
+}
+
+/// About 7 µs of CPU on the 2-core VM the numbers in BENCHMARKS.md come from.
+fn spin() -> u64 {
+    let mut x = 0u64;
+    for i in 0..20_000u64 {
+        x = black_box(x.wrapping_add(i));
+    }
+    x
 }
 
 async fn attempt(body: Body) -> Result<u64, BenchError> {
-    if let Body::Yield = body {
-        tokio::task::yield_now().await;
+    match body {
+        Body::Empty => {}
+        Body::Yield => tokio::task::yield_now().await,
+        Body::Work => {
+            black_box(spin());
+        }
     }
     Ok(black_box(1))
 }
@@ -75,7 +91,11 @@ fn contention(c: &mut Criterion) {
         .expect("runtime");
     let registry = Arc::new(retry_benches::registry(&["catalog"], UpstreamConfig::new()));
     let mut g = c.benchmark_group("contention_64_tasks_2_threads");
-    for (name, body) in [("empty", Body::Empty), ("yield", Body::Yield)] {
+    for (name, body) in [
+        ("empty", Body::Empty),
+        ("yield", Body::Yield),
+        ("work10us", Body::Work),
+    ] {
         g.bench_function(format!("bare/{name}"), |b| {
             b.iter_custom(|iters| run(&rt, None, body, iters))
         });
