@@ -1,7 +1,6 @@
 //! The send path: one request of one attempt.
 
 use std::future::Future;
-use std::time::Duration;
 
 use ::http::{HeaderName, HeaderValue};
 
@@ -42,10 +41,9 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
         }
     };
     let method = request.method().clone();
-    let target = target_of(request.url());
     let attempt = Attempt::current();
     if let Some(attempt) = &attempt {
-        prepare(&mut request, attempt, &target)?;
+        prepare(&mut request, attempt)?;
     }
     match client.execute(request).await {
         Ok(response) => {
@@ -61,17 +59,19 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
                 Err(HttpError::from_status(Some(&method), response))
             }
         }
-        Err(e) => Err(HttpError::from_send(Some(&method), Some(target), e)),
+        // The target (no query, no user info) is rendered only when something failed.
+        Err(e) => {
+            let target = e.url().map(target_of);
+            Err(HttpError::from_send(Some(&method), target, e))
+        }
     }
 }
 
 /// The checks and headers of spec 000 for a request sent inside `attempt`. Everything that can
 /// refuse runs before anything is sent.
-fn prepare(
-    request: &mut reqwest::Request,
-    attempt: &Attempt,
-    target: &str,
-) -> Result<(), HttpError> {
+fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), HttpError> {
+    // Rendered only when something is refused (the happy path allocates nothing for it).
+    let target = |request: &reqwest::Request| Some(target_of(request.url()));
     let method = request.method().clone();
     let span = attempt.span();
     if let Some(host) = request.url().host_str() {
@@ -83,7 +83,7 @@ fn prepare(
     if method != *attempt.method() {
         return Err(HttpError::refused(
             &method,
-            Some(target.to_owned()),
+            target(request),
             PermanentCategory::InvalidRequest,
             format!(
                 "the call was declared {} but this request is {method}: declare the method the \
@@ -94,15 +94,14 @@ fn prepare(
     }
     let remaining = attempt.remaining();
     if remaining.is_zero() {
-        return Err(HttpError::deadline(&method, Some(target.to_owned())));
+        return Err(HttpError::deadline(&method, target(request)));
     }
-    let headers = request.headers_mut();
     if let Some(key) = attempt.idempotency_key() {
         let config = attempt.upstream_entry().config();
         let name = HeaderName::from_bytes(config.idempotency_header.as_bytes()).map_err(|_| {
             HttpError::refused(
                 &method,
-                Some(target.to_owned()),
+                target(request),
                 PermanentCategory::Configuration,
                 format!(
                     "upstream `{}`: idempotency_header {:?} is not a valid header name; use \"{}\"",
@@ -117,26 +116,28 @@ fn prepare(
         let value = HeaderValue::from_str(key.as_str()).map_err(|_| {
             HttpError::refused(
                 &method,
-                Some(target.to_owned()),
+                target(request),
                 PermanentCategory::InvalidRequest,
                 format!("the idempotency key {key} is not a valid header value: use a UUID"),
             )
         })?;
         let mut value = value;
         value.set_sensitive(true);
-        headers.insert(name, value);
+        request.headers_mut().insert(name, value);
     }
+    let headers = request.headers_mut();
     // Attempt number, remaining deadline and the operation's retries left, so the callee stops
     // when we have given up and does not add its retries on top of ours.
     crate::propagation::write_headers(headers, remaining, attempt.number(), attempt.retries_left());
-    // The attempt's own timeout is enforced by the loop too; setting it here makes reqwest fire
-    // first, so the error is a classified transport error instead of a bare attempt timeout.
-    // A margin (a tenth, at most 20 ms) so reqwest's timeout, which classifies, wins the race
-    // against the loop's backstop timeout started slightly earlier.
-    let left = attempt.time_left();
-    let limit = left.saturating_sub((left / 10).min(Duration::from_millis(20)));
-    let timeout = request.timeout_mut();
-    *timeout = Some(timeout.map_or(limit, |t| t.min(limit)));
+    // The attempt's timeout (clamped to the deadline) is the loop's: it cuts this request and
+    // reports `AttemptTimeout` with evidence `SentNoResponse`, the same class reqwest's timeout
+    // would give. A reqwest per-request timeout as well cost 5-10 % of a loopback request
+    // (BENCHMARKS.md), so only a tighter timeout the caller set on the request is kept.
+    if let Some(t) = request.timeout_mut()
+        && *t >= attempt.time_left()
+    {
+        *request.timeout_mut() = None;
+    }
     // A streaming body cannot be produced again: this attempt is sent, no other will be.
     if request.body().is_some_and(|b| b.as_bytes().is_none()) {
         Attempt::report_body(Replayability::OneShot);
