@@ -16,7 +16,7 @@
 //!     .run(|_attempt| {
 //!         let client = client.clone();
 //!         async move {
-//!             // adds Idempotency-Key, retry-attempt, retry-deadline-ms, retry-retries-left; clamps the timeout
+//!             // adds Idempotency-Key, retry-attempt, retry-deadline-ms, retry-retries-left; the loop bounds it by the attempt timeout
 //!             let response = client
 //!                 .post("http://payments.internal/capture")
 //!                 .body(r#"{"order":42}"#)
@@ -44,7 +44,8 @@
 //!   through an adapter declared as a read is a bug, [`PermanentCategory::InvalidRequest`](crate::PermanentCategory));
 //! - adds the idempotency key (header named by the upstream's `idempotency_header`), the attempt
 //!   number and the remaining deadline ([`headers`]);
-//! - clamps the request timeout to the attempt timeout and the remaining deadline;
+//! - leaves the timeout to the loop (the attempt timeout, clamped to the remaining deadline, cuts
+//!   the request; a tighter per-request timeout set by the caller is kept);
 //! - reports a streaming (one-shot) body to the loop: the attempt is sent, never retried;
 //! - records OpenTelemetry HTTP attributes on the attempt span: `http.request.method`,
 //!   `server.address`, `server.port`, `http.request.resend_count`, `http.response.status_code`
