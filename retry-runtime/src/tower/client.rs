@@ -9,9 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{BoxError, ReplayBody};
 use crate::call::{Call, CallSpec, Step};
-use crate::{
-    Classify, Error, Evidence, IdempotencyKey, PermanentCategory, Pushback, Registry, propagation,
-};
+use crate::{Classify, Error, Evidence, IdempotencyKey, Pushback, Registry, propagation};
 
 /// Which registry a layer uses.
 #[derive(Clone)]
@@ -148,26 +146,17 @@ impl std::error::Error for TowerError {
 }
 
 impl Classify for TowerError {
+    fn via(&self) -> Option<&dyn Classify> {
+        match self {
+            TowerError::Runtime(e) => Some(e),
+            TowerError::Transport { .. } => None,
+        }
+    }
     fn evidence(&self) -> Evidence {
         match self {
             TowerError::Runtime(e) => e.evidence(),
             TowerError::Transport { evidence, .. } => *evidence,
         }
-    }
-    fn permanent(&self) -> Option<PermanentCategory> {
-        match self {
-            TowerError::Runtime(e) => e.permanent(),
-            TowerError::Transport { .. } => None,
-        }
-    }
-    fn rejection(&self) -> Option<crate::Rejection> {
-        match self {
-            TowerError::Runtime(e) => e.rejection(),
-            TowerError::Transport { .. } => None,
-        }
-    }
-    fn already_retried(&self) -> bool {
-        matches!(self, TowerError::Runtime(e) if e.already_retried())
     }
 }
 
@@ -199,6 +188,12 @@ impl<R> From<Error> for AttemptError<R> {
 }
 
 impl<R> Classify for AttemptError<R> {
+    fn via(&self) -> Option<&dyn Classify> {
+        match self {
+            AttemptError::Response { .. } => None,
+            AttemptError::Failed(e) => Some(e),
+        }
+    }
     fn evidence(&self) -> Evidence {
         match self {
             AttemptError::Response { .. } => Evidence::ResponseReceived,
@@ -208,37 +203,19 @@ impl<R> Classify for AttemptError<R> {
     fn status(&self) -> Option<u16> {
         match self {
             AttemptError::Response { status, .. } => Some(*status),
-            AttemptError::Failed(_) => None,
+            AttemptError::Failed(e) => e.status(),
         }
     }
     fn retry_after(&self) -> Option<Duration> {
         match self {
             AttemptError::Response { retry_after, .. } => *retry_after,
-            AttemptError::Failed(_) => None,
+            AttemptError::Failed(e) => e.retry_after(),
         }
     }
     fn pushback(&self) -> Option<Pushback> {
         match self {
             AttemptError::Response { pushback, .. } => *pushback,
-            AttemptError::Failed(_) => None,
-        }
-    }
-    fn permanent(&self) -> Option<PermanentCategory> {
-        match self {
-            AttemptError::Response { .. } => None,
-            AttemptError::Failed(e) => e.permanent(),
-        }
-    }
-    fn rejection(&self) -> Option<crate::Rejection> {
-        match self {
-            AttemptError::Response { .. } => None,
-            AttemptError::Failed(e) => e.rejection(),
-        }
-    }
-    fn already_retried(&self) -> bool {
-        match self {
-            AttemptError::Response { .. } => false,
-            AttemptError::Failed(e) => e.already_retried(),
+            AttemptError::Failed(e) => e.pushback(),
         }
     }
 }
