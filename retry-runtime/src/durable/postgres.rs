@@ -609,49 +609,51 @@ impl DurableStore for PgStore {
     }
 
     async fn requeue(&self, task_id: TaskId, now: Timestamp) -> StoreResult<Task> {
-        let row = sqlx::query(concat!(
+        let sql = concat!(
             "UPDATE retry_durable_task
              SET status = 'pending', retry_count = 0, next_attempt_at = $2,
                  alerted_at = NULL, alert_lease_until = NULL, updated_at = $2
              WHERE task_id = $1 AND status IN ('failed', 'cancelled')
              RETURNING ",
             cols!()
-        ))
-        .bind(task_id.0)
-        .bind(now.as_unix_millis())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(DurableError::db(BACKEND, "requeue a task"))?;
-        match row {
-            Some(row) => decode(&row),
-            None => Err(transition_error(
-                self.get(task_id).await?,
-                task_id,
-                "requeue",
-            )),
-        }
+        );
+        self.transition(sql, task_id, now, "requeue", "requeue a task")
+            .await
     }
 
     async fn cancel(&self, task_id: TaskId, now: Timestamp) -> StoreResult<Task> {
-        let row = sqlx::query(concat!(
+        let sql = concat!(
             "UPDATE retry_durable_task
              SET status = 'cancelled', alert_lease_until = NULL, updated_at = $2
              WHERE task_id = $1 AND status IN ('pending', 'failed')
              RETURNING ",
             cols!()
-        ))
-        .bind(task_id.0)
-        .bind(now.as_unix_millis())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(DurableError::db(BACKEND, "cancel a task"))?;
+        );
+        self.transition(sql, task_id, now, "cancel", "cancel a task")
+            .await
+    }
+}
+
+impl PgStore {
+    /// An operator transition (`UPDATE ... WHERE task_id = 1 AND status IN (...) RETURNING`):
+    /// the updated task, or why the task could not make it (missing, or in another status).
+    async fn transition(
+        &self,
+        sql: &'static str,
+        task_id: TaskId,
+        now: Timestamp,
+        action: &'static str,
+        what: &'static str,
+    ) -> StoreResult<Task> {
+        let row = sqlx::query(sql)
+            .bind(task_id.0)
+            .bind(now.as_unix_millis())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(DurableError::db(BACKEND, what))?;
         match row {
             Some(row) => decode(&row),
-            None => Err(transition_error(
-                self.get(task_id).await?,
-                task_id,
-                "cancel",
-            )),
+            None => Err(transition_error(self.get(task_id).await?, task_id, action)),
         }
     }
 }
