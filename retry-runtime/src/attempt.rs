@@ -8,10 +8,6 @@ use tokio::time::Instant;
 
 use crate::registry::Upstream;
 
-tokio::task_local! {
-    static ATTEMPT: Attempt;
-}
-
 /// An idempotency key, fixed before the first attempt and sent on every attempt.
 ///
 /// Its `Debug` and `Display` never print the key itself (it may identify a payment): they print
@@ -130,9 +126,18 @@ impl IntoIdempotencyKey for Arc<str> {
 /// One attempt of a retrying call: its number, key, deadline and upstream.
 ///
 /// Given to the attempt closure and available to integrations through [`Attempt::current`], so
-/// the HTTP layer can send the key, the attempt number and the remaining deadline.
-#[derive(Debug, Clone)]
+/// the HTTP layer can send the key, the attempt number and the remaining deadline. Cheap to
+/// clone: every clone is a handle to the same attempt (and what it reports).
+#[derive(Clone)]
 pub struct Attempt {
+    pub(crate) state: Arc<AttemptState>,
+}
+
+/// What an [`Attempt`] handle points to. One allocation serves every attempt of a call (and,
+/// through a small per-thread pool, the calls after it) as long as no handle outlives its
+/// attempt, so the happy path allocates nothing and moves an 8-byte handle around.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptState {
     pub(crate) number: u32,
     pub(crate) upstream: Arc<Upstream>,
     pub(crate) method: http::Method,
@@ -146,90 +151,136 @@ pub struct Attempt {
     pub(crate) span: tracing::Span,
 }
 
+impl fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.state.fmt(f)
+    }
+}
+
+thread_local! {
+    /// Attempt states whose last handle is gone, for the next call on this thread. They may
+    /// keep an upstream entry alive after a registry reload, at most [`POOL_SIZE`] per thread,
+    /// until reused.
+    static POOL: std::cell::RefCell<Vec<Arc<AttemptState>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+const POOL_SIZE: usize = 16;
+
 impl Attempt {
-    /// The attempt the current task runs in, if any.
-    pub fn current() -> Option<Attempt> {
-        ATTEMPT.try_with(Clone::clone).ok()
+    /// An attempt holding `state`, in `spare`'s allocation when no other handle to it is left,
+    /// else in a pooled one, else in a new one.
+    pub(crate) fn reuse(spare: Option<Attempt>, state: AttemptState) -> Attempt {
+        if let Some(mut spare) = spare
+            && let Some(slot) = Arc::get_mut(&mut spare.state)
+        {
+            *slot = state;
+            return spare;
+        }
+        let pooled = POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten();
+        if let Some(mut pooled) = pooled
+            && let Some(slot) = Arc::get_mut(&mut pooled)
+        {
+            *slot = state;
+            return Attempt { state: pooled };
+        }
+        Attempt {
+            state: Arc::new(state),
+        }
     }
 
-    /// Runs `f` with the current attempt without cloning it.
-    pub fn with_current<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
-        let mut f = Some(f);
-        match ATTEMPT.try_with(|a| (f.take().expect("called once"))(Some(a))) {
-            Ok(r) => r,
-            Err(_) => (f.take().expect("not called"))(None),
+    /// Offers the allocation for reuse by a later call on this thread if this is the last
+    /// handle. The span is closed now (a pooled attempt must not keep it open) and the key is
+    /// not kept.
+    pub(crate) fn recycle(mut self) {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            state.span = tracing::Span::none();
+            state.key = None;
+            let _ = POOL.try_with(|p| {
+                let mut pool = p.borrow_mut();
+                if pool.len() < POOL_SIZE {
+                    pool.push(self.state);
+                }
+            });
         }
+    }
+
+    /// The state, to change before the attempt starts (copied first if a handle was cloned).
+    pub(crate) fn state_mut(&mut self) -> &mut AttemptState {
+        Arc::make_mut(&mut self.state)
+    }
+
+    /// The attempt the current task runs in, if any.
+    pub fn current() -> Option<Attempt> {
+        crate::ambient::with_attempt(|a| a.cloned())
+    }
+
+    /// Runs `f` with the current attempt without cloning it. Do not poll futures inside `f`.
+    pub fn with_current<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
+        crate::ambient::with_attempt(f)
     }
 
     /// 1 for the first attempt.
     pub fn number(&self) -> u32 {
-        self.number
+        self.state.number
     }
 
     /// How many times the request was re-sent before this attempt (OpenTelemetry's
     /// `http.request.resend_count`).
     pub fn resend_count(&self) -> u32 {
-        self.number - 1
+        self.state.number - 1
     }
 
     /// The upstream's name.
     pub fn upstream(&self) -> &str {
-        self.upstream.name()
+        self.state.upstream.name()
     }
 
     /// The upstream's entry (its config).
     pub fn upstream_entry(&self) -> &Arc<Upstream> {
-        &self.upstream
+        &self.state.upstream
     }
 
     /// The declared method.
     pub fn method(&self) -> &http::Method {
-        &self.method
+        &self.state.method
     }
 
     /// The idempotency key, the same on every attempt.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
-        self.key.as_ref()
+        self.state.key.as_ref()
     }
 
     /// The operation's absolute deadline.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.state.deadline
     }
 
     /// Time left before the deadline.
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.state
+            .deadline
+            .saturating_duration_since(Instant::now())
     }
 
     /// Time left before this attempt is cut (its timeout, counted from when it was admitted,
     /// never past the deadline). Integrations use a little less, so their own, classified
     /// timeout fires before the loop's.
     pub fn time_left(&self) -> Duration {
-        self.ends
-            .min(self.deadline)
+        self.state
+            .ends
+            .min(self.state.deadline)
             .saturating_duration_since(Instant::now())
     }
 
     /// Retries the operation may still make across every layer, when it started (sent to the
     /// callee so it does not add retries of its own on top).
     pub fn retries_left(&self) -> Option<u32> {
-        self.retries_left
+        self.state.retries_left
     }
 
     /// This attempt's timeout: the upstream's attempt timeout clamped to the remaining deadline.
     pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// Runs `fut` as this attempt and hands the attempt back with what it reported.
-    pub(crate) async fn scope<F: std::future::Future>(
-        self,
-        fut: F,
-    ) -> (F::Output, Option<Attempt>) {
-        let mut scoped = std::pin::pin!(ATTEMPT.scope(self, fut));
-        let output = scoped.as_mut().await;
-        (output, scoped.as_mut().take_value())
+        self.state.timeout
     }
 }
 

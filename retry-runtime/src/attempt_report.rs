@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::{Attempt, Replayability};
 
-/// Carried inside the [`Attempt`] the loop installs for the attempt's task; the loop takes the
-/// attempt back when the attempt ends and reads the report, so reporting allocates nothing.
+/// Carried inside the [`Attempt`]: every handle to the attempt (the closure's, the one installed
+/// for integrations, the loop's) sees the same report, so reporting allocates nothing.
 #[derive(Debug)]
 pub(crate) struct AttemptReport {
     replay: AtomicU8,
@@ -70,7 +70,7 @@ impl Attempt {
     pub fn report_body(replay: Replayability) {
         Attempt::with_current(|a| {
             if let Some(a) = a {
-                a.report.downgrade(replay);
+                a.state.report.downgrade(replay);
             }
         });
     }
@@ -78,13 +78,13 @@ impl Attempt {
     /// The replayability the loop will decide with, as far as this attempt's reports go
     /// (the call's declaration is not included).
     pub fn reported_body(&self) -> Replayability {
-        self.report.replay()
+        self.state.report.replay()
     }
 
     /// The attempt's span (`retry.attempt`), to record OpenTelemetry attributes on
     /// (`server.address`, `http.response.status_code`, ...) whatever span is current.
     pub fn span(&self) -> &tracing::Span {
-        &self.span
+        &self.state.span
     }
 }
 

@@ -22,14 +22,14 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::attempt::{Attempt, IdempotencyKey};
-use crate::attempt_report::{self, AttemptReport};
+use crate::attempt::{Attempt, AttemptState, IdempotencyKey};
+use crate::attempt_future::{AttemptFuture, TimedOut};
+use crate::attempt_report::AttemptReport;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
@@ -98,27 +98,37 @@ pub struct Call<'r> {
     previous_delay: Duration,
     auth_refresh_used: bool,
     retried_mark: u64,
-    rng: fastrand::Rng,
+    /// Drawn from the registry at the first decision: a call that succeeds needs none.
+    rng: Option<fastrand::Rng>,
     span: tracing::Span,
     attempt_span: tracing::Span,
-    /// What the runtime itself did to the last attempt ([`LOCAL_NONE`] ...): the facts it knows
-    /// first-hand override whatever the caller's error type reports.
-    local: AtomicU8,
+    /// What the runtime itself did to the last attempt: the facts it knows first-hand
+    /// override whatever the caller's error type reports.
+    local: Local,
     /// The instant read when the call was created, reused by the first attempt.
     created: Option<Instant>,
     /// The weakest body replayability the attempts reported (see [`Attempt::report_body`]).
-    reported: AtomicU8,
+    reported: Replayability,
+    /// The last attempt, whose allocation the next attempt reuses.
+    spare: Option<Attempt>,
 }
 
-const LOCAL_NONE: u8 = 0;
-const LOCAL_CIRCUIT_OPEN: u8 = 1;
-const LOCAL_BULKHEAD_FULL: u8 = 2;
-const LOCAL_TIMED_OUT: u8 = 3;
+/// What the runtime itself did to an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Local {
+    Nothing,
+    CircuitOpen,
+    BulkheadFull,
+    TimedOut,
+}
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         if self.own_scope {
             self.operation.recycle();
+        }
+        if let Some(spare) = self.spare.take() {
+            spare.recycle();
         }
     }
 }
@@ -166,7 +176,7 @@ impl<'r> Call<'r> {
         );
         Ok(Call {
             registry: spec.registry,
-            rng: spec.registry.rng(),
+            rng: None,
             upstream,
             method: spec.method,
             safety,
@@ -181,9 +191,10 @@ impl<'r> Call<'r> {
             retried_mark: 0,
             span,
             attempt_span: tracing::Span::none(),
-            local: AtomicU8::new(LOCAL_NONE),
+            local: Local::Nothing,
             created: Some(now),
-            reported: AtomicU8::new(attempt_report::encode(Replayability::Replayable)),
+            reported: Replayability::Replayable,
+            spare: None,
         })
     }
 
@@ -240,7 +251,7 @@ impl<'r> Call<'r> {
             http.response.status_code = tracing::field::Empty,
         );
         let timeout = config.attempt_timeout.min(remaining);
-        Ok(Attempt {
+        let state = AttemptState {
             number: self.attempt,
             upstream: self.upstream.clone(),
             method: self.method.clone(),
@@ -251,13 +262,14 @@ impl<'r> Call<'r> {
             retries_left: self.operation.retries_left(),
             report: AttemptReport::default(),
             span: self.attempt_span.clone(),
-        })
+        };
+        Ok(Attempt::reuse(self.spare.take(), state))
     }
 
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
     /// attempt timeout (clamped to the deadline), after the circuit breaker and the bulkhead
     /// admit it. The bulkhead permit is released as soon as the attempt ends, before any backoff.
-    pub async fn run<T, E, F>(&self, attempt: Attempt, fut: F) -> Result<T, E>
+    pub async fn run<T, E, F>(&mut self, attempt: Attempt, fut: F) -> Result<T, E>
     where
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
@@ -267,19 +279,20 @@ impl<'r> Call<'r> {
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
     /// bulkhead have admitted it.
-    pub async fn run_with<T, E, F, Fut>(&self, mut attempt: Attempt, make: F) -> Result<T, E>
+    pub async fn run_with<T, E, F, Fut>(&mut self, mut attempt: Attempt, make: F) -> Result<T, E>
     where
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
         let upstream = &self.upstream;
-        self.local.store(LOCAL_NONE, Ordering::Relaxed);
+        self.local = Local::Nothing;
         let admission = match upstream.breaker() {
             Some(breaker) => match breaker.admit() {
                 Some(admission) => Some(admission),
                 None => {
-                    self.local.store(LOCAL_CIRCUIT_OPEN, Ordering::Relaxed);
+                    self.local = Local::CircuitOpen;
+                    self.spare = Some(attempt);
                     return Err(E::from(Error::CircuitOpen {
                         upstream: upstream.name_arc().clone(),
                     }));
@@ -288,48 +301,47 @@ impl<'r> Call<'r> {
             None => None,
         };
         let permit = match upstream.bulkhead() {
-            Some(sem) => {
-                // The wait for a slot is bounded by the deadline (leaving the minimum attempt budget).
-                let until = self
-                    .deadline
-                    .checked_sub(upstream.config().min_attempt_budget)
-                    .unwrap_or(self.deadline);
-                let acquired = match sem.clone().try_acquire_owned() {
-                    Ok(permit) => Ok(Ok(permit)),
-                    // Waiting: the attempt's clock starts when it is admitted.
-                    Err(_) => {
-                        let waited =
-                            tokio::time::timeout_at(until, sem.clone().acquire_owned()).await;
-                        let now = Instant::now();
-                        attempt.timeout = attempt
-                            .timeout
-                            .min(self.deadline.saturating_duration_since(now));
-                        attempt.ends = now + attempt.timeout;
-                        waited
-                    }
-                };
-                match acquired {
-                    Ok(Ok(permit)) => Some(permit),
-                    _ => {
+            None => None,
+            Some(sem) => match sem.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                // Only a full bulkhead builds (and copies) the future that waits for a slot.
+                Err(_) => match self.wait_for_slot(sem, &mut attempt).await {
+                    Some(permit) => Some(permit),
+                    None => {
                         if let (Some(b), Some(a)) = (upstream.breaker(), admission) {
                             b.release(a);
                         }
-                        self.local.store(LOCAL_BULKHEAD_FULL, Ordering::Relaxed);
+                        self.local = Local::BulkheadFull;
+                        self.spare = Some(attempt);
                         return Err(E::from(Error::BulkheadFull {
                             upstream: upstream.name_arc().clone(),
                         }));
                     }
-                }
-            }
-            None => None,
+                },
+            },
         };
-        let started = attempt
-            .ends
-            .checked_sub(attempt.timeout)
-            .unwrap_or(attempt.ends);
+        let state = &attempt.state;
+        let started = state.ends.checked_sub(state.timeout).unwrap_or(state.ends);
+        let (timeout, number) = (state.timeout, state.number);
         let fut = make(attempt.clone());
-        let result = self.run_admitted(attempt, fut).await;
+        let own_scope = self.own_scope.then(|| self.operation.clone());
+        let (result, attempt) = AttemptFuture::new(fut, attempt, own_scope).await;
         drop(permit);
+        if let Some(attempt) = attempt {
+            self.reported = self.reported.min(attempt.state.report.replay());
+            self.spare = Some(attempt);
+        }
+        let result = match result {
+            Ok(result) => result,
+            Err(TimedOut) => {
+                self.local = Local::TimedOut;
+                Err(E::from(Error::AttemptTimeout {
+                    upstream: upstream.name_arc().clone(),
+                    attempt: number,
+                    timeout,
+                }))
+            }
+        };
         if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
             let failed = match &result {
                 Ok(_) => false,
@@ -340,37 +352,25 @@ impl<'r> Call<'r> {
         result
     }
 
-    async fn run_admitted<T, E, F>(&self, attempt: Attempt, fut: F) -> Result<T, E>
-    where
-        F: Future<Output = Result<T, E>>,
-        E: From<Error>,
-    {
-        let (timeout, ends) = (attempt.timeout, attempt.ends);
-        let number = attempt.number;
-        // Few layers of futures: each one is a copy of the attempt's future (a memmove per
-        // layer was the largest cost of a call in the happy-path profile).
-        let timed = tokio::time::timeout_at(ends, fut);
-        let scoped = attempt.scope(timed).instrument(self.attempt_span.clone());
-        let (result, attempt) = if self.own_scope {
-            self.operation.clone().scope(scoped).await
-        } else {
-            scoped.await
-        };
-        if let Some(attempt) = attempt {
-            let reported = attempt_report::encode(attempt.report.replay());
-            self.reported.fetch_min(reported, Ordering::AcqRel);
-        }
-        match result {
-            Ok(result) => result,
-            Err(_) => {
-                self.local.store(LOCAL_TIMED_OUT, Ordering::Relaxed);
-                Err(E::from(Error::AttemptTimeout {
-                    upstream: self.upstream.name_arc().clone(),
-                    attempt: number,
-                    timeout,
-                }))
-            }
-        }
+    /// Waits for a bulkhead slot, at most until the deadline less the minimum attempt budget.
+    /// The attempt's clock starts when it is admitted.
+    async fn wait_for_slot(
+        &self,
+        sem: &Arc<tokio::sync::Semaphore>,
+        attempt: &mut Attempt,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let attempt = attempt.state_mut();
+        let until = self
+            .deadline
+            .checked_sub(self.upstream.config().min_attempt_budget)
+            .unwrap_or(self.deadline);
+        let waited = tokio::time::timeout_at(until, sem.clone().acquire_owned()).await;
+        let now = Instant::now();
+        attempt.timeout = attempt
+            .timeout
+            .min(self.deadline.saturating_duration_since(now));
+        attempt.ends = now + attempt.timeout;
+        waited.ok()?.ok()
     }
 
     /// Decides after an attempt: returns success, or asks the engine, spends the retry (shared
@@ -388,12 +388,12 @@ impl<'r> Call<'r> {
             Err(error) => error,
         };
         let mut failure = Failure::of(&error);
-        match self.local.load(Ordering::Relaxed) {
-            LOCAL_CIRCUIT_OPEN => failure.reject(crate::Rejection::CircuitOpen),
-            LOCAL_BULKHEAD_FULL => failure.reject(crate::Rejection::BulkheadFull),
+        match self.local {
+            Local::CircuitOpen => failure.reject(crate::Rejection::CircuitOpen),
+            Local::BulkheadFull => failure.reject(crate::Rejection::BulkheadFull),
             // Cut by our own timeout: the request may have been sent, whatever the error says.
-            LOCAL_TIMED_OUT => failure.evidence = Evidence::SentNoResponse,
-            _ => {}
+            Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
+            Local::Nothing => {}
         }
         if self.operation.retried_failures() > self.retried_mark {
             failure.already_retried = true;
@@ -453,9 +453,7 @@ impl<'r> Call<'r> {
             max_attempts: config.max_attempts,
             operation_retries_left: self.operation.retries_left().unwrap_or(u32::MAX),
             budget_has_token: self.upstream.budget().has_token(),
-            replay: self.replay.min(attempt_report::decode(
-                self.reported.load(Ordering::Acquire),
-            )),
+            replay: self.replay.min(self.reported),
             draining: self.registry.drain().is_draining(),
             remaining: self.deadline.saturating_duration_since(Instant::now()),
             min_attempt_budget: config.min_attempt_budget,
@@ -465,7 +463,9 @@ impl<'r> Call<'r> {
             backoff: &config.backoff,
             previous_delay: self.previous_delay,
         };
-        self.registry.engine().decide(&ctx, failure, &mut self.rng)
+        let registry = self.registry;
+        let rng = self.rng.get_or_insert_with(|| registry.rng());
+        registry.engine().decide(&ctx, failure, rng)
     }
 
     async fn apply<T, E>(&mut self, decision: Decision, error: E, failure: &Failure) -> Step<T, E>

@@ -55,7 +55,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ambient;
 mod attempt;
+mod attempt_future;
 mod attempt_report;
 mod call;
 mod classify;

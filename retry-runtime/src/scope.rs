@@ -6,7 +6,8 @@
 //! most the first owner's attempts, however deep the call chain.
 //!
 //! A scope is opened explicitly with [`operation`] or implicitly by the first retrying call
-//! that finds none. It lives in a tokio task-local, so it follows the future, not the thread.
+//! that finds none. It is installed while the future that opened it is polled (see
+//! `ambient.rs`), so it follows the future, not the thread.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -16,9 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-tokio::task_local! {
-    static OPERATION: Operation;
-}
+use crate::ambient::{Frame, Scoped};
 
 const UNSET: u32 = u32::MAX;
 
@@ -105,7 +104,7 @@ const POOL_SIZE: usize = 16;
 impl Operation {
     /// The operation scope the current task runs in, if any.
     pub fn current() -> Option<Operation> {
-        OPERATION.try_with(Clone::clone).ok()
+        crate::ambient::operation()
     }
 
     /// The operation's name (for traces).
@@ -261,12 +260,14 @@ impl Operation {
 
     /// Runs `f` (synchronously) inside this scope.
     pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
-        OPERATION.sync_scope(self, f)
+        let mut frame = Frame::operation(self);
+        let _entered = frame.enter();
+        f()
     }
 
     /// Runs `fut` inside this scope.
     pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
-        OPERATION.scope(self, fut)
+        Scoped::new(Frame::operation(self), fut)
     }
 }
 

@@ -727,3 +727,62 @@ async fn a_write_stopped_by_any_gate_after_an_unanswered_attempt_is_ambiguous_an
         .await;
     assert_eq!(result.unwrap_err().status, Some(409));
 }
+
+/// The attempt's timer is created only when the attempt first waits; an attempt that keeps
+/// using up the task's cooperative budget (it is always ready to make progress, never done)
+/// must still be cut at its timeout, as under tokio's own `timeout`. Real time: a paused clock
+/// never advances while a task is always ready. The outer guard only turns a hang into a failure.
+#[tokio::test]
+async fn an_attempt_that_uses_up_the_cooperative_budget_is_still_cut_at_its_timeout() {
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_attempt_timeout(ms(100))
+            .with_max_attempts(1),
+    );
+    let call = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|_| async {
+            loop {
+                tokio::task::consume_budget().await;
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), Error>(())
+        });
+    let result = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the attempt timeout fired");
+    assert!(
+        matches!(result, Err(Error::AttemptTimeout { attempt: 1, .. })),
+        "{result:?}"
+    );
+}
+
+/// A handle kept past its attempt stays that attempt's: the next attempt reuses the call's
+/// allocation only when no handle to it is left, never by changing a live one.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_handle_kept_past_its_attempt_still_describes_that_attempt() {
+    let reg = registry(UpstreamConfig::new());
+    let kept = Mutex::new(Vec::new());
+    let result: Result<u32, Fail> = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|a| {
+            kept.lock().unwrap().push(a.clone());
+            async move {
+                let installed = Attempt::current().map(|c| c.number());
+                assert_eq!(installed, Some(a.number()), "installed while polled");
+                if a.number() < 3 {
+                    Err(Fail::new(Evidence::NotSent))
+                } else {
+                    Ok(a.number())
+                }
+            }
+        })
+        .await;
+    assert_eq!(result.unwrap(), 3);
+    let numbers: Vec<u32> = kept.lock().unwrap().iter().map(Attempt::number).collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    assert!(
+        Attempt::current().is_none(),
+        "nothing installed after the call"
+    );
+}

@@ -1,0 +1,196 @@
+//! What the running code can see of the retry machinery: its operation scope and its attempt.
+//!
+//! A retrying call nested anywhere under an operation must find the operation's deadline and
+//! retry allowance, and the HTTP integration must find the attempt it sends (key, number,
+//! deadline). Both are *installed* for the duration of each poll of the future that owns them,
+//! as a tokio task-local is: they follow the future from thread to thread, and a task spawned
+//! inside does not inherit them.
+//!
+//! One thread-local holds both, and a [`Frame`] installs whichever of the two it sets, leaving
+//! the other as it was (an operation opened inside an attempt still sees the attempt). Why not
+//! two tokio task-locals: the attempt's future was wrapped in a scope per task-local, each
+//! wrapping a copy of the future; those copies were the largest cost of a call in the
+//! happy-path profile. A frame is swapped in and out by whatever future owns it (see
+//! `attempt_future.rs`), so the attempt is wrapped once.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::attempt::Attempt;
+use crate::scope::Operation;
+
+#[derive(Debug)]
+struct Slots {
+    operation: Option<Operation>,
+    attempt: Option<Attempt>,
+}
+
+thread_local! {
+    static AMBIENT: RefCell<Slots> = const {
+        RefCell::new(Slots { operation: None, attempt: None })
+    };
+}
+
+/// An operation and/or an attempt to install while a future is polled.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    operation: Option<Operation>,
+    attempt: Option<Attempt>,
+    sets_operation: bool,
+    sets_attempt: bool,
+}
+
+impl Frame {
+    /// Installs `operation` and leaves the attempt as it is.
+    pub(crate) fn operation(operation: Operation) -> Self {
+        Frame {
+            operation: Some(operation),
+            attempt: None,
+            sets_operation: true,
+            sets_attempt: false,
+        }
+    }
+
+    /// Installs `attempt`, and `operation` when the call opened its own scope (a call that
+    /// joined an enclosing scope leaves it installed as it is).
+    pub(crate) fn attempt(attempt: Attempt, operation: Option<Operation>) -> Self {
+        Frame {
+            sets_operation: operation.is_some(),
+            operation,
+            attempt: Some(attempt),
+            sets_attempt: true,
+        }
+    }
+
+    /// Installs the frame until the guard drops (also when the code inside panics).
+    pub(crate) fn enter(&mut self) -> Entered<'_> {
+        self.swap();
+        Entered { frame: self }
+    }
+
+    /// The attempt back, once no poll is in progress (what it reported is inside).
+    pub(crate) fn take_attempt(&mut self) -> Option<Attempt> {
+        self.attempt.take()
+    }
+
+    /// Exchanges what this frame sets with what is installed: entering and leaving are the
+    /// same operation. Outside a runtime thread's lifetime (thread-local storage being torn
+    /// down) nothing is installed, and the code inside sees no operation and no attempt.
+    fn swap(&mut self) {
+        let _ = AMBIENT.try_with(|slots| {
+            let mut slots = slots.try_borrow_mut().expect(
+                "a retry scope was entered while `Attempt::with_current` was running: \
+                 do not poll futures inside its closure",
+            );
+            if self.sets_operation {
+                mem::swap(&mut slots.operation, &mut self.operation);
+            }
+            if self.sets_attempt {
+                mem::swap(&mut slots.attempt, &mut self.attempt);
+            }
+        });
+    }
+}
+
+/// An installed [`Frame`]; dropping it restores what was installed before.
+pub(crate) struct Entered<'f> {
+    frame: &'f mut Frame,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.frame.swap();
+    }
+}
+
+/// The operation installed now, if any.
+pub(crate) fn operation() -> Option<Operation> {
+    AMBIENT
+        .try_with(|slots| slots.try_borrow().ok()?.operation.clone())
+        .ok()
+        .flatten()
+}
+
+/// Runs `f` with the attempt installed now, without cloning it.
+pub(crate) fn with_attempt<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
+    let mut f = Some(f);
+    let ran = AMBIENT.try_with(|slots| {
+        let slots = slots.try_borrow().ok();
+        f.take()
+            .map(|f| f(slots.as_ref().and_then(|s| s.attempt.as_ref())))
+    });
+    match (ran, f) {
+        (Ok(Some(r)), _) => r,
+        // Thread-local storage is gone: the closure was never called.
+        (_, Some(f)) => f(None),
+        (_, None) => unreachable!("the closure ran and returned"),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future polled inside a [`Frame`].
+    pub(crate) struct Scoped<F> {
+        frame: Frame,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F> Scoped<F> {
+    pub(crate) fn new(frame: Frame, fut: F) -> Self {
+        Scoped { frame, fut }
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _entered = this.frame.enter();
+        this.fut.poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scope::OpName;
+
+    fn op(name: &'static str) -> Operation {
+        Operation::root(OpName::Static(name), None, None)
+    }
+
+    #[test]
+    fn an_operation_frame_leaves_the_attempt_and_restores_on_exit() {
+        assert!(operation().is_none());
+        let mut outer = Frame::operation(op("outer"));
+        {
+            let _e = outer.enter();
+            assert_eq!(operation().unwrap().name(), "outer");
+            let mut inner = Frame::operation(op("inner"));
+            {
+                let _e = inner.enter();
+                assert_eq!(operation().unwrap().name(), "inner");
+            }
+            assert_eq!(operation().unwrap().name(), "outer");
+            assert_eq!(inner.operation.as_ref().unwrap().name(), "inner");
+        }
+        assert!(operation().is_none());
+        with_attempt(|a| assert!(a.is_none()));
+    }
+
+    #[test]
+    fn a_panic_inside_restores_the_previous_frame() {
+        let mut frame = Frame::operation(op("boom"));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _e = frame.enter();
+            panic!("inside");
+        }));
+        assert!(caught.is_err());
+        assert!(operation().is_none());
+    }
+}

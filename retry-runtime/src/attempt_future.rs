@@ -1,0 +1,84 @@
+//! One attempt's future: the attempt's scope, its timeout and its span in a single `poll`.
+//!
+//! Written by hand rather than composed (`timeout_at` inside a task-local scope inside
+//! `instrument` inside another scope) because every layer of composition moved the attempt's
+//! future once more; the copies were the largest cost of a call in the happy-path profile. The
+//! timer is created only when the attempt first waits, so an attempt that completes in its
+//! first poll never touches the timer wheel.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::time::{Instant, Sleep};
+
+use crate::ambient::Frame;
+use crate::attempt::Attempt;
+use crate::scope::Operation;
+
+/// The attempt's timeout expired before its future completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimedOut;
+
+pin_project_lite::pin_project! {
+    /// Polls an attempt's future with the attempt (and the call's own operation scope)
+    /// installed and its span entered, until it completes or the attempt's timeout expires.
+    pub(crate) struct AttemptFuture<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        timer: Option<Sleep>,
+        ends: Instant,
+        frame: Frame,
+        span: tracing::Span,
+    }
+}
+
+impl<F> AttemptFuture<F> {
+    /// `operation` is the call's own scope (`None` when the call joined an enclosing one).
+    pub(crate) fn new(fut: F, attempt: Attempt, operation: Option<Operation>) -> Self {
+        AttemptFuture {
+            fut,
+            timer: None,
+            ends: attempt.state.ends,
+            span: attempt.state.span.clone(),
+            frame: Frame::attempt(attempt, operation),
+        }
+    }
+}
+
+impl<F: Future> Future for AttemptFuture<F> {
+    /// The attempt's output (or [`TimedOut`]) and the attempt, with what it reported.
+    type Output = (Result<F::Output, TimedOut>, Option<Attempt>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let _span = this.span.enter();
+        let had_budget = tokio::task::coop::has_budget_remaining();
+        let polled = {
+            let _installed = this.frame.enter();
+            this.fut.poll(cx)
+        };
+        if let Poll::Ready(output) = polled {
+            return Poll::Ready((Ok(output), this.frame.take_attempt()));
+        }
+        if this.timer.is_none() {
+            this.timer.set(Some(tokio::time::sleep_until(*this.ends)));
+        }
+        let Some(timer) = this.timer.as_pin_mut() else {
+            return Poll::Pending;
+        };
+        // As tokio's `Timeout` does: when the attempt itself used up the task's cooperative
+        // budget, the timer is still checked, or an attempt that always exhausts the budget
+        // could never time out.
+        let fired = if had_budget && !tokio::task::coop::has_budget_remaining() {
+            Pin::new(&mut tokio::task::unconstrained(timer)).poll(cx)
+        } else {
+            timer.poll(cx)
+        };
+        match fired {
+            Poll::Ready(()) => Poll::Ready((Err(TimedOut), this.frame.take_attempt())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
