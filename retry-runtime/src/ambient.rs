@@ -20,24 +20,38 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::attempt::Attempt;
-use crate::scope::Operation;
+use crate::scope::{Operation, Unopened};
 
 #[derive(Debug)]
 struct Slots {
     operation: Option<Operation>,
+    /// A call's own scope not opened yet: the first to ask for the operation opens it.
+    unopened: Option<Unopened>,
     attempt: Option<Attempt>,
 }
 
 thread_local! {
     static AMBIENT: RefCell<Slots> = const {
-        RefCell::new(Slots { operation: None, attempt: None })
+        RefCell::new(Slots { operation: None, unopened: None, attempt: None })
     };
+}
+
+/// The scope an attempt's frame installs.
+#[derive(Debug)]
+pub(crate) enum Installs {
+    /// None: the call joined the scope installed already.
+    Nothing,
+    /// The call's own scope.
+    Operation(Operation),
+    /// The call's own scope, to open if the attempt asks for it.
+    Unopened(Unopened),
 }
 
 /// An operation and/or an attempt to install while a future is polled.
 #[derive(Debug)]
 pub(crate) struct Frame {
     operation: Option<Operation>,
+    unopened: Option<Unopened>,
     attempt: Option<Attempt>,
     sets_operation: bool,
     sets_attempt: bool,
@@ -48,21 +62,34 @@ impl Frame {
     pub(crate) fn operation(operation: Operation) -> Self {
         Frame {
             operation: Some(operation),
+            unopened: None,
             attempt: None,
             sets_operation: true,
             sets_attempt: false,
         }
     }
 
-    /// Installs `attempt`, and `operation` when the call opened its own scope (a call that
-    /// joined an enclosing scope leaves it installed as it is).
-    pub(crate) fn attempt(attempt: Attempt, operation: Option<Operation>) -> Self {
+    /// Installs `attempt` and the call's own scope (a call that joined an enclosing scope
+    /// leaves it installed as it is).
+    pub(crate) fn attempt(attempt: Attempt, scope: Installs) -> Self {
+        let (operation, unopened) = match scope {
+            Installs::Nothing => (None, None),
+            Installs::Operation(op) => (Some(op), None),
+            Installs::Unopened(u) => (None, Some(u)),
+        };
         Frame {
-            sets_operation: operation.is_some(),
+            sets_operation: operation.is_some() || unopened.is_some(),
             operation,
+            unopened,
             attempt: Some(attempt),
             sets_attempt: true,
         }
+    }
+
+    /// Once no poll is in progress: the scope opened while the frame was installed (or the one
+    /// it installed).
+    pub(crate) fn take_operation(&mut self) -> Option<Operation> {
+        self.operation.take()
     }
 
     /// Installs the frame until the guard drops (also when the code inside panics).
@@ -87,6 +114,7 @@ impl Frame {
             );
             if self.sets_operation {
                 mem::swap(&mut slots.operation, &mut self.operation);
+                mem::swap(&mut slots.unopened, &mut self.unopened);
             }
             if self.sets_attempt {
                 mem::swap(&mut slots.attempt, &mut self.attempt);
@@ -106,10 +134,22 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// The operation installed now, if any.
+/// The operation installed now, if any. An unopened scope is opened now, for the caller and
+/// for the call that owns it (which takes it back when its attempt ends).
 pub(crate) fn operation() -> Option<Operation> {
     AMBIENT
-        .try_with(|slots| slots.try_borrow().ok()?.operation.clone())
+        .try_with(|slots| {
+            if let Ok(slots) = slots.try_borrow()
+                && slots.unopened.is_none()
+            {
+                return slots.operation.clone();
+            }
+            // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
+            let mut slots = slots.try_borrow_mut().ok()?;
+            let opened = slots.unopened.take()?.open();
+            slots.operation = Some(opened.clone());
+            Some(opened)
+        })
         .ok()
         .flatten()
 }
@@ -158,7 +198,7 @@ impl<F: Future> Future for Scoped<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scope::OpName;
+    use crate::scope::{OpName, Unopened};
 
     fn op(name: &'static str) -> Operation {
         Operation::root(OpName::Static(name), None, None)
@@ -181,6 +221,40 @@ mod tests {
         }
         assert!(operation().is_none());
         with_attempt(|a| assert!(a.is_none()));
+    }
+
+    #[tokio::test]
+    async fn an_unopened_scope_is_opened_once_by_the_first_to_ask_and_handed_back() {
+        let unopened = Unopened::new(OpName::Static("lazy"), tokio::time::Instant::now(), 2);
+        let mut frame = Frame::attempt(
+            Attempt::reuse(None, crate::attempt::tests::state()),
+            Installs::Unopened(unopened),
+        );
+        {
+            let _e = frame.enter();
+            let first = operation().expect("opened on demand");
+            let second = operation().expect("the same scope");
+            assert!(first.take_retry());
+            assert_eq!(second.retries_left(), Some(1), "one scope, shared");
+            assert_eq!(first.name(), "lazy");
+        }
+        assert!(operation().is_none(), "nothing left installed");
+        let opened = frame.take_operation().expect("handed back to the call");
+        assert_eq!(opened.retries_left(), Some(1));
+
+        let mut untouched = Frame::attempt(
+            Attempt::reuse(None, crate::attempt::tests::state()),
+            Installs::Unopened(Unopened::new(
+                OpName::Static("idle"),
+                tokio::time::Instant::now(),
+                2,
+            )),
+        );
+        drop(untouched.enter());
+        assert!(
+            untouched.take_operation().is_none(),
+            "never asked, never opened"
+        );
     }
 
     #[test]

@@ -285,8 +285,54 @@ impl Attempt {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An attempt's state for unit tests.
+    pub(crate) fn state() -> AttemptState {
+        let registry = crate::Registry::builder()
+            .upstream("up", crate::UpstreamConfig::new())
+            .build()
+            .expect("registry");
+        let now = Instant::now();
+        AttemptState {
+            number: 1,
+            upstream: registry.upstream("up").expect("upstream"),
+            method: http::Method::GET,
+            key: None,
+            deadline: now,
+            timeout: Duration::ZERO,
+            ends: now,
+            retries_left: None,
+            report: crate::attempt_report::AttemptReport::default(),
+            span: tracing::Span::none(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_allocation_is_reused_only_when_no_handle_is_left() {
+        let first = Attempt::reuse(None, state());
+        let kept = first.clone();
+        let second = Attempt::reuse(
+            Some(first),
+            AttemptState {
+                number: 2,
+                ..state()
+            },
+        );
+        assert_eq!(kept.number(), 1, "a live handle is never changed");
+        assert!(!Arc::ptr_eq(&kept.state, &second.state));
+        let before = Arc::as_ptr(&second.state);
+        let third = Attempt::reuse(
+            Some(second),
+            AttemptState {
+                number: 3,
+                ..state()
+            },
+        );
+        assert_eq!(Arc::as_ptr(&third.state), before, "no handle left: reused");
+        assert_eq!(third.number(), 3);
+    }
 
     #[test]
     fn hostile_keys_are_refused() {

@@ -12,13 +12,24 @@ use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
-use crate::ambient::Frame;
+use crate::ambient::{Frame, Installs};
 use crate::attempt::Attempt;
 use crate::scope::Operation;
 
 /// The attempt's timeout expired before its future completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimedOut;
+
+/// How an attempt ended.
+#[derive(Debug)]
+pub(crate) struct Ended<T> {
+    /// The attempt's output, or [`TimedOut`].
+    pub(crate) output: Result<T, TimedOut>,
+    /// The attempt, with what it reported.
+    pub(crate) attempt: Option<Attempt>,
+    /// The call's own scope, if it was opened (by the attempt or before).
+    pub(crate) scope: Option<Operation>,
+}
 
 pin_project_lite::pin_project! {
     /// Polls an attempt's future with the attempt (and the call's own operation scope)
@@ -35,21 +46,20 @@ pin_project_lite::pin_project! {
 }
 
 impl<F> AttemptFuture<F> {
-    /// `operation` is the call's own scope (`None` when the call joined an enclosing one).
-    pub(crate) fn new(fut: F, attempt: Attempt, operation: Option<Operation>) -> Self {
+    /// `scope` is what the call installs of its own scope.
+    pub(crate) fn new(fut: F, attempt: Attempt, scope: Installs) -> Self {
         AttemptFuture {
             fut,
             timer: None,
             ends: attempt.state.ends,
             span: attempt.state.span.clone(),
-            frame: Frame::attempt(attempt, operation),
+            frame: Frame::attempt(attempt, scope),
         }
     }
 }
 
 impl<F: Future> Future for AttemptFuture<F> {
-    /// The attempt's output (or [`TimedOut`]) and the attempt, with what it reported.
-    type Output = (Result<F::Output, TimedOut>, Option<Attempt>);
+    type Output = Ended<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -60,7 +70,11 @@ impl<F: Future> Future for AttemptFuture<F> {
             this.fut.poll(cx)
         };
         if let Poll::Ready(output) = polled {
-            return Poll::Ready((Ok(output), this.frame.take_attempt()));
+            return Poll::Ready(Ended {
+                output: Ok(output),
+                attempt: this.frame.take_attempt(),
+                scope: this.frame.take_operation(),
+            });
         }
         if this.timer.is_none() {
             this.timer.set(Some(tokio::time::sleep_until(*this.ends)));
@@ -77,7 +91,11 @@ impl<F: Future> Future for AttemptFuture<F> {
             timer.poll(cx)
         };
         match fired {
-            Poll::Ready(()) => Poll::Ready((Err(TimedOut), this.frame.take_attempt())),
+            Poll::Ready(()) => Poll::Ready(Ended {
+                output: Err(TimedOut),
+                attempt: this.frame.take_attempt(),
+                scope: this.frame.take_operation(),
+            }),
             Poll::Pending => Poll::Pending,
         }
     }

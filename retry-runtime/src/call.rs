@@ -34,7 +34,7 @@ use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
 use crate::registry::{Registry, Upstream};
-use crate::scope::{OpName, Operation, min_deadline};
+use crate::scope::{CallScope, OpName, Operation, Unopened, min_deadline};
 use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
@@ -91,8 +91,7 @@ pub struct Call<'r> {
     safety: Safety,
     replay: Replayability,
     key: Option<IdempotencyKey>,
-    operation: Operation,
-    own_scope: bool,
+    scope: CallScope,
     deadline: Instant,
     attempt: u32,
     previous_delay: Duration,
@@ -101,12 +100,11 @@ pub struct Call<'r> {
     /// Drawn from the registry at the first decision: a call that succeeds needs none.
     rng: Option<fastrand::Rng>,
     span: tracing::Span,
-    attempt_span: tracing::Span,
     /// What the runtime itself did to the last attempt: the facts it knows first-hand
     /// override whatever the caller's error type reports.
     local: Local,
     /// The instant read when the call was created, reused by the first attempt.
-    created: Option<Instant>,
+    created: Instant,
     /// The weakest body replayability the attempts reported (see [`Attempt::report_body`]).
     reported: Replayability,
     /// The last attempt, whose allocation the next attempt reuses.
@@ -124,9 +122,6 @@ enum Local {
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
-        if self.own_scope {
-            self.operation.recycle();
-        }
         if let Some(spare) = self.spare.take() {
             spare.recycle();
         }
@@ -141,24 +136,20 @@ impl<'r> Call<'r> {
         let now = Instant::now();
         let own_deadline = now + config.deadline;
         let retries = config.max_attempts.saturating_sub(1);
-        let (operation, own_scope) = match Operation::current() {
+        let scope = match Operation::current() {
             Some(op) => {
                 op.init_allowance(retries);
-                (op, false)
+                CallScope::Joined(op)
             }
             None => {
                 let name = match spec.operation {
                     Some(name) => OpName::from(name),
                     None => OpName::Shared(upstream.name_arc().clone()),
                 };
-                (
-                    Operation::root(name, Some(own_deadline), Some(retries)),
-                    true,
-                )
+                CallScope::Unopened(Unopened::new(name, own_deadline, retries))
             }
         };
-        let deadline =
-            min_deadline(operation.deadline(), Some(own_deadline)).unwrap_or(own_deadline);
+        let deadline = min_deadline(scope.deadline(), Some(own_deadline)).unwrap_or(own_deadline);
         let safety = Safety::of(
             &spec.method,
             spec.key.is_some(),
@@ -167,7 +158,7 @@ impl<'r> Call<'r> {
         let span = tracing::info_span!(
             "retry.call",
             upstream = %upstream.name(),
-            operation = %operation.name(),
+            operation = %scope.name(),
             http.request.method = %spec.method,
             safety = ?safety,
             idempotency_key = spec.key.as_ref().map(tracing::field::display),
@@ -182,17 +173,15 @@ impl<'r> Call<'r> {
             safety,
             replay: spec.replay,
             key: spec.key,
-            operation,
-            own_scope,
+            scope,
             deadline,
             attempt: 0,
             previous_delay: Duration::ZERO,
             auth_refresh_used: false,
             retried_mark: 0,
             span,
-            attempt_span: tracing::Span::none(),
             local: Local::Nothing,
-            created: Some(now),
+            created: now,
             reported: Replayability::Replayable,
             spare: None,
         })
@@ -206,7 +195,7 @@ impl<'r> Call<'r> {
 
     /// Retries the operation (across every layer inside it) may still make.
     pub fn retries_left(&self) -> Option<u32> {
-        self.operation.retries_left()
+        self.scope.retries_left()
     }
 
     /// Attempts started so far.
@@ -222,7 +211,10 @@ impl<'r> Call<'r> {
     /// Starts the next attempt, or fails with [`Error::DeadlineExceeded`] when less than the
     /// minimum attempt budget is left (nothing is sent then).
     pub fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        let now = self.created.take().unwrap_or_else(Instant::now);
+        let now = match self.attempt {
+            0 => self.created,
+            _ => Instant::now(),
+        };
         let remaining = self.deadline.saturating_duration_since(now);
         let config = self.upstream.config();
         if remaining < config.min_attempt_budget || remaining.is_zero() {
@@ -237,8 +229,8 @@ impl<'r> Call<'r> {
             self.upstream.budget().deposit_at(now);
         }
         self.attempt += 1;
-        self.retried_mark = self.operation.retried_failures();
-        self.attempt_span = tracing::info_span!(
+        self.retried_mark = self.scope.retried_failures();
+        let span = tracing::info_span!(
             parent: &self.span,
             "retry.attempt",
             attempt = self.attempt,
@@ -259,9 +251,9 @@ impl<'r> Call<'r> {
             deadline: self.deadline,
             timeout,
             ends: now + timeout,
-            retries_left: self.operation.retries_left(),
+            retries_left: self.scope.retries_left(),
             report: AttemptReport::default(),
-            span: self.attempt_span.clone(),
+            span,
         };
         Ok(Attempt::reuse(self.spare.take(), state))
     }
@@ -324,14 +316,14 @@ impl<'r> Call<'r> {
         let started = state.ends.checked_sub(state.timeout).unwrap_or(state.ends);
         let (timeout, number) = (state.timeout, state.number);
         let fut = make(attempt.clone());
-        let own_scope = self.own_scope.then(|| self.operation.clone());
-        let (result, attempt) = AttemptFuture::new(fut, attempt, own_scope).await;
+        let ended = AttemptFuture::new(fut, attempt, self.scope.for_attempt()).await;
         drop(permit);
-        if let Some(attempt) = attempt {
+        self.scope.adopt(ended.scope);
+        if let Some(attempt) = ended.attempt {
             self.reported = self.reported.min(attempt.state.report.replay());
             self.spare = Some(attempt);
         }
-        let result = match result {
+        let result = match ended.output {
             Ok(result) => result,
             Err(TimedOut) => {
                 self.local = Local::TimedOut;
@@ -395,16 +387,16 @@ impl<'r> Call<'r> {
             Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
             Local::Nothing => {}
         }
-        if self.operation.retried_failures() > self.retried_mark {
+        if self.scope.retried_failures() > self.retried_mark {
             failure.already_retried = true;
         }
-        self.attempt_span
-            .record("evidence", failure.evidence.as_str());
-        self.attempt_span
-            .record("error.type", failure.evidence.as_str());
-        if let Some(status) = failure.status {
-            self.attempt_span
-                .record("http.response.status_code", status);
+        if let Some(attempt) = &self.spare {
+            let span = &attempt.state.span;
+            span.record("evidence", failure.evidence.as_str());
+            span.record("error.type", failure.evidence.as_str());
+            if let Some(status) = failure.status {
+                span.record("http.response.status_code", status);
+            }
         }
         let decision = self.decide(&failure);
         self.apply(decision, error, &failure).await
@@ -441,7 +433,7 @@ impl<'r> Call<'r> {
     pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
         self.finish(CallKind::Ambiguous);
         if self.attempt > 1 {
-            self.operation.note_retried_failure();
+            self.scope.note_retried_failure();
         }
         E::from(Error::from(ambiguous))
     }
@@ -451,7 +443,7 @@ impl<'r> Call<'r> {
         let ctx = Context {
             attempt: self.attempt,
             max_attempts: config.max_attempts,
-            operation_retries_left: self.operation.retries_left().unwrap_or(u32::MAX),
+            operation_retries_left: self.scope.retries_left().unwrap_or(u32::MAX),
             budget_has_token: self.upstream.budget().has_token(),
             replay: self.replay.min(self.reported),
             draining: self.registry.drain().is_draining(),
@@ -475,11 +467,11 @@ impl<'r> Call<'r> {
         match decision {
             Decision::Retry { delay, reason } => {
                 // Spend only now that the retry really happens: a denied retry is free.
-                if !self.operation.take_retry() {
+                if !self.scope.take_retry() {
                     return self.stop(DenyReason::MaxAttempts, error, failure);
                 }
                 if !self.upstream.budget().withdraw() {
-                    self.operation.give_back_retry();
+                    self.scope.give_back_retry();
                     return self.stop(DenyReason::BudgetExhausted, error, failure);
                 }
                 self.span.in_scope(|| {
@@ -566,7 +558,7 @@ impl<'r> Call<'r> {
         });
         let ambiguous = Ambiguous {
             upstream: self.upstream.name_arc().clone(),
-            operation: self.operation.name().to_owned(),
+            operation: self.scope.name().to_owned(),
             attempts: self.attempt,
             evidence: failure.evidence,
             status: failure.status,
@@ -595,7 +587,7 @@ impl<'r> Call<'r> {
         self.record_denial(reason, "not retrying");
         if self.attempt > 1 {
             // Tell enclosing retrying calls that this failure was already retried here.
-            self.operation.note_retried_failure();
+            self.scope.note_retried_failure();
         }
         if matches!(
             reason,
@@ -603,7 +595,7 @@ impl<'r> Call<'r> {
         ) {
             // The upstream is failing or saturated for everyone: a caller in another process
             // that retried the whole chain would only add calls the budget just refused.
-            self.operation.note_overloaded();
+            self.scope.note_overloaded();
         }
         self.finish(CallKind::of(false, self.attempt));
         Step::Done(Err(error))

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ambient::{Frame, Scoped};
+use crate::ambient::{Frame, Installs, Scoped};
 
 const UNSET: u32 = u32::MAX;
 
@@ -271,6 +271,133 @@ impl Operation {
     }
 }
 
+/// The scope a retrying call runs in: an enclosing one it joined, or its own.
+///
+/// A call that finds no enclosing scope opens its own only when something needs it: a retrying
+/// call nested in one of its attempts (which must share its deadline and allowance), or a
+/// retry. Until then the scope is [`Unopened`], so a call whose first attempt succeeds opens
+/// none.
+#[derive(Debug)]
+pub(crate) enum CallScope {
+    /// An enclosing scope.
+    Joined(Operation),
+    /// The call's own scope, opened.
+    Own(Operation),
+    /// The call's own scope, not opened yet.
+    Unopened(Unopened),
+}
+
+/// A scope to open when first needed (see [`CallScope`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Unopened {
+    name: OpName,
+    deadline: Instant,
+    retries_left: u32,
+}
+
+impl Unopened {
+    pub(crate) fn new(name: OpName, deadline: Instant, retries: u32) -> Self {
+        Unopened {
+            name,
+            deadline,
+            retries_left: retries.min(UNSET - 1),
+        }
+    }
+
+    /// Opens the scope, with what is left of its allowance.
+    pub(crate) fn open(self) -> Operation {
+        Operation::root(self.name, Some(self.deadline), Some(self.retries_left))
+    }
+}
+
+impl CallScope {
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            CallScope::Joined(op) | CallScope::Own(op) => op.name(),
+            CallScope::Unopened(u) => u.name.as_str(),
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match self {
+            CallScope::Joined(op) | CallScope::Own(op) => op.deadline(),
+            CallScope::Unopened(u) => Some(u.deadline),
+        }
+    }
+
+    pub(crate) fn retries_left(&self) -> Option<u32> {
+        match self {
+            CallScope::Joined(op) | CallScope::Own(op) => op.retries_left(),
+            CallScope::Unopened(u) => Some(u.retries_left),
+        }
+    }
+
+    pub(crate) fn retried_failures(&self) -> u64 {
+        match self {
+            CallScope::Joined(op) | CallScope::Own(op) => op.retried_failures(),
+            CallScope::Unopened(_) => 0,
+        }
+    }
+
+    /// Nothing to tell when the scope was never opened: nobody else can see it.
+    pub(crate) fn note_retried_failure(&self) {
+        if let CallScope::Joined(op) | CallScope::Own(op) = self {
+            op.note_retried_failure();
+        }
+    }
+
+    pub(crate) fn note_overloaded(&self) {
+        if let CallScope::Joined(op) | CallScope::Own(op) = self {
+            op.note_overloaded();
+        }
+    }
+
+    pub(crate) fn take_retry(&mut self) -> bool {
+        match self {
+            CallScope::Joined(op) | CallScope::Own(op) => op.take_retry(),
+            CallScope::Unopened(u) => match u.retries_left.checked_sub(1) {
+                Some(n) => {
+                    u.retries_left = n;
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    pub(crate) fn give_back_retry(&mut self) {
+        match self {
+            CallScope::Joined(op) | CallScope::Own(op) => op.give_back_retry(),
+            CallScope::Unopened(u) => u.retries_left = u.retries_left.saturating_add(1),
+        }
+    }
+
+    /// What an attempt installs: its own scope (opened or not), or nothing when it joined one
+    /// (the enclosing scope is installed already).
+    pub(crate) fn for_attempt(&self) -> Installs {
+        match self {
+            CallScope::Joined(_) => Installs::Nothing,
+            CallScope::Own(op) => Installs::Operation(op.clone()),
+            CallScope::Unopened(u) => Installs::Unopened(u.clone()),
+        }
+    }
+
+    /// After an attempt: a nested call may have opened the scope.
+    pub(crate) fn adopt(&mut self, opened: Option<Operation>) {
+        if let (CallScope::Unopened(_), Some(op)) = (&*self, opened) {
+            *self = CallScope::Own(op);
+        }
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        if let CallScope::Own(op) = self {
+            op.recycle();
+        }
+    }
+}
+
 /// The earlier of two optional deadlines.
 pub(crate) fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
@@ -374,6 +501,29 @@ mod tests {
             })
             .await;
         assert!(Operation::current().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_unopened_scope_counts_its_allowance_and_adopts_the_scope_opened_for_it() {
+        let mut scope = CallScope::Unopened(Unopened::new(OpName::Static("s"), Instant::now(), 1));
+        assert_eq!(scope.retries_left(), Some(1));
+        assert!(scope.take_retry());
+        assert!(!scope.take_retry(), "never below zero");
+        scope.give_back_retry();
+        assert_eq!(scope.retries_left(), Some(1));
+        let Installs::Unopened(unopened) = scope.for_attempt() else {
+            panic!("an unopened scope is installed unopened");
+        };
+        let opened = unopened.open();
+        assert_eq!(opened.retries_left(), Some(1), "opened with what is left");
+        scope.adopt(Some(opened.clone()));
+        assert!(matches!(scope, CallScope::Own(_)));
+        assert!(scope.take_retry());
+        assert_eq!(
+            opened.retries_left(),
+            Some(0),
+            "the call now spends the shared allowance"
+        );
     }
 
     #[tokio::test]
