@@ -315,7 +315,10 @@ impl<'r> Call<'r> {
         let state = &attempt.state;
         let started = state.ends.checked_sub(state.timeout).unwrap_or(state.ends);
         let (timeout, number) = (state.timeout, state.number);
-        let fut = make(attempt.clone());
+        // Pinned where it is built: the attempt's future (a whole HTTP request's state machine,
+        // often a kilobyte or more) is then never copied again; the attempt future holds a
+        // pointer to it.
+        let fut = std::pin::pin!(make(attempt.clone()));
         let ended = AttemptFuture::new(fut, attempt, self.scope.for_attempt()).await;
         drop(permit);
         self.scope.adopt(ended.scope);

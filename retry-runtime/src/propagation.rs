@@ -7,7 +7,7 @@
 //! | header | value |
 //! |---|---|
 //! | [`DEADLINE_MS`] `retry-deadline-ms` | milliseconds left before the operation's deadline (relative: clocks differ) |
-//! | [`ATTEMPT`] `retry-attempt` | this attempt's number, 1-based |
+//! | [`ATTEMPT`] `retry-attempt` | this attempt's number, sent from the second attempt on (absent: the first) |
 //! | [`RETRIES_LEFT`] `retry-retries-left` | retries the operation may still make, across all layers |
 //!
 //! and a callee answers an error with [`PUSHBACK`] `retry-pushback: retries-spent` when it
@@ -31,6 +31,12 @@ pub const RETRIES_LEFT: &str = "retry-retries-left";
 /// A callee's "do not retry": `retries-spent` or `overloaded`.
 pub const PUSHBACK: &str = "retry-pushback";
 
+// The names as `HeaderName`s: inserting a `&str` name parses it again on every request.
+const DEADLINE_MS_NAME: http::HeaderName = http::HeaderName::from_static(DEADLINE_MS);
+const ATTEMPT_NAME: http::HeaderName = http::HeaderName::from_static(ATTEMPT);
+const RETRIES_LEFT_NAME: http::HeaderName = http::HeaderName::from_static(RETRIES_LEFT);
+const PUSHBACK_NAME: http::HeaderName = http::HeaderName::from_static(PUSHBACK);
+
 /// The largest deadline accepted from a caller (one day): anything above is treated as garbage.
 const MAX_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
 
@@ -53,6 +59,16 @@ impl Inbound {
             attempt: number(headers, ATTEMPT, u64::from(u32::MAX)).map(|n| n as u32),
             retries_left: number(headers, RETRIES_LEFT, u64::from(u32::MAX)).map(|n| n as u32),
         }
+        .first_attempt_implied()
+    }
+
+    /// A caller that propagates (it sent a deadline or its retries left) but no attempt number
+    /// is on its first attempt: the number is only sent on retries.
+    fn first_attempt_implied(mut self) -> Self {
+        if self.attempt.is_none() && (self.deadline.is_some() || self.retries_left.is_some()) {
+            self.attempt = Some(1);
+        }
+        self
     }
 }
 
@@ -78,6 +94,10 @@ fn number(headers: &http::HeaderMap, name: &'static str, max: u64) -> Option<u64
 }
 
 /// Writes the propagation headers for the current attempt (called by the HTTP integration).
+///
+/// The attempt number is written from the second attempt on: on the first, its absence says
+/// "first", and every header costs the request (both ends parse it; reqwest copies the header
+/// map once per request), which the happy path should not pay for a constant.
 pub fn write_headers(
     headers: &mut http::HeaderMap,
     remaining: Duration,
@@ -85,12 +105,26 @@ pub fn write_headers(
     retries_left: Option<u32>,
 ) {
     headers.insert(
-        DEADLINE_MS,
+        DEADLINE_MS_NAME,
         http::HeaderValue::from(remaining.as_millis().min(u128::from(MAX_DEADLINE_MS)) as u64),
     );
-    headers.insert(ATTEMPT, http::HeaderValue::from(attempt));
+    if attempt > 1 {
+        headers.insert(ATTEMPT_NAME, small_number(attempt));
+    } else {
+        headers.remove(ATTEMPT_NAME);
+    }
     if let Some(n) = retries_left {
-        headers.insert(RETRIES_LEFT, http::HeaderValue::from(n));
+        headers.insert(RETRIES_LEFT_NAME, small_number(n));
+    }
+}
+
+/// Attempt numbers and retries left are nearly always one digit: those values are static, so
+/// writing them allocates nothing.
+fn small_number(n: u32) -> http::HeaderValue {
+    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match DIGITS.get(n as usize) {
+        Some(digit) => http::HeaderValue::from_static(digit),
+        None => http::HeaderValue::from(n),
     }
 }
 
@@ -119,7 +153,10 @@ pub fn parse_pushback(value: &[u8]) -> Option<Pushback> {
 
 /// Marks a response with a pushback signal.
 pub fn set_pushback(headers: &mut http::HeaderMap, pushback: Pushback) {
-    headers.insert(PUSHBACK, http::HeaderValue::from_static(pushback.as_str()));
+    headers.insert(
+        PUSHBACK_NAME,
+        http::HeaderValue::from_static(pushback.as_str()),
+    );
 }
 
 #[cfg(test)]
@@ -170,6 +207,20 @@ mod tests {
     }
 
     #[test]
+    fn the_first_attempt_sends_no_number_and_reads_as_the_first() {
+        let mut h = http::HeaderMap::new();
+        h.insert(ATTEMPT, http::HeaderValue::from_static("7"));
+        write_headers(&mut h, Duration::from_millis(100), 1, None);
+        assert!(h.get(ATTEMPT).is_none(), "a stale number is not forwarded");
+        assert_eq!(Inbound::from_headers(&h).attempt, Some(1));
+        assert_eq!(
+            Inbound::from_headers(&http::HeaderMap::new()),
+            Inbound::default(),
+            "no propagation at all: nothing implied"
+        );
+    }
+
+    #[test]
     fn round_trip_and_pushback() {
         let mut h = http::HeaderMap::new();
         write_headers(&mut h, Duration::from_millis(1234), 3, Some(0));
@@ -184,6 +235,17 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_written_numbers_read_back(ms in 0u64..MAX_DEADLINE_MS, attempt in 1u32.., left: u32) {
+            let mut h = http::HeaderMap::new();
+            write_headers(&mut h, Duration::from_millis(ms), attempt, Some(left));
+            let i = Inbound::from_headers(&h);
+            prop_assert_eq!(
+                (i.deadline, i.attempt, i.retries_left),
+                (Some(Duration::from_millis(ms)), Some(attempt), Some(left))
+            );
+        }
+
         #[test]
         fn any_header_bytes_never_panic(v in proptest::collection::vec(0x20u8..0x7f, 0..40)) {
             let mut h = http::HeaderMap::new();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use retry_runtime::propagation::{ATTEMPT, DEADLINE_MS, PUSHBACK, RETRIES_LEFT};
+use retry_runtime::propagation::{ATTEMPT, DEADLINE_MS, Inbound, PUSHBACK, RETRIES_LEFT};
 use retry_runtime::tower::{InboundLimits, OneShot, RetryLayer, ScopeLayer, TowerError};
 use retry_runtime::{Error, Method, Operation, Registry, Retry, UpstreamConfig};
 use tower_layer::Layer;
@@ -85,11 +85,17 @@ async fn a_read_is_retried_and_every_attempt_carries_the_propagation_headers() {
     let response = svc.call(request(Method::GET)).await.unwrap();
     assert_eq!(response.status(), 200);
     let seen = seen.lock().unwrap();
+    // The number is sent on retries; its absence says "first".
     let attempts: Vec<_> = seen
         .iter()
-        .map(|h| h[ATTEMPT].to_str().unwrap().to_owned())
+        .map(|h| h.get(ATTEMPT).map(|v| v.to_str().unwrap().to_owned()))
         .collect();
-    assert_eq!(attempts, ["1", "2", "3"]);
+    assert_eq!(attempts, [None, Some("2".into()), Some("3".into())]);
+    assert!(
+        seen.iter()
+            .all(|h| Inbound::from_headers(h).attempt.is_some()),
+        "the callee reads a number for every attempt"
+    );
     let deadlines: Vec<u64> = seen
         .iter()
         .map(|h| h[DEADLINE_MS].to_str().unwrap().parse().unwrap())

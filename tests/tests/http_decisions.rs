@@ -51,8 +51,9 @@ async fn post_with_key_is_retried_with_the_same_key_and_executes_once_logically(
         seen.iter().all(|r| r.key.as_deref() == Some(KEY)),
         "{seen:?}"
     );
-    let attempts: Vec<_> = seen.iter().map(|r| r.attempt.clone().unwrap()).collect();
-    assert_eq!(attempts, ["1", "2", "3"]);
+    // The attempt number is sent on retries only: its absence says "first".
+    let attempts: Vec<_> = seen.iter().map(|r| r.attempt.clone()).collect();
+    assert_eq!(attempts, [None, Some("2".into()), Some("3".into())]);
     assert_eq!(
         server.truth().executions_by_key()[KEY],
         3,
@@ -363,7 +364,7 @@ async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured
     assert_eq!(seen.len(), 2);
     for (i, r) in seen.iter().enumerate() {
         assert_eq!(r.key.as_deref(), Some(KEY));
-        assert_eq!(r.attempt.as_deref(), Some(["1", "2"][i]));
+        assert_eq!(r.attempt.as_deref(), [None, Some("2")][i]);
         let ms: u64 = r.deadline_ms.as_deref().unwrap().parse().unwrap();
         assert!(ms > 0 && ms <= 5_000, "relative remaining deadline: {ms}");
     }

@@ -7,7 +7,7 @@
 
 use std::future::Future;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 
 use super::error::{HttpError, target_of};
@@ -33,51 +33,67 @@ impl ResponseExt for reqwest::Response {
     }
 
     async fn read_text(self) -> Result<String, HttpError> {
-        let (bytes, meta) = read(self).await?;
-        String::from_utf8(bytes.to_vec()).map_err(|e| meta.decode(e))
+        let (bytes, response) = read(self).await?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| decode(response, e))
     }
 
     async fn read_json<T: DeserializeOwned>(self) -> Result<T, HttpError> {
-        let (bytes, meta) = read(self).await?;
-        serde_json::from_slice(&bytes).map_err(|e| meta.decode(e))
+        let (bytes, response) = read(self).await?;
+        serde_json::from_slice(&bytes).map_err(|e| decode(response, e))
     }
 }
 
-/// What is kept of a response once its body is read, to report a decode failure.
-struct Meta {
-    method: Option<::http::Method>,
-    target: String,
-    status: ::http::StatusCode,
-    headers: ::http::HeaderMap,
-}
-
-impl Meta {
-    fn decode(self, e: impl std::error::Error + Send + Sync + 'static) -> HttpError {
-        HttpError::from_decode(
-            self.method.as_ref(),
-            self.target,
-            self.status,
-            self.headers,
-            e,
-        )
-    }
-}
-
-async fn read(response: reqwest::Response) -> Result<(Bytes, Meta), HttpError> {
-    let meta = Meta {
-        method: Attempt::with_current(|a| a.map(|a| a.method().clone())),
-        target: target_of(response.url()),
-        status: response.status(),
-        headers: response.headers().clone(),
+/// The body, read chunk by chunk so the response (its URL, status and headers) stays whole for
+/// an error report without being copied on the way: nothing is cloned or rendered unless
+/// something fails. A body that arrives in one chunk is returned as that chunk.
+async fn read(mut response: reqwest::Response) -> Result<(Bytes, reqwest::Response), HttpError> {
+    let first = match response.chunk().await {
+        Ok(Some(chunk)) => chunk,
+        Ok(None) => return Ok((Bytes::new(), response)),
+        Err(e) => return Err(body_failed(response, e)),
     };
-    match response.bytes().await {
-        Ok(bytes) => Ok((bytes, meta)),
-        Err(e) => Err(HttpError::from_body(
-            meta.method.as_ref(),
-            meta.target,
-            meta.status,
-            meta.headers,
-            e,
-        )),
+    let mut whole = match response.chunk().await {
+        Ok(Some(second)) => {
+            let mut whole = BytesMut::with_capacity(first.len() + second.len());
+            whole.extend_from_slice(&first);
+            whole.extend_from_slice(&second);
+            whole
+        }
+        Ok(None) => return Ok((first, response)),
+        Err(e) => return Err(body_failed(response, e)),
+    };
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => whole.extend_from_slice(&chunk),
+            Ok(None) => return Ok((whole.freeze(), response)),
+            Err(e) => return Err(body_failed(response, e)),
+        }
     }
+}
+
+fn declared_method() -> Option<::http::Method> {
+    Attempt::with_current(|a| a.map(|a| a.method().clone()))
+}
+
+fn body_failed(mut response: reqwest::Response, e: reqwest::Error) -> HttpError {
+    HttpError::from_body(
+        declared_method().as_ref(),
+        target_of(response.url()),
+        response.status(),
+        std::mem::take(response.headers_mut()),
+        e,
+    )
+}
+
+fn decode(
+    mut response: reqwest::Response,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> HttpError {
+    HttpError::from_decode(
+        declared_method().as_ref(),
+        target_of(response.url()),
+        response.status(),
+        std::mem::take(response.headers_mut()),
+        e,
+    )
 }

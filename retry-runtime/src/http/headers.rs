@@ -3,7 +3,7 @@
 //! | header | direction | value |
 //! |---|---|---|
 //! | [`IDEMPOTENCY_KEY`] (per upstream: `idempotency_header`) | request | the call's key, the same on every attempt |
-//! | [`ATTEMPT`] | request | the attempt number, 1 for the first |
+//! | [`ATTEMPT`] | request | the attempt number, from the second attempt on (absent on the first) |
 //! | [`DEADLINE_MS`] | request | the operation's remaining deadline in whole milliseconds, relative (never an absolute clock) |
 //! | [`RETRIES_LEFT`] | request | retries the operation may still make across every layer |
 //! | `Retry-After` | response | delay-seconds or HTTP-date; malformed values are ignored with a trace event |

@@ -16,7 +16,7 @@
 //!     .run(|_attempt| {
 //!         let client = client.clone();
 //!         async move {
-//!             // adds Idempotency-Key, retry-attempt, retry-deadline-ms, retry-retries-left; the loop bounds it by the attempt timeout
+//!             // adds Idempotency-Key, retry-deadline-ms, retry-retries-left (retry-attempt on retries); the loop bounds it by the attempt timeout
 //!             let response = client
 //!                 .post("http://payments.internal/capture")
 //!                 .body(r#"{"order":42}"#)
