@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use retry_benches::adapter::Catalog;
 use retry_benches::get;
 use retry_benches::server::Endpoint;
 use retry_runtime::{Method, Retry, UpstreamConfig};
@@ -42,6 +43,14 @@ fn loopback_http(c: &mut Criterion) {
                 .method(Method::GET)
                 .run(|_attempt| get(&client, &url))
         })
+    });
+    let catalog = Catalog {
+        client: client.clone(),
+        url: url.clone(),
+        registry: &registry,
+    };
+    g.bench_function("retry_macro_send_path", |b| {
+        b.to_async(&rt).iter(|| catalog.item())
     });
     g.bench_function("reqwest_middleware_retry", |b| {
         b.to_async(&rt).iter(|| async {

@@ -5,6 +5,7 @@
 //! dependencies (backon, tower, tokio-retry, reqwest-middleware, reqwest-retry) stay out of
 //! `retry-runtime`'s dependency tree.
 
+pub mod adapter;
 pub mod alloc;
 pub mod happy;
 pub mod server;

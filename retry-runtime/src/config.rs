@@ -33,6 +33,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `transient_500` | false | a 500 is usually a bug, not an outage |
 /// | `idempotency_header` | `Idempotency-Key` | IETF draft header name |
 /// | `dedups_idempotency_key` | true | the upstream's contract promises dedup by key |
+/// | `propagate` | true | send the deadline and retry headers (off for third-party APIs) |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
 /// | `breaker` | on: 50 % of >= 20 attempts in 10 s, open 5 s, 3 probes | spec 003: retry always with a breaker |
@@ -56,6 +57,11 @@ pub struct UpstreamConfig {
     /// Whether the upstream's contract promises to deduplicate writes by key. If not, a write
     /// with a key is not safely idempotent (spec 003: no dedup promise, no retry of writes).
     pub dedups_idempotency_key: bool,
+    /// Whether requests to this upstream carry the [propagation](crate::propagation) headers
+    /// (remaining deadline, retries left, attempt number). Turn it off for an upstream that
+    /// does not read them, such as a third-party API: it would only learn your timeouts and
+    /// retry counts, and every header costs each request something.
+    pub propagate: bool,
     /// The retry budget.
     pub budget: BudgetConfig,
     /// Most attempts in flight at once to this upstream (`None`: unlimited).
@@ -86,6 +92,7 @@ impl UpstreamConfig {
             transient_500: false,
             idempotency_header: "Idempotency-Key".to_owned(),
             dedups_idempotency_key: true,
+            propagate: true,
             budget: BudgetConfig::new(),
             bulkhead: None,
             breaker: Some(BreakerConfig::new()),
@@ -130,6 +137,11 @@ impl UpstreamConfig {
     /// Sets whether the upstream dedups by key.
     pub fn with_dedups_idempotency_key(mut self, yes: bool) -> Self {
         self.dedups_idempotency_key = yes;
+        self
+    }
+    /// Sets whether requests carry the propagation headers.
+    pub fn with_propagate(mut self, yes: bool) -> Self {
+        self.propagate = yes;
         self
     }
     /// Sets the budget.

@@ -14,6 +14,9 @@
 //! already retried for this operation, or `overloaded` when it sheds load: the caller's engine
 //! then denies its own retry with [`DenyReason::Pushback`](crate::DenyReason).
 //!
+//! An upstream configured with `propagate = false` (a third-party API that does not read them)
+//! is sent none of these headers.
+//!
 //! Inbound values only ever **shrink** the callee's own limits: a hostile or buggy client cannot
 //! grant itself a longer deadline or more retries than the callee's configuration allows.
 //! Malformed, negative or huge values are ignored with a trace event.

@@ -347,6 +347,28 @@ async fn a_one_shot_body_is_sent_once_and_never_retried() {
     assert_eq!(ok.expect("sent"), "ok");
 }
 
+/// A third-party upstream (`propagate = false`) learns nothing of our deadlines and retries:
+/// only the idempotency key, which is its contract, is sent.
+#[tokio::test]
+async fn an_upstream_that_does_not_propagate_gets_the_key_and_no_retry_headers() {
+    let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
+    let registry = support::registry(fast_config().with_propagate(false));
+    call(
+        &registry,
+        &support::client(),
+        Kind::PostWithKey,
+        &server.url("/pay"),
+    )
+    .await
+    .expect("retried");
+    let seen = server.truth().requests();
+    assert_eq!(seen.len(), 2);
+    for r in &seen {
+        assert_eq!(r.key.as_deref(), Some(KEY));
+        assert_eq!((&r.attempt, &r.deadline_ms), (&None, &None), "{r:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured_name() {
     let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;

@@ -12,11 +12,14 @@
 //! Instructions per request = (collected at 3000 - collected at 1000) / 2000, which cancels
 //! start-up. Contenders: `plain` (reqwest), `builder` (our loop around the same reqwest call),
 //! `send` (our loop and the `retry_runtime::http` send path: propagation headers, evidence,
-//! body read inside the attempt), `sendonly` (the send path outside any loop), `timer` (plain
+//! body read inside the attempt), `macro` (the same through a `#[retry]` adapter method),
+//! `reqwest-retry` (reqwest-middleware + reqwest-retry), `sendonly` (the send path outside any
+//! loop), `timer` (plain
 //! inside `tokio::time::timeout`, the cost of one timer).
 
 use std::time::Duration;
 
+use retry_benches::adapter::Catalog;
 use retry_benches::get;
 use retry_benches::server::Endpoint;
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
@@ -34,6 +37,19 @@ async fn main() {
         .build()
         .expect("client");
     let registry = retry_benches::registry(&["catalog"], UpstreamConfig::new());
+    let policy = reqwest_retry::policies::ExponentialBackoff::builder()
+        .retry_bounds(Duration::from_millis(500), Duration::from_secs(2))
+        .build_with_max_retries(2);
+    let middleware = reqwest_middleware::ClientBuilder::new(client.clone())
+        .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(
+            policy,
+        ))
+        .build();
+    let catalog = Catalog {
+        client: client.clone(),
+        url: url.clone(),
+        registry: &registry,
+    };
     for _ in 0..200 {
         get(&client, &url).await.expect("warm-up");
     }
@@ -60,6 +76,14 @@ async fn main() {
                     .await
                     .expect("send path");
             }
+            "macro" => {
+                catalog.item().await.expect("adapter");
+            }
+            "reqwest-retry" => {
+                let r = middleware.get(&url).send().await.expect("send");
+                assert!(r.status().is_success());
+                r.bytes().await.expect("body");
+            }
             "sendonly" => {
                 let response = client.get(&url).send_attempt().await.expect("send");
                 response.read_bytes().await.expect("body");
@@ -70,7 +94,11 @@ async fn main() {
                     .expect("in time")
                     .expect("timer");
             }
-            other => panic!("unknown contender {other:?}: plain, builder, send, sendonly, timer"),
+            other => {
+                panic!(
+                    "unknown contender {other:?}: plain, builder, send, macro, reqwest-retry, sendonly, timer"
+                )
+            }
         }
     }
     let per_request = start.elapsed().as_secs_f64() * 1e6 / f64::from(n);

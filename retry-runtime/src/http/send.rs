@@ -125,17 +125,23 @@ fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), Http
         value.set_sensitive(true);
         request.headers_mut().insert(name, value);
     }
-    let headers = request.headers_mut();
     // Attempt number, remaining deadline and the operation's retries left, so the callee stops
     // when we have given up and does not add its retries on top of ours.
-    crate::propagation::write_headers(headers, remaining, attempt.number(), attempt.retries_left());
+    if attempt.upstream_entry().config().propagate {
+        let headers = request.headers_mut();
+        crate::propagation::write_headers(
+            headers,
+            remaining,
+            attempt.number(),
+            attempt.retries_left(),
+        );
+    }
     // The attempt's timeout (clamped to the deadline) is the loop's: it cuts this request and
     // reports `AttemptTimeout` with evidence `SentNoResponse`, the same class reqwest's timeout
     // would give. A reqwest per-request timeout as well cost 5-10 % of a loopback request
     // (BENCHMARKS.md), so only a tighter timeout the caller set on the request is kept.
-    if let Some(t) = request.timeout_mut()
-        && *t >= attempt.time_left()
-    {
+    // (`timeout_mut` would insert an empty entry into the request's extensions: read first.)
+    if request.timeout().is_some_and(|t| *t >= attempt.time_left()) {
         *request.timeout_mut() = None;
     }
     // A streaming body cannot be produced again: this attempt is sent, no other will be.

@@ -240,8 +240,9 @@ mod tests {
                 "environment: RETRY__SBER__MAX_ATTEMPT: upstream `sber`: unknown key `MAX_ATTEMPT`: \
                  did you mean `MAX_ATTEMPTS`? valid keys: MAX_ATTEMPTS, INITIAL_BACKOFF, MULTIPLIER, \
                  MAX_BACKOFF, JITTER, BACKOFF, ATTEMPT_TIMEOUT, DEADLINE, MIN_ATTEMPT_BUDGET, \
-                 TRANSIENT_500, IDEMPOTENCY_HEADER, DEDUPS_IDEMPOTENCY_KEY, BULKHEAD, BUDGET__RATIO, \
-                 BUDGET__MIN_PER_SECOND, BUDGET__WINDOW, BREAKER__ENABLED, BREAKER__FAILURE_RATE, \
+                 TRANSIENT_500, IDEMPOTENCY_HEADER, DEDUPS_IDEMPOTENCY_KEY, PROPAGATE, BULKHEAD, \
+                 BUDGET__RATIO, BUDGET__MIN_PER_SECOND, BUDGET__WINDOW, BREAKER__ENABLED, \
+                 BREAKER__FAILURE_RATE, \
                  BREAKER__MIN_ATTEMPTS, BREAKER__WINDOW, BREAKER__OPEN_FOR, BREAKER__HALF_OPEN_PROBES",
                 "environment: RETRY__SBRE__MAX_ATTEMPTS: no upstream of the file is spelled `SBRE`: \
                  an override only adjusts an upstream the file defines (known: A_B, SBER); fix \

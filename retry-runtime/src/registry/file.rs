@@ -457,6 +457,8 @@ mod tests {
         assert!(!sms.dedups_idempotency_key);
         assert_eq!(sms.idempotency_header, "X-Request-Id");
         assert_eq!(sms.bulkhead, Some(20));
+        assert!(!sms.propagate);
+        assert!(catalog.propagate, "on by default");
         assert_eq!(sms.breaker.unwrap().failure_rate, 0.3);
     }
 
@@ -557,7 +559,7 @@ failure_rate = 1.5
   - upstreams.toml:3:16: upstream `sber`: max_attempts = 7 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)
   - upstreams.toml:4:19: upstream `sber`: `initial_backoff` = "500" is not a valid duration: it has no unit: write "500ms" or "500s"
   - upstreams.toml:5:14: upstream `sber`: multiplier = 1 must be above 1: linear or fixed backoff hammers a failing upstream (spec 003 R-RES-RE-X3); use 2.0
-  - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, bulkhead, budget, breaker
+  - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, breaker
   - upstreams.toml:7:11: upstream `sber`: backoff = "linear" is refused: linear retry piles load onto a failing upstream (spec 003 R-RES-RE-X3); use "exponential" with a multiplier such as 2.0
   - upstreams.toml:8:17: upstream `sber`: `transient_500` must be true or false, found a string: write `transient_500 = false`
   - upstreams.toml:12:10: upstream `sber`: `budget.window` = "5sec" is not a valid duration: unknown unit `sec`: use one of ns, us, ms, s, m, h

@@ -97,6 +97,7 @@ pub(crate) const UPSTREAM_KEYS: &[KeySpec] = &[
     key("transient_500",          "transient_500",          Kind::Flag,     "false"),
     key("idempotency_header",     "idempotency_header",     Kind::Text,     "Idempotency-Key"),
     key("dedups_idempotency_key", "dedups_idempotency_key", Kind::Flag,     "true"),
+    key("propagate",              "propagate",              Kind::Flag,     "true"),
     // No default: left out, the bulkhead is unlimited.
     key("bulkhead",               "bulkhead",               Kind::Count,    "100"),
 ];
@@ -278,6 +279,7 @@ impl KeySpec {
             "transient_500" => config.transient_500 = self.flag(value)?,
             "idempotency_header" => config.idempotency_header = self.text(value)?.to_owned(),
             "dedups_idempotency_key" => config.dedups_idempotency_key = self.flag(value)?,
+            "propagate" => config.propagate = self.flag(value)?,
             "budget.ratio" => config.budget.ratio = self.number(value)?,
             "budget.min_per_second" => config.budget.min_per_second = self.count(value)?,
             "budget.window" => config.budget.window = self.duration(value)?,

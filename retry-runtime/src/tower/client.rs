@@ -307,12 +307,14 @@ where
             call.downgrade_replay(crate::Replayability::OneShot);
         }
         let mut request = http::Request::from_parts(parts.clone(), this_body);
-        propagation::write_headers(
-            request.headers_mut(),
-            attempt.timeout(),
-            attempt.number(),
-            call.retries_left(),
-        );
+        if call.upstream().config().propagate {
+            propagation::write_headers(
+                request.headers_mut(),
+                attempt.timeout(),
+                attempt.number(),
+                call.retries_left(),
+            );
+        }
         let classify = layer.classify;
         let inner = &mut inner;
         let result = call
