@@ -144,11 +144,18 @@ pub(crate) struct AttemptState {
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) deadline: Instant,
     pub(crate) timeout: Duration,
-    /// When this attempt's timeout expires (set when the attempt is admitted).
-    pub(crate) ends: Instant,
+    /// When the attempt was admitted: its timeout counts from here.
+    pub(crate) started: Instant,
     pub(crate) retries_left: Option<u32>,
     pub(crate) report: crate::attempt_report::AttemptReport,
     pub(crate) span: tracing::Span,
+}
+
+impl AttemptState {
+    /// When this attempt's timeout expires.
+    pub(crate) fn ends(&self) -> Instant {
+        self.started + self.timeout
+    }
 }
 
 impl fmt::Debug for Attempt {
@@ -267,7 +274,7 @@ impl Attempt {
     /// timeout fires before the loop's.
     pub fn time_left(&self) -> Duration {
         self.state
-            .ends
+            .ends()
             .min(self.state.deadline)
             .saturating_duration_since(Instant::now())
     }
@@ -302,7 +309,7 @@ pub(crate) mod tests {
             key: None,
             deadline: now,
             timeout: Duration::ZERO,
-            ends: now,
+            started: now,
             retries_left: None,
             report: crate::attempt_report::AttemptReport::default(),
             span: tracing::Span::none(),

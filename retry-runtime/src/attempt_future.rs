@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
@@ -39,7 +40,9 @@ pin_project_lite::pin_project! {
         fut: F,
         #[pin]
         timer: Option<Sleep>,
-        ends: Instant,
+        // The timer's deadline is computed only if the attempt waits.
+        started: Instant,
+        timeout: Duration,
         frame: Frame,
         span: tracing::Span,
     }
@@ -51,7 +54,8 @@ impl<F> AttemptFuture<F> {
         AttemptFuture {
             fut,
             timer: None,
-            ends: attempt.state.ends,
+            started: attempt.state.started,
+            timeout: attempt.state.timeout,
             span: attempt.state.span.clone(),
             frame: Frame::attempt(attempt, scope),
         }
@@ -77,7 +81,9 @@ impl<F: Future> Future for AttemptFuture<F> {
             });
         }
         if this.timer.is_none() {
-            this.timer.set(Some(tokio::time::sleep_until(*this.ends)));
+            this.timer.set(Some(tokio::time::sleep_until(
+                *this.started + *this.timeout,
+            )));
         }
         let Some(timer) = this.timer.as_pin_mut() else {
             return Poll::Pending;

@@ -250,7 +250,7 @@ impl<'r> Call<'r> {
             key: self.key.clone(),
             deadline: self.deadline,
             timeout,
-            ends: now + timeout,
+            started: now,
             retries_left: self.scope.retries_left(),
             report: AttemptReport::default(),
             span,
@@ -313,7 +313,7 @@ impl<'r> Call<'r> {
             },
         };
         let state = &attempt.state;
-        let started = state.ends.checked_sub(state.timeout).unwrap_or(state.ends);
+        let started = state.started;
         let (timeout, number) = (state.timeout, state.number);
         // Pinned where it is built: the attempt's future (a whole HTTP request's state machine,
         // often a kilobyte or more) is then never copied again; the attempt future holds a
@@ -364,7 +364,7 @@ impl<'r> Call<'r> {
         attempt.timeout = attempt
             .timeout
             .min(self.deadline.saturating_duration_since(now));
-        attempt.ends = now + attempt.timeout;
+        attempt.started = now;
         waited.ok()?.ok()
     }
 
