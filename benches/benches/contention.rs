@@ -1,4 +1,4 @@
-//! Contention: many tasks on a 2-thread runtime, every call going to one upstream (one budget,
+//! Contention: many tasks on two threads, every call going to one upstream (one budget,
 //! one breaker, one registry entry). Reports time per call; throughput ratio = bare / ours.
 //!
 //! Three attempt bodies: `empty` (returns at once: pure overhead, the worst case for the
@@ -25,7 +25,10 @@ enum Body {
     Work,
 }
 
-/// About 7 µs of CPU on the 2-core VM the numbers in BENCHMARKS.md come from.
+/// About 7 µs of CPU on the 2-core VM the numbers in BENCHMARKS.md come from. Never inlined:
+/// inlined into two different futures, the same loop compiled to code running at twice the
+/// speed in one of them, and the ratio measured the compiler rather than the retry layer.
+#[inline(never)]
 fn spin() -> u64 {
     let mut x = 0u64;
     for i in 0..20_000u64 {
@@ -53,42 +56,56 @@ async fn ours(registry: &Registry, body: Body) -> u64 {
         .unwrap()
 }
 
-/// Spreads `iters` calls over TASKS tasks and returns the wall time of all of them.
+/// Spreads `iters` calls over `TASKS` tasks, half on each of two threads (a current-thread
+/// runtime each, all sharing one registry entry), and returns the wall time of all of them.
+/// Two single-threaded runtimes rather than one with two workers: the work-stealing scheduler
+/// sometimes leaves a worker parked while tasks that never wait keep the other busy, and the
+/// bare and the retrying contender then ran on different numbers of threads.
 fn run(
-    rt: &tokio::runtime::Runtime,
+    rts: &[tokio::runtime::Runtime; 2],
     registry: Option<&Arc<Registry>>,
     body: Body,
     iters: u64,
 ) -> Duration {
-    rt.block_on(async {
-        let start = Instant::now();
-        let handles: Vec<_> = (0..TASKS)
-            .map(|i| {
-                let per_task = iters / TASKS + u64::from(i < iters % TASKS);
-                let registry = registry.cloned();
-                tokio::spawn(async move {
-                    for _ in 0..per_task {
-                        match &registry {
-                            Some(r) => black_box(ours(r, body).await),
-                            None => black_box(attempt(body).await.unwrap()),
-                        };
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for (thread, rt) in rts.iter().enumerate() {
+            let registry = registry.cloned();
+            scope.spawn(move || {
+                rt.block_on(async move {
+                    let handles: Vec<_> = (0..TASKS / 2)
+                        .map(|i| {
+                            let task = i * 2 + thread as u64;
+                            let per_task = iters / TASKS + u64::from(task < iters % TASKS);
+                            let registry = registry.clone();
+                            tokio::spawn(async move {
+                                for _ in 0..per_task {
+                                    match &registry {
+                                        Some(r) => black_box(ours(r, body).await),
+                                        None => black_box(attempt(body).await.unwrap()),
+                                    };
+                                }
+                            })
+                        })
+                        .collect();
+                    for h in handles {
+                        h.await.expect("task");
                     }
                 })
-            })
-            .collect();
-        for h in handles {
-            h.await.expect("task");
+            });
         }
-        start.elapsed()
-    })
+    });
+    start.elapsed()
 }
 
 fn contention(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    };
+    let rts = [runtime(), runtime()];
     let registry = Arc::new(retry_benches::registry(&["catalog"], UpstreamConfig::new()));
     let mut g = c.benchmark_group("contention_64_tasks_2_threads");
     for (name, body) in [
@@ -97,10 +114,10 @@ fn contention(c: &mut Criterion) {
         ("work10us", Body::Work),
     ] {
         g.bench_function(format!("bare/{name}"), |b| {
-            b.iter_custom(|iters| run(&rt, None, body, iters))
+            b.iter_custom(|iters| run(&rts, None, body, iters))
         });
         g.bench_function(format!("retry_runtime_builder/{name}"), |b| {
-            b.iter_custom(|iters| run(&rt, Some(&registry), body, iters))
+            b.iter_custom(|iters| run(&rts, Some(&registry), body, iters))
         });
     }
     g.finish();

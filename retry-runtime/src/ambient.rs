@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::attempt::Attempt;
-use crate::scope::{Operation, Unopened};
+use crate::scope::{OpName, Operation, Unopened};
 
 #[derive(Debug)]
 struct Slots {
@@ -146,7 +146,12 @@ pub(crate) fn operation() -> Option<Operation> {
             }
             // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
             let mut slots = slots.try_borrow_mut().ok()?;
-            let opened = slots.unopened.take()?.open();
+            let unopened = slots.unopened.take()?;
+            let attempt = slots.attempt.as_ref();
+            let opened = unopened.open(|| match attempt {
+                Some(a) => OpName::Shared(a.state.upstream.name_arc().clone()),
+                None => OpName::Static("operation"),
+            });
             slots.operation = Some(opened.clone());
             Some(opened)
         })
@@ -225,9 +230,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_unopened_scope_is_opened_once_by_the_first_to_ask_and_handed_back() {
-        let unopened = Unopened::new(OpName::Static("lazy"), tokio::time::Instant::now(), 2);
+        let unopened = Unopened::new(Some(OpName::Static("lazy")), tokio::time::Instant::now(), 2);
         let mut frame = Frame::attempt(
-            Attempt::reuse(None, crate::attempt::tests::state()),
+            crate::attempt::tests::attempt(),
             Installs::Unopened(unopened),
         );
         {
@@ -243,9 +248,9 @@ mod tests {
         assert_eq!(opened.retries_left(), Some(1));
 
         let mut untouched = Frame::attempt(
-            Attempt::reuse(None, crate::attempt::tests::state()),
+            crate::attempt::tests::attempt(),
             Installs::Unopened(Unopened::new(
-                OpName::Static("idle"),
+                Some(OpName::Static("idle")),
                 tokio::time::Instant::now(),
                 2,
             )),

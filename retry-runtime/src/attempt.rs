@@ -151,10 +151,76 @@ pub(crate) struct AttemptState {
     pub(crate) span: tracing::Span,
 }
 
+/// Everything about an attempt but its upstream, as the loop starts it.
+#[derive(Debug)]
+pub(crate) struct NextAttempt {
+    pub(crate) number: u32,
+    pub(crate) method: http::Method,
+    pub(crate) key: Option<IdempotencyKey>,
+    pub(crate) deadline: Instant,
+    pub(crate) timeout: Duration,
+    pub(crate) started: Instant,
+    pub(crate) retries_left: Option<u32>,
+    pub(crate) span: tracing::Span,
+}
+
 impl AttemptState {
     /// When this attempt's timeout expires.
     pub(crate) fn ends(&self) -> Instant {
         self.started + self.timeout
+    }
+
+    fn new(upstream: &Arc<Upstream>, next: NextAttempt) -> Self {
+        let NextAttempt {
+            number,
+            method,
+            key,
+            deadline,
+            timeout,
+            started,
+            retries_left,
+            span,
+        } = next;
+        AttemptState {
+            number,
+            upstream: upstream.clone(),
+            method,
+            key,
+            deadline,
+            timeout,
+            started,
+            retries_left,
+            report: crate::attempt_report::AttemptReport::default(),
+            span,
+        }
+    }
+
+    /// Becomes `next`. The upstream handle is kept when it is the same upstream: its count is
+    /// shared by every thread calling that upstream, and not touching it is the point (two
+    /// fewer writes to a contended cache line per call).
+    fn overwrite(&mut self, upstream: &Arc<Upstream>, next: NextAttempt) {
+        if !Arc::ptr_eq(&self.upstream, upstream) {
+            self.upstream = upstream.clone();
+        }
+        let NextAttempt {
+            number,
+            method,
+            key,
+            deadline,
+            timeout,
+            started,
+            retries_left,
+            span,
+        } = next;
+        self.number = number;
+        self.method = method;
+        self.key = key;
+        self.deadline = deadline;
+        self.timeout = timeout;
+        self.started = started;
+        self.retries_left = retries_left;
+        self.report = crate::attempt_report::AttemptReport::default();
+        self.span = span;
     }
 }
 
@@ -174,24 +240,28 @@ thread_local! {
 const POOL_SIZE: usize = 16;
 
 impl Attempt {
-    /// An attempt holding `state`, in `spare`'s allocation when no other handle to it is left,
-    /// else in a pooled one, else in a new one.
-    pub(crate) fn reuse(spare: Option<Attempt>, state: AttemptState) -> Attempt {
+    /// The next attempt to `upstream`, in `spare`'s allocation when no other handle to it is
+    /// left, else in a pooled one, else in a new one.
+    pub(crate) fn reuse(
+        spare: Option<Attempt>,
+        upstream: &Arc<Upstream>,
+        next: NextAttempt,
+    ) -> Attempt {
         if let Some(mut spare) = spare
             && let Some(slot) = Arc::get_mut(&mut spare.state)
         {
-            *slot = state;
+            slot.overwrite(upstream, next);
             return spare;
         }
         let pooled = POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten();
         if let Some(mut pooled) = pooled
             && let Some(slot) = Arc::get_mut(&mut pooled)
         {
-            *slot = state;
+            slot.overwrite(upstream, next);
             return Attempt { state: pooled };
         }
         Attempt {
-            state: Arc::new(state),
+            state: Arc::new(AttemptState::new(upstream, next)),
         }
     }
 
@@ -295,50 +365,60 @@ impl Attempt {
 pub(crate) mod tests {
     use super::*;
 
-    /// An attempt's state for unit tests.
-    pub(crate) fn state() -> AttemptState {
-        let registry = crate::Registry::builder()
+    /// An upstream for unit tests.
+    pub(crate) fn upstream() -> Arc<Upstream> {
+        crate::Registry::builder()
             .upstream("up", crate::UpstreamConfig::new())
             .build()
-            .expect("registry");
+            .expect("registry")
+            .upstream("up")
+            .expect("upstream")
+    }
+
+    /// Attempt `number`'s fields for unit tests.
+    pub(crate) fn next(number: u32) -> NextAttempt {
         let now = Instant::now();
-        AttemptState {
-            number: 1,
-            upstream: registry.upstream("up").expect("upstream"),
+        NextAttempt {
+            number,
             method: http::Method::GET,
             key: None,
             deadline: now,
             timeout: Duration::ZERO,
             started: now,
             retries_left: None,
-            report: crate::attempt_report::AttemptReport::default(),
             span: tracing::Span::none(),
         }
     }
 
+    /// A fresh attempt for unit tests.
+    pub(crate) fn attempt() -> Attempt {
+        Attempt::reuse(None, &upstream(), next(1))
+    }
+
     #[tokio::test]
     async fn an_allocation_is_reused_only_when_no_handle_is_left() {
-        let first = Attempt::reuse(None, state());
+        let up = upstream();
+        let first = Attempt::reuse(None, &up, next(1));
         let kept = first.clone();
-        let second = Attempt::reuse(
-            Some(first),
-            AttemptState {
-                number: 2,
-                ..state()
-            },
-        );
+        let second = Attempt::reuse(Some(first), &up, next(2));
         assert_eq!(kept.number(), 1, "a live handle is never changed");
         assert!(!Arc::ptr_eq(&kept.state, &second.state));
         let before = Arc::as_ptr(&second.state);
-        let third = Attempt::reuse(
-            Some(second),
-            AttemptState {
-                number: 3,
-                ..state()
-            },
-        );
+        second.state.report.downgrade_for_tests();
+        let third = Attempt::reuse(Some(second), &up, next(3));
         assert_eq!(Arc::as_ptr(&third.state), before, "no handle left: reused");
         assert_eq!(third.number(), 3);
+        assert_eq!(
+            third.reported_body(),
+            crate::Replayability::Replayable,
+            "a reused attempt starts with no report"
+        );
+        let other = upstream();
+        let fourth = Attempt::reuse(Some(third), &other, next(4));
+        assert!(
+            Arc::ptr_eq(fourth.upstream_entry(), &other),
+            "another upstream is taken"
+        );
     }
 
     #[test]

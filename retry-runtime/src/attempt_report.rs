@@ -59,6 +59,11 @@ impl AttemptReport {
     fn downgrade(&self, r: Replayability) {
         self.replay.fetch_min(encode(r), Ordering::AcqRel);
     }
+
+    #[cfg(test)]
+    pub(crate) fn downgrade_for_tests(&self) {
+        self.downgrade(Replayability::OneShot);
+    }
 }
 
 impl Attempt {

@@ -27,9 +27,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::attempt::{Attempt, AttemptState, IdempotencyKey};
+use crate::attempt::{Attempt, IdempotencyKey, NextAttempt};
 use crate::attempt_future::{AttemptFuture, TimedOut};
-use crate::attempt_report::AttemptReport;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::observe::{self, CallKind};
@@ -142,10 +141,7 @@ impl<'r> Call<'r> {
                 CallScope::Joined(op)
             }
             None => {
-                let name = match spec.operation {
-                    Some(name) => OpName::from(name),
-                    None => OpName::Shared(upstream.name_arc().clone()),
-                };
+                let name = spec.operation.map(OpName::from);
                 CallScope::Unopened(Unopened::new(name, own_deadline, retries))
             }
         };
@@ -158,7 +154,7 @@ impl<'r> Call<'r> {
         let span = tracing::info_span!(
             "retry.call",
             upstream = %upstream.name(),
-            operation = %scope.name(),
+            operation = %scope.name(upstream.name()),
             http.request.method = %spec.method,
             safety = ?safety,
             idempotency_key = spec.key.as_ref().map(tracing::field::display),
@@ -243,19 +239,17 @@ impl<'r> Call<'r> {
             http.response.status_code = tracing::field::Empty,
         );
         let timeout = config.attempt_timeout.min(remaining);
-        let state = AttemptState {
+        let next = NextAttempt {
             number: self.attempt,
-            upstream: self.upstream.clone(),
             method: self.method.clone(),
             key: self.key.clone(),
             deadline: self.deadline,
             timeout,
             started: now,
             retries_left: self.scope.retries_left(),
-            report: AttemptReport::default(),
             span,
         };
-        Ok(Attempt::reuse(self.spare.take(), state))
+        Ok(Attempt::reuse(self.spare.take(), &self.upstream, next))
     }
 
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
@@ -561,7 +555,7 @@ impl<'r> Call<'r> {
         });
         let ambiguous = Ambiguous {
             upstream: self.upstream.name_arc().clone(),
-            operation: self.scope.name().to_owned(),
+            operation: self.scope.name(self.upstream.name()).to_owned(),
             attempts: self.attempt,
             evidence: failure.evidence,
             status: failure.status,

@@ -290,13 +290,15 @@ pub(crate) enum CallScope {
 /// A scope to open when first needed (see [`CallScope`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Unopened {
-    name: OpName,
+    /// `None`: named after the call's upstream (no reference counted name is held, or shared
+    /// between threads, until the scope opens).
+    name: Option<OpName>,
     deadline: Instant,
     retries_left: u32,
 }
 
 impl Unopened {
-    pub(crate) fn new(name: OpName, deadline: Instant, retries: u32) -> Self {
+    pub(crate) fn new(name: Option<OpName>, deadline: Instant, retries: u32) -> Self {
         Unopened {
             name,
             deadline,
@@ -304,17 +306,20 @@ impl Unopened {
         }
     }
 
-    /// Opens the scope, with what is left of its allowance.
-    pub(crate) fn open(self) -> Operation {
-        Operation::root(self.name, Some(self.deadline), Some(self.retries_left))
+    /// Opens the scope, with what is left of its allowance; `upstream` names a scope that has
+    /// no name of its own.
+    pub(crate) fn open(self, upstream: impl FnOnce() -> OpName) -> Operation {
+        let name = self.name.unwrap_or_else(upstream);
+        Operation::root(name, Some(self.deadline), Some(self.retries_left))
     }
 }
 
 impl CallScope {
-    pub(crate) fn name(&self) -> &str {
+    /// The scope's name; `upstream` is the name of a scope named after the call's upstream.
+    pub(crate) fn name<'a>(&'a self, upstream: &'a str) -> &'a str {
         match self {
             CallScope::Joined(op) | CallScope::Own(op) => op.name(),
-            CallScope::Unopened(u) => u.name.as_str(),
+            CallScope::Unopened(u) => u.name.as_ref().map_or(upstream, OpName::as_str),
         }
     }
 
@@ -505,7 +510,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_unopened_scope_counts_its_allowance_and_adopts_the_scope_opened_for_it() {
-        let mut scope = CallScope::Unopened(Unopened::new(OpName::Static("s"), Instant::now(), 1));
+        let mut scope =
+            CallScope::Unopened(Unopened::new(Some(OpName::Static("s")), Instant::now(), 1));
         assert_eq!(scope.retries_left(), Some(1));
         assert!(scope.take_retry());
         assert!(!scope.take_retry(), "never below zero");
@@ -514,7 +520,7 @@ mod tests {
         let Installs::Unopened(unopened) = scope.for_attempt() else {
             panic!("an unopened scope is installed unopened");
         };
-        let opened = unopened.open();
+        let opened = unopened.open(|| OpName::Static("unused"));
         assert_eq!(opened.retries_left(), Some(1), "opened with what is left");
         scope.adopt(Some(opened.clone()));
         assert!(matches!(scope, CallScope::Own(_)));

@@ -2,9 +2,10 @@
 //!
 //! A window is cut into [`SLOTS`] slots. Each slot is one `AtomicU64` holding the slot's epoch
 //! (high bits) and its count (low bits), so a stale slot reads as zero and is reset by the first
-//! writer of the new epoch: no lock, no background task.
+//! writer of the new epoch: no lock, no background task. Each counter is striped: a thread
+//! writes its own copy of the slots and readers add the copies up.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -51,20 +52,40 @@ impl Clock {
 }
 
 /// One counter over the window.
+/// Stripes per counter. Every call adds to its upstream's counters (a budget deposit, a breaker
+/// attempt); one shared atomic per counter moved between cores on every call, the largest cost
+/// of a call under contention. Each thread adds to its own stripe; readers (on failures only)
+/// sum them all.
+const STRIPES: usize = 8;
+
+/// One stripe's slots, on cache lines of their own.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+struct Stripe([AtomicU64; SLOTS]);
+
+/// A sliding-window counter; see the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Counter {
-    slots: [AtomicU64; SLOTS],
+    stripes: [Stripe; STRIPES],
+}
+
+/// This thread's stripe: threads are dealt stripes in turn as they first count.
+fn own_stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.try_with(|s| *s).unwrap_or(0)
 }
 
 impl Counter {
-    fn slot(&self, epoch: u64) -> &AtomicU64 {
-        &self.slots[(epoch % SLOTS as u64) as usize]
+    fn slot(&self, stripe: usize, epoch: u64) -> &AtomicU64 {
+        &self.stripes[stripe].0[(epoch % SLOTS as u64) as usize]
     }
 
-    /// Adds `by` in the slot of `epoch`.
     pub(crate) fn add(&self, epoch: u64, by: u64) {
         let tag = epoch & EPOCH_MASK;
-        let slot = self.slot(epoch);
+        let slot = self.slot(own_stripe(), epoch);
         let mut current = slot.load(Ordering::Acquire);
         loop {
             let next = if current >> COUNT_BITS == tag {
@@ -82,14 +103,25 @@ impl Counter {
         }
     }
 
-    /// Takes back one unit added in the slot of `epoch` (no-op if the slot rolled over).
+    /// Takes one back from this epoch's count: from this thread's stripe if it counted any,
+    /// else from another's. A no-op when the epoch counted nothing.
     pub(crate) fn sub_one(&self, epoch: u64) {
+        let own = own_stripe();
+        let order = std::iter::once(own).chain((0..STRIPES).filter(move |s| *s != own));
+        for stripe in order {
+            if self.sub_one_from(stripe, epoch) {
+                return;
+            }
+        }
+    }
+
+    fn sub_one_from(&self, stripe: usize, epoch: u64) -> bool {
         let tag = epoch & EPOCH_MASK;
-        let slot = self.slot(epoch);
+        let slot = self.slot(stripe, epoch);
         let mut current = slot.load(Ordering::Acquire);
         loop {
             if current >> COUNT_BITS != tag || current & COUNT_MASK == 0 {
-                return;
+                return false;
             }
             match slot.compare_exchange_weak(
                 current,
@@ -97,23 +129,22 @@ impl Counter {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(_) => return true,
                 Err(actual) => current = actual,
             }
         }
     }
 
-    /// The total over the window ending at `epoch`.
     pub(crate) fn sum(&self, epoch: u64) -> u64 {
-        self.slots
+        self.stripes
             .iter()
+            .flat_map(|stripe| stripe.0.iter())
             .map(|s| read(s, epoch))
             .fold(0, u64::saturating_add)
     }
 
-    /// Forgets everything counted so far.
     pub(crate) fn clear(&self) {
-        for s in &self.slots {
+        for s in self.stripes.iter().flat_map(|stripe| stripe.0.iter()) {
             s.store(0, Ordering::Release);
         }
     }
@@ -156,5 +187,29 @@ mod tests {
         );
         c.clear();
         assert_eq!(c.sum(clock.epoch()), 0);
+    }
+
+    #[test]
+    fn counts_from_many_threads_add_up_and_are_taken_back_from_any_stripe() {
+        let c = Counter::default();
+        let epoch = 7;
+        std::thread::scope(|scope| {
+            for _ in 0..(STRIPES * 2) {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        c.add(epoch, 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.sum(epoch), (STRIPES * 2 * 1000) as u64);
+        // This thread may not have counted anything: the count still goes down by one.
+        c.sub_one(epoch);
+        assert_eq!(c.sum(epoch), (STRIPES * 2 * 1000 - 1) as u64);
+        assert_eq!(
+            c.sum(epoch + SLOTS as u64),
+            0,
+            "a window later, all expired"
+        );
     }
 }
