@@ -12,7 +12,8 @@
 //! Instructions per request = (collected at 3000 - collected at 1000) / 2000, which cancels
 //! start-up. Contenders: `plain` (reqwest), `builder` (our loop around the same reqwest call),
 //! `send` (our loop and the `retry_runtime::http` send path: propagation headers, evidence,
-//! body read inside the attempt), `macro` (the same through a `#[retry]` adapter method),
+//! body read inside the attempt), `send-quiet` (the same to an upstream with
+//! `propagate = false`: no propagation headers), `macro` (`send` through a `#[retry]` adapter),
 //! `reqwest-retry` (reqwest-middleware + reqwest-retry), `sendonly` (the send path outside any
 //! loop), `timer` (plain
 //! inside `tokio::time::timeout`, the cost of one timer).
@@ -37,6 +38,7 @@ async fn main() {
         .build()
         .expect("client");
     let registry = retry_benches::registry(&["catalog"], UpstreamConfig::new());
+    let quiet = retry_benches::registry(&["catalog"], UpstreamConfig::new().with_propagate(false));
     let policy = reqwest_retry::policies::ExponentialBackoff::builder()
         .retry_bounds(Duration::from_millis(500), Duration::from_secs(2))
         .build_with_max_retries(2);
@@ -76,6 +78,16 @@ async fn main() {
                     .await
                     .expect("send path");
             }
+            "send-quiet" => {
+                Retry::in_registry(&quiet, "catalog")
+                    .method(Method::GET)
+                    .run(|_| async {
+                        let response = client.get(&url).send_attempt().await?;
+                        Ok::<_, Error>(response.read_bytes().await?)
+                    })
+                    .await
+                    .expect("send path");
+            }
             "macro" => {
                 catalog.item().await.expect("adapter");
             }
@@ -96,7 +108,7 @@ async fn main() {
             }
             other => {
                 panic!(
-                    "unknown contender {other:?}: plain, builder, send, macro, reqwest-retry, sendonly, timer"
+                    "unknown contender {other:?}: plain, builder, send, send-quiet, macro, reqwest-retry, sendonly, timer"
                 )
             }
         }
