@@ -16,8 +16,8 @@ use retry_examples::lab::{self, Design, LabConfig, Progress, Scenario, report};
 /// three retry designs side by side: A retries in every layer (3 x 3 attempts), B has one retry
 /// owner (shared allowance, budget, deadline propagation, breaker, bulkhead), C does not retry.
 ///
-/// Scenarios: always-503, 429-retry-after, 503-no-retry-after, transient-outage, slow-catalog,
-/// reset-write-keyed, reset-write-unkeyed, reset-write-reconciled.
+/// Scenarios: always-503, 429-retry-after, 503-no-retry-after, transient-outage,
+/// brief-slowdown, slow-catalog, reset-write-keyed, reset-write-unkeyed, reset-write-reconciled.
 ///
 /// Prints a table, writes outage-lab.json and outage-lab.html (charts) under --out.
 #[derive(Parser, Debug)]

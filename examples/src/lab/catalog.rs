@@ -39,6 +39,8 @@ pub struct CatalogState {
     interval_peak: AtomicUsize,
     books: Mutex<Books>,
     samples: Mutex<Vec<(f64, usize)>>,
+    /// The catalog's workers, when the scenario limits them.
+    workers: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +80,9 @@ impl CatalogState {
             interval_peak: AtomicUsize::new(0),
             books: Mutex::new(Books::default()),
             samples: Mutex::new(Vec::new()),
+            workers: scenario
+                .workers()
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
         })
     }
 
@@ -147,7 +152,30 @@ impl CatalogState {
         let fault =
             self.scenario
                 .fault(self.seed, order, nth, self.elapsed(), self.duration, write);
-        tokio::time::sleep(SERVICE_TIME).await;
+        if let Some(workers) = &self.workers {
+            // Queued for a worker, then served; in a task of its own, so a request whose client
+            // gave up still waits its turn and takes its worker's time: the wasted work that
+            // turns timeouts and retries into a queue that does not drain.
+            // A slowdown slows the requests served while it lasts, whenever they arrived.
+            let workers = workers.clone();
+            let state = self.clone();
+            let served = tokio::spawn(async move {
+                let _worker = workers.acquire_owned().await;
+                let now = state.elapsed();
+                let busy =
+                    match state
+                        .scenario
+                        .fault(state.seed, order, nth, now, state.duration, write)
+                    {
+                        Fault::Slow(extra) => SERVICE_TIME + extra,
+                        _ => SERVICE_TIME,
+                    };
+                tokio::time::sleep(busy).await;
+            });
+            let _ = served.await;
+        } else {
+            tokio::time::sleep(SERVICE_TIME).await;
+        }
         match fault {
             Fault::Unavailable => return servers::respond(503, "catalog unavailable"),
             Fault::TooManyRequests => {
@@ -158,7 +186,9 @@ impl CatalogState {
                 );
                 return r;
             }
-            Fault::Slow(d) => tokio::time::sleep(d).await,
+            // (With limited workers the delay was part of the service above.)
+            Fault::Slow(d) if self.workers.is_none() => tokio::time::sleep(d).await,
+            Fault::Slow(_) => {}
             Fault::None | Fault::ResetAfterWrite => {}
         }
         if !write {

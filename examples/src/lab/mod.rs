@@ -3,7 +3,9 @@
 //!
 //! For each scenario the three designs run **side by side**, each with its own catalog, middle
 //! and API servers and the same seeded load schedule, so they see the same operations, the
-//! same faults on the same requests, and the same clock.
+//! same faults on the same requests, and the same clock. A scenario where the catalog's
+//! capacity is the point (`brief-slowdown`) runs them one after another instead, so one
+//! design's retry storm does not take the machine from the others.
 //!
 //! - [`scenarios`]: the faults.
 //! - [`servers`]: the HTTP servers; [`catalog`]: the dependency and its counters.
@@ -96,65 +98,90 @@ pub async fn run(
         let seed = config.seed.wrapping_add(i as u64);
         let schedule = Arc::new(load::schedule(seed, config.load, config.duration));
         progress.scenario(scenario, (schedule.len() * config.designs.len()) as u64);
-        let mut chains = Vec::new();
-        for design in config.designs.iter().copied() {
-            let state = catalog::CatalogState::new(scenario, seed, config.duration);
-            let catalog_server = catalog::start(state.clone()).await?;
-            let chain = designs::start(
-                design,
-                scenario.write_contract(),
-                catalog_server.url(),
-                config.upstreams.registries(seed),
-            )
-            .await?;
-            chains.push((design, state, catalog_server, chain));
+        // Side by side, the designs share the machine: a design whose retries saturate its
+        // catalog would slow the others' too where capacity is the point of the scenario.
+        let groups: Vec<Vec<Design>> = if scenario.workers().is_some() {
+            config.designs.iter().map(|d| vec![*d]).collect()
+        } else {
+            vec![config.designs.clone()]
+        };
+        for designs in groups {
+            results.extend(
+                run_side_by_side(config, scenario, seed, &schedule, &designs, &progress).await?,
+            );
         }
-        // Let every server reach its accept loop before the clock starts.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let start = Instant::now();
-        let mut runs = JoinSet::new();
-        for (design, state, _, chain) in &chains {
-            state.start(start);
-            let (design, state) = (*design, state.clone());
-            let api = chain.api.url();
-            let schedule = schedule.clone();
-            let progress = progress.clone();
-            runs.spawn(async move {
-                let sampler = tokio::spawn(sample(state.clone(), start));
-                let done = move || progress.op_done();
-                let records = tokio::time::timeout(
-                    schedule.last().copied().unwrap_or_default() + DRAIN_LIMIT,
-                    load::drive(api, scenario.is_write(), &schedule, start, done),
-                )
-                .await
-                .unwrap_or_default();
-                // Let the catalog finish work nobody waits for any more (design A's orphans).
-                let quiet_by = Instant::now() + Duration::from_secs(2);
-                while state.in_flight() > 0 && Instant::now() < quiet_by {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                sampler.abort();
-                (design, state, records)
-            });
-        }
-        let mut finished = Vec::new();
-        while let Some(run) = runs.join_next().await {
-            finished.push(run.expect("a run task does not panic"));
-        }
-        finished.sort_by_key(|(design, ..)| *design);
-        for (design, state, records) in finished {
-            let series = state.series();
-            results.push(metrics::compute(
-                scenario,
-                design,
-                &records,
-                &state.counts(),
-                series,
-                config.duration,
-            ));
-        }
-        drop(chains);
     }
+    Ok(results)
+}
+
+/// Runs `designs` at once on one scenario and returns their metrics, in design order.
+async fn run_side_by_side(
+    config: &LabConfig,
+    scenario: Scenario,
+    seed: u64,
+    schedule: &Arc<Vec<Duration>>,
+    designs: &[Design],
+    progress: &Arc<dyn Progress>,
+) -> std::io::Result<Vec<RunMetrics>> {
+    let mut results = Vec::new();
+    let mut chains = Vec::new();
+    for design in designs.iter().copied() {
+        let state = catalog::CatalogState::new(scenario, seed, config.duration);
+        let catalog_server = catalog::start(state.clone()).await?;
+        let chain = designs::start(
+            design,
+            scenario.write_contract(),
+            catalog_server.url(),
+            config.upstreams.registries(seed),
+        )
+        .await?;
+        chains.push((design, state, catalog_server, chain));
+    }
+    // Let every server reach its accept loop before the clock starts.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    let mut runs = JoinSet::new();
+    for (design, state, _, chain) in &chains {
+        state.start(start);
+        let (design, state) = (*design, state.clone());
+        let api = chain.api.url();
+        let schedule = schedule.clone();
+        let progress = progress.clone();
+        runs.spawn(async move {
+            let sampler = tokio::spawn(sample(state.clone(), start));
+            let done = move || progress.op_done();
+            let records = tokio::time::timeout(
+                schedule.last().copied().unwrap_or_default() + DRAIN_LIMIT,
+                load::drive(api, scenario.is_write(), &schedule, start, done),
+            )
+            .await
+            .unwrap_or_default();
+            // Let the catalog finish work nobody waits for any more (design A's orphans).
+            let quiet_by = Instant::now() + Duration::from_secs(2);
+            while state.in_flight() > 0 && Instant::now() < quiet_by {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            sampler.abort();
+            (design, state, records)
+        });
+    }
+    let mut finished = Vec::new();
+    while let Some(run) = runs.join_next().await {
+        finished.push(run.expect("a run task does not panic"));
+    }
+    finished.sort_by_key(|(design, ..)| *design);
+    for (design, state, records) in finished {
+        let series = state.series();
+        results.push(metrics::compute(
+            scenario,
+            design,
+            &records,
+            &state.counts(),
+            series,
+            config.duration,
+        ));
+    }
+    drop(chains);
     Ok(results)
 }
 

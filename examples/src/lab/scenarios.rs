@@ -19,6 +19,10 @@ pub enum Scenario {
     Flaky503,
     /// 503 on every request during a window in the middle of the run, then healthy again.
     Transient,
+    /// A catalog that serves one request at a time slows down briefly: requests queue, time
+    /// out and are retried, and a design whose retries outgrow the catalog's capacity keeps it
+    /// saturated long after the slowdown (a metastable failure).
+    Slowdown,
     /// A third of the requests take 1 s, far past the 300 ms attempt timeout.
     Slow,
     /// Writes with an idempotency key; the catalog executes half the writes and then resets the
@@ -33,11 +37,12 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Always503,
         Scenario::RateLimited429,
         Scenario::Flaky503,
         Scenario::Transient,
+        Scenario::Slowdown,
         Scenario::Slow,
         Scenario::ResetKeyed,
         Scenario::ResetUnkeyed,
@@ -51,6 +56,7 @@ impl Scenario {
             Scenario::RateLimited429 => "429-retry-after",
             Scenario::Flaky503 => "503-no-retry-after",
             Scenario::Transient => "transient-outage",
+            Scenario::Slowdown => "brief-slowdown",
             Scenario::Slow => "slow-catalog",
             Scenario::ResetKeyed => "reset-write-keyed",
             Scenario::ResetUnkeyed => "reset-write-unkeyed",
@@ -66,6 +72,10 @@ impl Scenario {
             Scenario::Flaky503 => "half the catalog requests answer 503 without Retry-After",
             Scenario::Transient => {
                 "every catalog request answers 503 from 20% to 60% of the run, then healthy"
+            }
+            Scenario::Slowdown => {
+                "the catalog serves two requests at a time, 10 ms each (200/s); from 20% to 40% \
+                 of the run each takes 500 ms"
             }
             Scenario::Slow => "a third of the catalog requests take 1 s (attempt timeout 300 ms)",
             Scenario::ResetKeyed => {
@@ -95,11 +105,29 @@ impl Scenario {
         }
     }
 
-    /// The fault window of the transient scenario, as fractions of the load duration.
+    /// The fault window of the transient scenarios, as fractions of the load duration.
     pub fn outage_window(self, duration: Duration) -> Option<(Duration, Duration)> {
-        (self == Scenario::Transient).then(|| (duration.mul_f64(0.2), duration.mul_f64(0.6)))
+        match self {
+            Scenario::Transient => Some((duration.mul_f64(0.2), duration.mul_f64(0.6))),
+            Scenario::Slowdown => Some((duration.mul_f64(0.2), duration.mul_f64(0.4))),
+            _ => None,
+        }
+    }
+
+    /// How many requests the catalog works on at once (`None`: as many as arrive). A limited
+    /// catalog queues the rest, and keeps working on a request whose client has given up, as
+    /// a server that does not notice the client left does: the only fault whose effect depends
+    /// on timing, not on the seed alone.
+    pub const fn workers(self) -> Option<usize> {
+        match self {
+            Scenario::Slowdown => Some(2),
+            _ => None,
+        }
     }
 }
+
+/// What a request takes on top of the catalog's service time during the slowdown.
+const SLOWDOWN_EXTRA: Duration = Duration::from_millis(490);
 
 /// What makes a write safe to retry in a scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +199,12 @@ impl Scenario {
                 Some((from, until)) if elapsed >= from && elapsed < until => Fault::Unavailable,
                 _ => Fault::None,
             },
+            Scenario::Slowdown => match self.outage_window(duration) {
+                Some((from, until)) if elapsed >= from && elapsed < until => {
+                    Fault::Slow(SLOWDOWN_EXTRA)
+                }
+                _ => Fault::None,
+            },
             Scenario::Slow if coin(1.0 / 3.0) => Fault::Slow(SLOW),
             Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
                 if write && coin(0.5) =>
@@ -223,6 +257,29 @@ mod tests {
         assert_eq!(
             Scenario::Flaky503.fault(7, 3, 1, Duration::ZERO, d, false),
             Scenario::Flaky503.fault(7, 3, 1, Duration::ZERO, d, false)
+        );
+    }
+
+    #[test]
+    fn the_slowdown_slows_what_is_served_during_it_and_limits_the_workers() {
+        let d = Duration::from_secs(5);
+        let during = Duration::from_millis(1500);
+        let after = Duration::from_millis(2500);
+        assert_eq!(
+            Scenario::Slowdown.fault(7, 1, 0, during, d, false),
+            Fault::Slow(SLOWDOWN_EXTRA)
+        );
+        assert_eq!(
+            Scenario::Slowdown.fault(7, 1, 0, after, d, false),
+            Fault::None
+        );
+        assert_eq!(Scenario::Slowdown.workers(), Some(2));
+        assert!(
+            Scenario::ALL
+                .iter()
+                .filter(|s| s.workers().is_some())
+                .count()
+                == 1
         );
     }
 }
