@@ -5,9 +5,9 @@
 //! dependencies (backon, tower, tokio-retry, reqwest-middleware, reqwest-retry) stay out of
 //! `retry-runtime`'s dependency tree.
 
-pub mod adapter;
 pub mod alloc;
 pub mod happy;
+pub mod loopback;
 pub mod server;
 pub mod sim;
 

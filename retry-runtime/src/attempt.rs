@@ -138,8 +138,15 @@ pub struct Attempt {
 /// attempt, so the happy path allocates nothing and moves an 8-byte handle around.
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptState {
-    pub(crate) number: u32,
     pub(crate) upstream: Arc<Upstream>,
+    pub(crate) facts: AttemptFacts,
+    pub(crate) report: crate::attempt_report::AttemptReport,
+}
+
+/// Everything the loop fixes for one attempt but its upstream.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptFacts {
+    pub(crate) number: u32,
     pub(crate) method: http::Method,
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) deadline: Instant,
@@ -147,80 +154,26 @@ pub(crate) struct AttemptState {
     /// When the attempt was admitted: its timeout counts from here.
     pub(crate) started: Instant,
     pub(crate) retries_left: Option<u32>,
-    pub(crate) report: crate::attempt_report::AttemptReport,
     pub(crate) span: tracing::Span,
 }
 
-/// Everything about an attempt but its upstream, as the loop starts it.
-#[derive(Debug)]
-pub(crate) struct NextAttempt {
-    pub(crate) number: u32,
-    pub(crate) method: http::Method,
-    pub(crate) key: Option<IdempotencyKey>,
-    pub(crate) deadline: Instant,
-    pub(crate) timeout: Duration,
-    pub(crate) started: Instant,
-    pub(crate) retries_left: Option<u32>,
-    pub(crate) span: tracing::Span,
-}
-
-impl AttemptState {
+impl AttemptFacts {
     /// When this attempt's timeout expires.
     pub(crate) fn ends(&self) -> Instant {
         self.started + self.timeout
     }
+}
 
-    fn new(upstream: &Arc<Upstream>, next: NextAttempt) -> Self {
-        let NextAttempt {
-            number,
-            method,
-            key,
-            deadline,
-            timeout,
-            started,
-            retries_left,
-            span,
-        } = next;
-        AttemptState {
-            number,
-            upstream: upstream.clone(),
-            method,
-            key,
-            deadline,
-            timeout,
-            started,
-            retries_left,
-            report: crate::attempt_report::AttemptReport::default(),
-            span,
-        }
-    }
-
-    /// Becomes `next`. The upstream handle is kept when it is the same upstream: its count is
-    /// shared by every thread calling that upstream, and not touching it is the point (two
-    /// fewer writes to a contended cache line per call).
-    fn overwrite(&mut self, upstream: &Arc<Upstream>, next: NextAttempt) {
+impl AttemptState {
+    /// Becomes the attempt `facts` describe. The upstream handle is kept when it is the same
+    /// upstream: its count is shared by every thread calling that upstream, and not touching it
+    /// is the point (two fewer writes to a contended cache line per call).
+    fn overwrite(&mut self, upstream: &Arc<Upstream>, facts: AttemptFacts) {
         if !Arc::ptr_eq(&self.upstream, upstream) {
             self.upstream = upstream.clone();
         }
-        let NextAttempt {
-            number,
-            method,
-            key,
-            deadline,
-            timeout,
-            started,
-            retries_left,
-            span,
-        } = next;
-        self.number = number;
-        self.method = method;
-        self.key = key;
-        self.deadline = deadline;
-        self.timeout = timeout;
-        self.started = started;
-        self.retries_left = retries_left;
+        self.facts = facts;
         self.report = crate::attempt_report::AttemptReport::default();
-        self.span = span;
     }
 }
 
@@ -245,7 +198,7 @@ impl Attempt {
     pub(crate) fn reuse(
         spare: Option<Attempt>,
         upstream: &Arc<Upstream>,
-        next: NextAttempt,
+        next: AttemptFacts,
     ) -> Attempt {
         if let Some(mut spare) = spare
             && let Some(slot) = Arc::get_mut(&mut spare.state)
@@ -261,7 +214,11 @@ impl Attempt {
             return Attempt { state: pooled };
         }
         Attempt {
-            state: Arc::new(AttemptState::new(upstream, next)),
+            state: Arc::new(AttemptState {
+                upstream: upstream.clone(),
+                facts: next,
+                report: crate::attempt_report::AttemptReport::default(),
+            }),
         }
     }
 
@@ -270,8 +227,8 @@ impl Attempt {
     /// not kept.
     pub(crate) fn recycle(mut self) {
         if let Some(state) = Arc::get_mut(&mut self.state) {
-            state.span = tracing::Span::none();
-            state.key = None;
+            state.facts.span = tracing::Span::none();
+            state.facts.key = None;
             let _ = POOL.try_with(|p| {
                 let mut pool = p.borrow_mut();
                 if pool.len() < POOL_SIZE {
@@ -281,9 +238,9 @@ impl Attempt {
         }
     }
 
-    /// The state, to change before the attempt starts (copied first if a handle was cloned).
-    pub(crate) fn state_mut(&mut self) -> &mut AttemptState {
-        Arc::make_mut(&mut self.state)
+    /// The attempt's facts, to change before it starts (copied first if a handle was cloned).
+    pub(crate) fn facts_mut(&mut self) -> &mut AttemptFacts {
+        &mut Arc::make_mut(&mut self.state).facts
     }
 
     /// The attempt the current task runs in, if any.
@@ -298,13 +255,13 @@ impl Attempt {
 
     /// 1 for the first attempt.
     pub fn number(&self) -> u32 {
-        self.state.number
+        self.state.facts.number
     }
 
     /// How many times the request was re-sent before this attempt (OpenTelemetry's
     /// `http.request.resend_count`).
     pub fn resend_count(&self) -> u32 {
-        self.state.number - 1
+        self.state.facts.number - 1
     }
 
     /// The upstream's name.
@@ -319,22 +276,23 @@ impl Attempt {
 
     /// The declared method.
     pub fn method(&self) -> &http::Method {
-        &self.state.method
+        &self.state.facts.method
     }
 
     /// The idempotency key, the same on every attempt.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
-        self.state.key.as_ref()
+        self.state.facts.key.as_ref()
     }
 
     /// The operation's absolute deadline.
     pub fn deadline(&self) -> Instant {
-        self.state.deadline
+        self.state.facts.deadline
     }
 
     /// Time left before the deadline.
     pub fn remaining(&self) -> Duration {
         self.state
+            .facts
             .deadline
             .saturating_duration_since(Instant::now())
     }
@@ -344,20 +302,21 @@ impl Attempt {
     /// timeout fires before the loop's.
     pub fn time_left(&self) -> Duration {
         self.state
+            .facts
             .ends()
-            .min(self.state.deadline)
+            .min(self.state.facts.deadline)
             .saturating_duration_since(Instant::now())
     }
 
     /// Retries the operation may still make across every layer, when it started (sent to the
     /// callee so it does not add retries of its own on top).
     pub fn retries_left(&self) -> Option<u32> {
-        self.state.retries_left
+        self.state.facts.retries_left
     }
 
     /// This attempt's timeout: the upstream's attempt timeout clamped to the remaining deadline.
     pub fn timeout(&self) -> Duration {
-        self.state.timeout
+        self.state.facts.timeout
     }
 }
 
@@ -376,9 +335,9 @@ pub(crate) mod tests {
     }
 
     /// Attempt `number`'s fields for unit tests.
-    pub(crate) fn next(number: u32) -> NextAttempt {
+    pub(crate) fn next(number: u32) -> AttemptFacts {
         let now = Instant::now();
-        NextAttempt {
+        AttemptFacts {
             number,
             method: http::Method::GET,
             key: None,

@@ -54,9 +54,9 @@ impl<F> AttemptFuture<F> {
         AttemptFuture {
             fut,
             timer: None,
-            started: attempt.state.started,
-            timeout: attempt.state.timeout,
-            span: attempt.state.span.clone(),
+            started: attempt.state.facts.started,
+            timeout: attempt.state.facts.timeout,
+            span: attempt.state.facts.span.clone(),
             frame: Frame::attempt(attempt, scope),
         }
     }

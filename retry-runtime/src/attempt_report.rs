@@ -89,7 +89,7 @@ impl Attempt {
     /// The attempt's span (`retry.attempt`), to record OpenTelemetry attributes on
     /// (`server.address`, `http.response.status_code`, ...) whatever span is current.
     pub fn span(&self) -> &tracing::Span {
-        &self.state.span
+        &self.state.facts.span
     }
 }
 

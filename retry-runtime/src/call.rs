@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::attempt::{Attempt, IdempotencyKey, NextAttempt};
+use crate::attempt::{Attempt, AttemptFacts, IdempotencyKey};
 use crate::attempt_future::{AttemptFuture, TimedOut};
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
@@ -239,7 +239,7 @@ impl<'r> Call<'r> {
             http.response.status_code = tracing::field::Empty,
         );
         let timeout = config.attempt_timeout.min(remaining);
-        let next = NextAttempt {
+        let next = AttemptFacts {
             number: self.attempt,
             method: self.method.clone(),
             key: self.key.clone(),
@@ -307,8 +307,8 @@ impl<'r> Call<'r> {
             },
         };
         let state = &attempt.state;
-        let started = state.started;
-        let (timeout, number) = (state.timeout, state.number);
+        let started = state.facts.started;
+        let (timeout, number) = (state.facts.timeout, state.facts.number);
         // Pinned where it is built: the attempt's future (a whole HTTP request's state machine,
         // often a kilobyte or more) is then never copied again; the attempt future holds a
         // pointer to it.
@@ -348,7 +348,7 @@ impl<'r> Call<'r> {
         sem: &Arc<tokio::sync::Semaphore>,
         attempt: &mut Attempt,
     ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let attempt = attempt.state_mut();
+        let attempt = attempt.facts_mut();
         let until = self
             .deadline
             .checked_sub(self.upstream.config().min_attempt_budget)
@@ -388,7 +388,7 @@ impl<'r> Call<'r> {
             failure.already_retried = true;
         }
         if let Some(attempt) = &self.spare {
-            let span = &attempt.state.span;
+            let span = &attempt.state.facts.span;
             span.record("evidence", failure.evidence.as_str());
             span.record("error.type", failure.evidence.as_str());
             if let Some(status) = failure.status {

@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use retry_runtime::http::{HttpErrorKind, RequestBuilderExt, ResponseExt};
-use retry_runtime::{Classify, Error, Evidence, Method, PermanentCategory, Retry};
-use retry_tests::fault::dead_port;
+use retry_runtime::{Classify, Error, Evidence, Method, PermanentCategory, Retry, UpstreamConfig};
 use retry_tests::fault::dns::{FakeDns, Resolution};
 use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
 use retry_tests::fault::h2::{H2Fault, H2Server, code};
+use retry_tests::fault::{SeenRequest, dead_port};
 use retry_tests::support::{self, KEY, Kind, UPSTREAM, call, fast_config, http_error};
 
 #[tokio::test]
@@ -347,32 +347,10 @@ async fn a_one_shot_body_is_sent_once_and_never_retried() {
     assert_eq!(ok.expect("sent"), "ok");
 }
 
-/// A third-party upstream (`propagate = false`) learns nothing of our deadlines and retries:
-/// only the idempotency key, which is its contract, is sent.
-#[tokio::test]
-async fn an_upstream_that_does_not_propagate_gets_the_key_and_no_retry_headers() {
+/// What the server saw of a keyed POST answered 503 once, then retried, to an upstream
+/// configured with `config`.
+async fn keyed_post_retried_once(config: UpstreamConfig) -> Vec<SeenRequest> {
     let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
-    let registry = support::registry(fast_config().with_propagate(false));
-    call(
-        &registry,
-        &support::client(),
-        Kind::PostWithKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect("retried");
-    let seen = server.truth().requests();
-    assert_eq!(seen.len(), 2);
-    for r in &seen {
-        assert_eq!(r.key.as_deref(), Some(KEY));
-        assert_eq!((&r.attempt, &r.deadline_ms), (&None, &None), "{r:?}");
-    }
-}
-
-#[tokio::test]
-async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured_name() {
-    let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
-    let config = fast_config().with_idempotency_header("X-Request-Key");
     let registry = support::registry(config);
     call(
         &registry,
@@ -384,6 +362,24 @@ async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured
     .expect("retried");
     let seen = server.truth().requests();
     assert_eq!(seen.len(), 2);
+    seen
+}
+
+/// A third-party upstream (`propagate = false`) learns nothing of our deadlines and retries:
+/// only the idempotency key, which is its contract, is sent.
+#[tokio::test]
+async fn an_upstream_that_does_not_propagate_gets_the_key_and_no_retry_headers() {
+    let seen = keyed_post_retried_once(fast_config().with_propagate(false)).await;
+    for r in &seen {
+        assert_eq!(r.key.as_deref(), Some(KEY));
+        assert_eq!((&r.attempt, &r.deadline_ms), (&None, &None), "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured_name() {
+    let config = fast_config().with_idempotency_header("X-Request-Key");
+    let seen = keyed_post_retried_once(config).await;
     for (i, r) in seen.iter().enumerate() {
         assert_eq!(r.key.as_deref(), Some(KEY));
         assert_eq!(r.attempt.as_deref(), [None, Some("2")][i]);

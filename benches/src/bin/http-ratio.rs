@@ -1,17 +1,13 @@
 //! Real HTTP on loopback, as interleaved rounds: each round sends `PER_ROUND` sequential GETs
 //! through every contender in turn (in an order that rotates from round to round), so load from
-//! other processes hits all of them alike. Prints
-//! the median round (µs per request) and its ratio to plain reqwest.
+//! other processes hits all of them alike. Prints the median round (µs per request) and its
+//! ratio to plain reqwest. The contenders are in `retry_benches::loopback`.
 //!
 //! `cargo run --release -p retry-benches --bin http-ratio`
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use retry_benches::adapter::Catalog;
-use retry_benches::get;
-use retry_benches::server::Endpoint;
-use retry_runtime::http::{RequestBuilderExt, ResponseExt};
-use retry_runtime::{Error, Method, Retry, UpstreamConfig};
+use retry_benches::loopback::Loopback;
 
 const ROUNDS: usize = 41;
 const PER_ROUND: u32 = 200;
@@ -29,28 +25,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let addr = Endpoint::new(200).serve().await;
-    let url = format!("http://{addr}/item");
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    let registry = retry_benches::registry(&["catalog"], UpstreamConfig::new());
-    let policy = reqwest_retry::policies::ExponentialBackoff::builder()
-        .retry_bounds(Duration::from_millis(500), Duration::from_secs(2))
-        .build_with_max_retries(2);
-    let middleware = reqwest_middleware::ClientBuilder::new(client.clone())
-        .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(
-            policy,
-        ))
-        .build();
-
-    let catalog = Catalog {
-        client: client.clone(),
-        url: url.clone(),
-        registry: &registry,
-    };
-
+    let lo = Loopback::start().await;
     // Per contender, the µs per request of each round. The order within a round rotates, so
     // no contender always runs first (right after the previous round's last one).
     let mut times: [Vec<f64>; CONTENDERS] = Default::default();
@@ -60,34 +35,11 @@ async fn main() {
             let t = Instant::now();
             for _ in 0..PER_ROUND {
                 match who {
-                    PLAIN => {
-                        get(&client, &url).await.expect("plain");
-                    }
-                    BUILDER => {
-                        Retry::in_registry(&registry, "catalog")
-                            .method(Method::GET)
-                            .run(|_| get(&client, &url))
-                            .await
-                            .expect("ours");
-                    }
-                    SEND_PATH => {
-                        Retry::in_registry(&registry, "catalog")
-                            .method(Method::GET)
-                            .run(|_| async {
-                                let response = client.get(&url).send_attempt().await?;
-                                Ok::<_, Error>(response.read_bytes().await?)
-                            })
-                            .await
-                            .expect("send path");
-                    }
-                    ADAPTER => {
-                        catalog.item().await.expect("adapter");
-                    }
-                    _ => {
-                        let r = middleware.get(&url).send().await.expect("send");
-                        assert!(r.status().is_success());
-                        r.bytes().await.expect("body");
-                    }
+                    PLAIN => drop(lo.plain().await.expect("plain")),
+                    BUILDER => drop(lo.builder().await.expect("builder")),
+                    SEND_PATH => drop(lo.send_path(&lo.registry).await.expect("send path")),
+                    ADAPTER => drop(lo.adapter().await.expect("adapter")),
+                    _ => drop(lo.reqwest_retry().await),
                 }
             }
             // Round 0 warms connections and pools.
