@@ -304,6 +304,46 @@ async fn a_write_sent_through_a_read_declaration_is_refused_before_sending() {
     assert_eq!(server.truth().connections(), 0, "nothing sent");
 }
 
+/// A request safer than its declaration (a HEAD under GET, a GET under POST) is sent: the
+/// loop's decisions for the declared method are the more cautious ones. A different write is
+/// not: PUT and POST do not retry alike.
+#[tokio::test]
+async fn a_request_at_least_as_safe_as_declared_is_sent_and_another_write_is_not() {
+    let server = H1Server::start([]).await;
+    let registry = support::registry(fast_config());
+    let client = support::client();
+    let url = server.url("/orders/1");
+    let head: Result<u16, Error> = Retry::in_registry(&registry, UPSTREAM)
+        .method(Method::GET)
+        .run(|_| {
+            let request = client.head(&url);
+            async move { Ok(request.send_attempt().await?.status().as_u16()) }
+        })
+        .await;
+    assert_eq!(head.expect("a HEAD under GET is sent"), 200);
+    let get: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
+        .method(Method::POST)
+        .idempotency("order-1:check")
+        .run(|_| {
+            let request = client.get(&url);
+            async move { Ok(request.send_attempt().await?.read_text().await?) }
+        })
+        .await;
+    assert_eq!(get.expect("a GET under POST is sent"), "ok");
+    assert_eq!(server.truth().seen(), 2);
+    let put: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
+        .method(Method::POST)
+        .idempotency("order-1:put")
+        .run(|_| {
+            let request = client.put(&url).body("x");
+            async move { Ok(request.send_attempt().await?.read_text().await?) }
+        })
+        .await;
+    let error = put.expect_err("a PUT under POST is refused");
+    assert_eq!(error.permanent(), Some(PermanentCategory::InvalidRequest));
+    assert_eq!(server.truth().seen(), 2, "the PUT was not sent");
+}
+
 #[tokio::test]
 async fn a_one_shot_body_is_sent_once_and_never_retried() {
     let server = H1Server::start([H1Fault::ReadThenReset]).await;

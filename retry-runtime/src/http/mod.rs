@@ -40,8 +40,10 @@
 //!
 //! # What the send path adds
 //! Inside an attempt (a [`Retry`](crate::Retry) closure or a `#[retry]` function) it:
-//! - refuses, before sending, a request whose method is not the declared one (a write sent
+//! - refuses, before sending, a write whose method is not the declared one (a write sent
 //!   through an adapter declared as a read is a bug, [`PermanentCategory::InvalidRequest`](crate::PermanentCategory));
+//!   a safe request (GET, HEAD, OPTIONS, TRACE) goes out under any declaration, whose rules are
+//!   then the more cautious ones;
 //! - adds the idempotency key (header named by the upstream's `idempotency_header`), the attempt
 //!   number and the remaining deadline ([`headers`]);
 //! - leaves the timeout to the loop (the attempt timeout, clamped to the remaining deadline, cuts

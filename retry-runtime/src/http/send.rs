@@ -80,7 +80,10 @@ fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), Http
     if let Some(port) = request.url().port_or_known_default() {
         span.record("server.port", port);
     }
-    if method != *attempt.method() {
+    // The loop decides with the declared method. A request at least as safe as that (a HEAD
+    // under a GET, a GET checking a write's result under a POST) is decided more cautiously
+    // than it needs; a write other than the declared one would be decided too boldly.
+    if method != *attempt.method() && !method.is_safe() {
         return Err(HttpError::refused(
             &method,
             target(request),
