@@ -49,7 +49,9 @@ pin_project_lite::pin_project! {
 }
 
 impl<F> AttemptFuture<F> {
-    /// `scope` is what the call installs of its own scope.
+    /// `scope` is what the call installs of its own scope. Inlined, so the future is built
+    /// where it is pinned rather than moved there.
+    #[inline(always)]
     pub(crate) fn new(fut: F, attempt: Attempt, scope: Installs) -> Self {
         AttemptFuture {
             fut,

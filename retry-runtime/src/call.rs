@@ -313,7 +313,9 @@ impl<'r> Call<'r> {
         // often a kilobyte or more) is then never copied again; the attempt future holds a
         // pointer to it.
         let fut = std::pin::pin!(make(attempt.clone()));
-        let ended = AttemptFuture::new(fut, attempt, self.scope.for_attempt()).await;
+        let mut running =
+            std::pin::pin!(AttemptFuture::new(fut, attempt, self.scope.for_attempt()));
+        let ended = running.as_mut().await;
         drop(permit);
         self.scope.adopt(ended.scope);
         if let Some(attempt) = ended.attempt {
