@@ -199,6 +199,7 @@ async fn the_server_layer_only_ever_shrinks_the_callers_limits() {
         deadline: Duration::from_secs(2),
         max_retries: 2,
         enforce_deadline: true,
+        ..InboundLimits::default()
     };
     let mut svc = ScopeLayer::new(limits).layer(handler);
     for (deadline, retries) in [("300", "1"), ("86400000", "99"), ("-5", "x"), ("", "")] {
@@ -369,4 +370,33 @@ async fn a_handler_that_opens_its_own_operation_scope_still_pushes_back() {
     assert_eq!(response.headers()[PUSHBACK], "retries-spent");
     assert_eq!(calls.catalog.load(Ordering::SeqCst), 3, "3 calls, not 6");
     assert_eq!(calls.middle.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_transit_margin_shortens_a_propagated_deadline_and_only_that() {
+    let limits = InboundLimits {
+        deadline: Duration::from_secs(2),
+        transit_margin: Duration::from_millis(20),
+        ..InboundLimits::default()
+    };
+    let from = |ms: u64| Inbound {
+        deadline: Some(Duration::from_millis(ms)),
+        ..Inbound::default()
+    };
+    assert_eq!(limits.apply(&from(300)).0, Duration::from_millis(280));
+    assert_eq!(
+        limits.apply(&from(10)).0,
+        Duration::ZERO,
+        "a caller with less than the margin left is already gone"
+    );
+    assert_eq!(
+        limits.apply(&from(60_000)).0,
+        Duration::from_secs(2),
+        "our own limit is not reduced"
+    );
+    assert_eq!(
+        limits.apply(&Inbound::default()).0,
+        Duration::from_secs(2),
+        "no propagated deadline: ours, whole"
+    );
 }

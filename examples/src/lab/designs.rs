@@ -135,6 +135,7 @@ pub async fn start(
                 deadline: OPERATION_DEADLINE,
                 max_retries: 2,
                 enforce_deadline: true,
+                ..InboundLimits::default()
             };
             servers::serve(ScopeLayer::new(limits).layer(handler)).await?
         }

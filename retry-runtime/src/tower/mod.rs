@@ -7,8 +7,9 @@
 //!   propagation headers added to every attempt. The last response is returned as the
 //!   service's response, whatever its status, so callers keep full control of error mapping.
 //! - [`ScopeLayer`] wraps a server (axum, plain hyper): it opens an operation scope per request
-//!   from the caller's propagated deadline and retry allowance, *shrunk* to the server's own
-//!   limits, stops the handler when the caller's deadline has passed, and answers a failed
+//!   from the caller's propagated deadline (less an optional transit margin) and retry
+//!   allowance, *shrunk* to the server's own limits ([`InboundLimits`]), stops the handler when
+//!   the caller's deadline has passed, and answers a failed
 //!   request whose retries were spent here (`retries-spent`), or whose retry here was refused by
 //!   the upstream's budget, breaker or bulkhead (`overloaded`), with the pushback header, so the
 //!   caller does not retry it again.

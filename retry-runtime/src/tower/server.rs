@@ -20,6 +20,7 @@ use crate::{Operation, Pushback};
 /// - `deadline`: 5 s (a caller's longer or missing deadline becomes this)
 /// - `max_retries`: 2 (the retries a request may cause here, across every upstream it calls)
 /// - `enforce_deadline`: true (the handler is dropped, answering 504, once the deadline passes)
+/// - `transit_margin`: zero (a caller's remaining time is taken as it was sent, as gRPC does)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboundLimits {
     /// The longest deadline a request gets.
@@ -28,6 +29,11 @@ pub struct InboundLimits {
     pub max_retries: u32,
     /// Stop the handler when the deadline passes.
     pub enforce_deadline: bool,
+    /// Taken off a caller's propagated deadline: the caller counted its remaining time when it
+    /// sent the request, and the request then spent time on the wire and in queues. With the
+    /// one-way latency here (its p99, say), this server gives up no later than its caller, so
+    /// it does not finish work nobody waits for. Our own limit (`deadline`) is not reduced.
+    pub transit_margin: Duration,
 }
 
 impl Default for InboundLimits {
@@ -36,6 +42,7 @@ impl Default for InboundLimits {
             deadline: Duration::from_secs(5),
             max_retries: 2,
             enforce_deadline: true,
+            transit_margin: Duration::ZERO,
         }
     }
 }
@@ -71,11 +78,12 @@ pub struct ScopeService<S> {
 }
 
 impl InboundLimits {
-    /// The deadline and retries a request gets: the caller's values, never above ours.
+    /// The deadline and retries a request gets: the caller's values (its deadline less the
+    /// transit margin), never above ours.
     pub fn apply(&self, inbound: &Inbound) -> (Duration, u32) {
-        let deadline = inbound
-            .deadline
-            .map_or(self.deadline, |d| d.min(self.deadline));
+        let deadline = inbound.deadline.map_or(self.deadline, |d| {
+            d.saturating_sub(self.transit_margin).min(self.deadline)
+        });
         let retries = inbound
             .retries_left
             .map_or(self.max_retries, |r| r.min(self.max_retries));
