@@ -21,12 +21,20 @@ use super::backoff::DurableBackoff;
 use super::clock::Timestamp;
 use super::error::DurableError;
 use super::migrate::{self, MIGRATIONS_TABLE};
-use super::store::{DurableStore, StoreResult, rescue_decision, rescue_error, transition_error};
-use super::task::{
-    Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task, TaskId, TaskStatus,
+use super::store::{
+    DurableStore, StoreResult, rescue_decision, rescue_error, status_counts, transition_error,
 };
+use super::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task, TaskId};
 
 const BACKEND: &str = "sqlite";
+
+/// The `WHERE` of a statement on a task a worker holds: its id, `running`, the worker's lease
+/// and the attempt it claimed ([`Fence`]); see [`fenced`].
+macro_rules! fence_where {
+    () => {
+        "WHERE task_id = ?1 AND status = 'running' AND locked_by = ?2 AND retry_count = ?3"
+    };
+}
 
 macro_rules! cols {
     () => {
@@ -336,20 +344,17 @@ impl DurableStore for SqliteStore {
     }
 
     async fn complete(&self, fence: &Fence, now: Timestamp) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE retry_durable_task
-             SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
-                 last_error = NULL, updated_at = ?4
-             WHERE task_id = ?1 AND status = 'running' AND locked_by = ?2 AND retry_count = ?3",
+        let query = fenced(
+            concat!(
+                "UPDATE retry_durable_task
+                 SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
+                     last_error = NULL, updated_at = ?4 ",
+                fence_where!()
+            ),
+            fence,
         )
-        .bind(fence.task_id.0)
-        .bind(&fence.owner)
-        .bind(count(fence.attempt))
-        .bind(now.as_unix_millis())
-        .execute(&self.pool)
-        .await
-        .map_err(DurableError::db(BACKEND, "complete a task"))?;
-        Ok(done.rows_affected() == 1)
+        .bind(now.as_unix_millis());
+        self.settle_fenced(query, "complete a task").await
     }
 
     async fn retry_later(
@@ -359,57 +364,48 @@ impl DurableStore for SqliteStore {
         next_attempt_at: Timestamp,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE retry_durable_task
-             SET status = 'pending', locked_by = NULL, locked_until = NULL,
-                 last_error = ?4, next_attempt_at = ?5, updated_at = ?6
-             WHERE task_id = ?1 AND status = 'running' AND locked_by = ?2 AND retry_count = ?3",
+        let query = fenced(
+            concat!(
+                "UPDATE retry_durable_task
+                 SET status = 'pending', locked_by = NULL, locked_until = NULL,
+                     last_error = ?4, next_attempt_at = ?5, updated_at = ?6 ",
+                fence_where!()
+            ),
+            fence,
         )
-        .bind(fence.task_id.0)
-        .bind(&fence.owner)
-        .bind(count(fence.attempt))
         .bind(error)
         .bind(next_attempt_at.as_unix_millis())
-        .bind(now.as_unix_millis())
-        .execute(&self.pool)
-        .await
-        .map_err(DurableError::db(BACKEND, "schedule a retry"))?;
-        Ok(done.rows_affected() == 1)
+        .bind(now.as_unix_millis());
+        self.settle_fenced(query, "schedule a retry").await
     }
 
     async fn mark_failed(&self, fence: &Fence, error: &str, now: Timestamp) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE retry_durable_task
-             SET status = 'failed', locked_by = NULL, locked_until = NULL,
-                 last_error = ?4, alerted_at = NULL, alert_lease_until = NULL, updated_at = ?5
-             WHERE task_id = ?1 AND status = 'running' AND locked_by = ?2 AND retry_count = ?3",
+        let query = fenced(
+            concat!(
+                "UPDATE retry_durable_task
+                 SET status = 'failed', locked_by = NULL, locked_until = NULL,
+                     last_error = ?4, alerted_at = NULL, alert_lease_until = NULL, updated_at = ?5 ",
+                fence_where!()
+            ),
+            fence,
         )
-        .bind(fence.task_id.0)
-        .bind(&fence.owner)
-        .bind(count(fence.attempt))
         .bind(error)
-        .bind(now.as_unix_millis())
-        .execute(&self.pool)
-        .await
-        .map_err(DurableError::db(BACKEND, "fail a task"))?;
-        Ok(done.rows_affected() == 1)
+        .bind(now.as_unix_millis());
+        self.settle_fenced(query, "fail a task").await
     }
 
     async fn release(&self, fence: &Fence, now: Timestamp) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE retry_durable_task
-             SET status = 'pending', locked_by = NULL, locked_until = NULL,
-                 retry_count = retry_count - 1, next_attempt_at = ?4, updated_at = ?4
-             WHERE task_id = ?1 AND status = 'running' AND locked_by = ?2 AND retry_count = ?3",
+        let query = fenced(
+            concat!(
+                "UPDATE retry_durable_task
+                 SET status = 'pending', locked_by = NULL, locked_until = NULL,
+                     retry_count = retry_count - 1, next_attempt_at = ?4, updated_at = ?4 ",
+                fence_where!()
+            ),
+            fence,
         )
-        .bind(fence.task_id.0)
-        .bind(&fence.owner)
-        .bind(count(fence.attempt))
-        .bind(now.as_unix_millis())
-        .execute(&self.pool)
-        .await
-        .map_err(DurableError::db(BACKEND, "release a lease"))?;
-        Ok(done.rows_affected() == 1)
+        .bind(now.as_unix_millis());
+        self.settle_fenced(query, "release a lease").await
     }
 
     async fn rescue_expired(
@@ -552,19 +548,7 @@ impl DurableStore for SqliteStore {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(DurableError::db(BACKEND, "count tasks by status"))?;
-        let mut counts = StatusCounts::default();
-        for (status, n) in rows {
-            let status = status
-                .parse::<TaskStatus>()
-                .map_err(|e| DurableError::BadRow {
-                    backend: BACKEND,
-                    task_id: None,
-                    column: "status",
-                    detail: e.to_string(),
-                })?;
-            counts.add(status, n.unsigned_abs());
-        }
-        Ok(counts)
+        status_counts(BACKEND, rows)
     }
 
     async fn failed_tasks(&self, limit: u32) -> StoreResult<Vec<Task>> {
@@ -608,6 +592,20 @@ impl DurableStore for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Runs a statement built by [`fenced`]: `true` when it changed the task, `false` when the
+    /// fence no longer holds (the lease was lost or the task moved on).
+    async fn settle_fenced(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+        what: &'static str,
+    ) -> StoreResult<bool> {
+        let done = query
+            .execute(&self.pool)
+            .await
+            .map_err(DurableError::db(BACKEND, what))?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// An operator transition (`UPDATE ... WHERE task_id = 1 AND status IN (...) RETURNING`):
     /// the updated task, or why the task could not make it (missing, or in another status).
     async fn transition(
@@ -629,6 +627,18 @@ impl SqliteStore {
             None => Err(transition_error(self.get(task_id).await?, task_id, action)),
         }
     }
+}
+
+/// A statement on a task a worker holds (its `WHERE` is [`fence_where`]), the fence bound to
+/// `?1`-`?3`; the statement's own values follow from `?4`.
+fn fenced<'q>(
+    sql: &'static str,
+    fence: &'q Fence,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    sqlx::query(sql)
+        .bind(fence.task_id.0)
+        .bind(&fence.owner)
+        .bind(count(fence.attempt))
 }
 
 #[cfg(test)]

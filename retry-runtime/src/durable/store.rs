@@ -11,7 +11,7 @@ use std::future::Future;
 use super::backoff::DurableBackoff;
 use super::clock::Timestamp;
 use super::error::DurableError;
-use super::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId};
+use super::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId, TaskStatus};
 
 /// Result alias for store calls.
 pub type StoreResult<T> = Result<T, DurableError>;
@@ -166,6 +166,26 @@ pub(crate) fn rescue_error(owner: &str, lease_until: Option<Timestamp>) -> Strin
         }
         None => format!("lease held by worker `{owner}` expired; worker presumed dead"),
     }
+}
+
+/// The counts of `SELECT status, COUNT(*) ... GROUP BY status`; an unknown status is a bad row.
+pub(crate) fn status_counts(
+    backend: &'static str,
+    rows: Vec<(String, i64)>,
+) -> Result<StatusCounts, DurableError> {
+    let mut counts = StatusCounts::default();
+    for (status, n) in rows {
+        let status = status
+            .parse::<TaskStatus>()
+            .map_err(|e| DurableError::BadRow {
+                backend,
+                task_id: None,
+                column: "status",
+                detail: e.to_string(),
+            })?;
+        counts.add(status, n.unsigned_abs());
+    }
+    Ok(counts)
 }
 
 /// The explanation for requeue/cancel refusals.
