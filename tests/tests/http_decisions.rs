@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use retry_runtime::http::{HttpErrorKind, RequestBuilderExt, ResponseExt};
-use retry_runtime::{Classify, Error, Evidence, Method, PermanentCategory, Retry, UpstreamConfig};
+use retry_runtime::{
+    Classify, Error, Evidence, Method, PermanentCategory, Retry, RetryCall, UpstreamConfig,
+};
 use retry_tests::fault::dns::{FakeDns, Resolution};
 use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
 use retry_tests::fault::h2::{H2Fault, H2Server, code};
@@ -286,13 +288,11 @@ async fn a_write_sent_through_a_read_declaration_is_refused_before_sending() {
     let registry = support::registry(fast_config());
     let client = support::client();
     let url = server.url("/pay");
-    let result: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
-        .method(Method::GET)
-        .run(|_| {
-            let request = client.post(&url).body("charge");
-            async move { Ok(request.send_attempt().await?.read_text().await?) }
-        })
-        .await;
+    let result: Result<String, Error> = send_text(
+        Retry::in_registry(&registry, UPSTREAM).method(Method::GET),
+        || client.post(&url).body("charge"),
+    )
+    .await;
     let error = result.expect_err("refused");
     assert_eq!(error.evidence(), Evidence::NotSent);
     assert_eq!(error.permanent(), Some(PermanentCategory::InvalidRequest));
@@ -321,24 +321,22 @@ async fn a_request_at_least_as_safe_as_declared_is_sent_and_another_write_is_not
         })
         .await;
     assert_eq!(head.expect("a HEAD under GET is sent"), 200);
-    let get: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
-        .method(Method::POST)
-        .idempotency("order-1:check")
-        .run(|_| {
-            let request = client.get(&url);
-            async move { Ok(request.send_attempt().await?.read_text().await?) }
-        })
-        .await;
+    let get: Result<String, Error> = send_text(
+        Retry::in_registry(&registry, UPSTREAM)
+            .method(Method::POST)
+            .idempotency("order-1:check"),
+        || client.get(&url),
+    )
+    .await;
     assert_eq!(get.expect("a GET under POST is sent"), "ok");
     assert_eq!(server.truth().seen(), 2);
-    let put: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
-        .method(Method::POST)
-        .idempotency("order-1:put")
-        .run(|_| {
-            let request = client.put(&url).body("x");
-            async move { Ok(request.send_attempt().await?.read_text().await?) }
-        })
-        .await;
+    let put: Result<String, Error> = send_text(
+        Retry::in_registry(&registry, UPSTREAM)
+            .method(Method::POST)
+            .idempotency("order-1:put"),
+        || client.put(&url).body("x"),
+    )
+    .await;
     let error = put.expect_err("a PUT under POST is refused");
     assert_eq!(error.permanent(), Some(PermanentCategory::InvalidRequest));
     assert_eq!(server.truth().seen(), 2, "the PUT was not sent");
@@ -375,16 +373,28 @@ async fn a_one_shot_body_is_sent_once_and_never_retried() {
     // And a one-shot body that succeeds is simply sent.
     let server = H1Server::start([]).await;
     let url = server.url("/upload");
-    let ok: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
-        .method(Method::PUT)
-        .run(|_| {
-            let request = client
+    let ok: Result<String, Error> = send_text(
+        Retry::in_registry(&registry, UPSTREAM).method(Method::PUT),
+        || {
+            client
                 .put(&url)
-                .body(reqwest::Body::wrap(String::from("x")));
-            async move { Ok(request.send_attempt().await?.read_text().await?) }
-        })
-        .await;
+                .body(reqwest::Body::wrap(String::from("x")))
+        },
+    )
+    .await;
     assert_eq!(ok.expect("sent"), "ok");
+}
+
+/// Runs `call`, each attempt sending `request()` through the send path and reading the body.
+async fn send_text(
+    call: RetryCall<'_>,
+    request: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<String, Error> {
+    call.run(|_| {
+        let request = request();
+        async move { Ok(request.send_attempt().await?.read_text().await?) }
+    })
+    .await
 }
 
 /// What the server saw of a keyed POST answered 503 once, then retried, to an upstream
@@ -439,14 +449,13 @@ async fn a_hostile_key_is_refused_before_anything_is_sent() {
         "k".repeat(256),
         "abc\r\nX-Evil: 1".to_owned(),
     ] {
-        let result: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
-            .method(Method::POST)
-            .idempotency(key.clone())
-            .run(|_| {
-                let request = client.post(&url).body("x");
-                async move { Ok(request.send_attempt().await?.read_text().await?) }
-            })
-            .await;
+        let result: Result<String, Error> = send_text(
+            Retry::in_registry(&registry, UPSTREAM)
+                .method(Method::POST)
+                .idempotency(key.clone()),
+            || client.post(&url).body("x"),
+        )
+        .await;
         let error = result.expect_err("refused");
         assert!(
             matches!(error, Error::InvalidIdempotencyKey(_)),
