@@ -33,26 +33,25 @@ async fn refused_connect_is_connect_with_an_io_refused_under_hyper_util() {
     assert_eq!(e.evidence(), Evidence::NotSent);
 }
 
-#[tokio::test]
-async fn dns_failure_is_dns_and_connect() {
-    let client = support::dns_client(FakeDns::new([], Resolution::Fail));
-    let e = client
+/// The error of a GET to a host whose name resolves as `resolution` says.
+async fn resolving(resolution: Resolution) -> HttpError {
+    support::dns_client(FakeDns::new([], resolution))
         .get("http://upstream.test/")
         .send_attempt()
         .await
-        .unwrap_err();
+        .unwrap_err()
+}
+
+#[tokio::test]
+async fn dns_failure_is_dns_and_connect() {
+    let e = resolving(Resolution::Fail).await;
     let r = e.reqwest_error().unwrap();
     assert!(r.is_dns() && r.is_connect(), "{r:?}");
 }
 
 #[tokio::test]
 async fn connect_timeout_is_connect_and_timeout() {
-    let client = support::dns_client(FakeDns::new([], Resolution::Hang));
-    let e = client
-        .get("http://upstream.test/")
-        .send_attempt()
-        .await
-        .unwrap_err();
+    let e = resolving(Resolution::Hang).await;
     let r = e.reqwest_error().unwrap();
     assert!(r.is_connect() && r.is_timeout(), "{r:?}");
 }

@@ -320,16 +320,14 @@ async fn a_burst_against_a_dead_catalog_stays_within_the_middles_retry_budget() 
 // ---------------------------------------------------------------------------------------------
 // 2. One deadline across processes.
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_apis_300ms_deadline_reaches_the_catalog_shrunk_by_the_time_spent() {
-    // A 40 ms backoff in the middle, so its three catalog attempts are spread in time.
-    let (catalog, server) = Catalog::start(false).await;
-    let middle = middle(&server, &["backoff_ms=40"]).await;
+/// The API's checkout through the middle at `middle_url`, under a 300 ms operation deadline:
+/// its result, the operation's deadline, and when the API sent each attempt.
+async fn checkout_in_300ms(middle_url: &str) -> (Result<String, Error>, Instant, Vec<Instant>) {
     let (registry, client) = (api_registry(), client());
     let attempts = AtomicU32::new(0);
     let sent = Mutex::new(Vec::new());
     let deadline = Mutex::new(None);
-    let url = format!("{}/op/checkout", middle.url);
+    let url = format!("{middle_url}/op/checkout");
     let result = retry_runtime::operation("checkout")
         .deadline(Duration::from_millis(300))
         .run(async {
@@ -337,12 +335,21 @@ async fn the_apis_300ms_deadline_reaches_the_catalog_shrunk_by_the_time_spent() 
             api_call(&registry, &client, url, &attempts, &sent).await
         })
         .await;
-    assert!(result.is_err());
     let deadline = deadline
-        .lock()
+        .into_inner()
         .unwrap()
         .expect("the operation has a deadline");
-    let sent = sent.lock().unwrap()[0];
+    (result, deadline, sent.into_inner().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_apis_300ms_deadline_reaches_the_catalog_shrunk_by_the_time_spent() {
+    // A 40 ms backoff in the middle, so its three catalog attempts are spread in time.
+    let (catalog, server) = Catalog::start(false).await;
+    let middle = middle(&server, &["backoff_ms=40"]).await;
+    let (result, deadline, sent) = checkout_in_300ms(&middle.url).await;
+    assert!(result.is_err());
+    let sent = sent[0];
     let seen = catalog.seen();
     assert_eq!(
         seen.len(),
@@ -384,23 +391,8 @@ async fn when_the_api_gives_up_the_middle_stops_and_the_catalog_sees_no_later_re
     // request open for 1.5 s and then try again: only the API's propagated 300 ms stop it.
     let (catalog, server) = Catalog::start(true).await;
     let middle = middle(&server, &["attempt_timeout_ms=1500"]).await;
-    let (registry, client) = (api_registry(), client());
-    let attempts = AtomicU32::new(0);
-    let sent = Mutex::new(Vec::new());
-    let deadline = Mutex::new(None);
-    let url = format!("{}/op/checkout", middle.url);
-    let result = retry_runtime::operation("checkout")
-        .deadline(Duration::from_millis(300))
-        .run(async {
-            *deadline.lock().unwrap() = Operation::current().and_then(|op| op.deadline());
-            api_call(&registry, &client, url, &attempts, &sent).await
-        })
-        .await;
+    let (result, deadline, _) = checkout_in_300ms(&middle.url).await;
     let gave_up = Instant::now();
-    let deadline = deadline
-        .lock()
-        .unwrap()
-        .expect("the operation has a deadline");
     assert!(result.is_err(), "the catalog never answers");
     assert!(gave_up >= deadline - Duration::from_millis(50));
 
