@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retry_runtime::backoff::Backoff;
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::propagation::{DEADLINE_MS, RETRIES_LEFT};
-use retry_runtime::{Error, Method, Operation, Pushback, Registry, Retry, UpstreamConfig};
+use retry_runtime::{Error, Method, Operation, Pushback, Registry, Retry};
 use retry_tests::loopback::{self, FnService, Req, Server};
+use retry_tests::support::fast_config;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -150,16 +150,7 @@ fn api_registry() -> Registry {
     Registry::builder()
         .upstream(
             "middle",
-            UpstreamConfig::new()
-                .with_breaker(None)
-                .with_max_attempts(3)
-                .with_backoff(
-                    Backoff::new()
-                        .with_initial(Duration::from_millis(1))
-                        .with_max_backoff(Duration::from_millis(5)),
-                )
-                .with_attempt_timeout(Duration::from_millis(1500))
-                .with_deadline(Duration::from_secs(5)),
+            fast_config().with_attempt_timeout(Duration::from_millis(1500)),
         )
         .seed(11)
         .build()
