@@ -34,7 +34,7 @@ impl Clone for AttemptReport {
     }
 }
 
-pub(crate) const fn encode(r: Replayability) -> u8 {
+const fn encode(r: Replayability) -> u8 {
     match r {
         Replayability::OneShot => 0,
         Replayability::Reopenable => 1,
@@ -42,7 +42,7 @@ pub(crate) const fn encode(r: Replayability) -> u8 {
     }
 }
 
-pub(crate) const fn decode(b: u8) -> Replayability {
+const fn decode(b: u8) -> Replayability {
     match b {
         0 => Replayability::OneShot,
         1 => Replayability::Reopenable,
