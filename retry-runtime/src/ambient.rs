@@ -98,6 +98,11 @@ impl Frame {
         Entered { frame: self }
     }
 
+    /// The attempt, while no poll is in progress.
+    pub(crate) fn held_attempt(&self) -> Option<&Attempt> {
+        self.attempt.as_ref()
+    }
+
     /// The attempt back, once no poll is in progress (what it reported is inside).
     pub(crate) fn take_attempt(&mut self) -> Option<Attempt> {
         self.attempt.take()
@@ -148,10 +153,13 @@ pub(crate) fn operation() -> Option<Operation> {
             let mut slots = slots.try_borrow_mut().ok()?;
             let unopened = slots.unopened.take()?;
             let attempt = slots.attempt.as_ref();
-            let opened = unopened.open(|| match attempt {
-                Some(a) => OpName::Shared(a.state.upstream.name_arc().clone()),
-                None => OpName::Static("operation"),
-            });
+            let opened = unopened.open(
+                || match attempt {
+                    Some(a) => OpName::Shared(a.state.upstream.name_arc().clone()),
+                    None => OpName::Static("operation"),
+                },
+                attempt.map(|a| a.state.facts.deadline()),
+            );
             slots.operation = Some(opened.clone());
             Some(opened)
         })
@@ -230,7 +238,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unopened_scope_is_opened_once_by_the_first_to_ask_and_handed_back() {
-        let unopened = Unopened::new(Some(OpName::Static("lazy")), tokio::time::Instant::now(), 2);
+        let unopened = Unopened::new(Some(OpName::Static("lazy")), 2);
         let mut frame = Frame::attempt(
             crate::attempt::tests::attempt(),
             Installs::Unopened(unopened),
@@ -249,11 +257,7 @@ mod tests {
 
         let mut untouched = Frame::attempt(
             crate::attempt::tests::attempt(),
-            Installs::Unopened(Unopened::new(
-                Some(OpName::Static("idle")),
-                tokio::time::Instant::now(),
-                2,
-            )),
+            Installs::Unopened(Unopened::new(Some(OpName::Static("idle")), 2)),
         );
         drop(untouched.enter());
         assert!(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lazy_clock::{Deadline, Start};
 use crate::registry::Upstream;
 
 /// An idempotency key, fixed before the first attempt and sent on every attempt.
@@ -149,10 +150,11 @@ pub(crate) struct AttemptFacts {
     pub(crate) number: u32,
     pub(crate) method: http::Method,
     pub(crate) key: Option<IdempotencyKey>,
-    pub(crate) deadline: Instant,
+    pub(crate) deadline: Deadline,
     pub(crate) timeout: Duration,
-    /// When the attempt was admitted: its timeout counts from here.
-    pub(crate) started: Instant,
+    /// When the attempt was admitted: its timeout counts from here. A call's first attempt
+    /// may not have read it yet (see `lazy_clock.rs`).
+    pub(crate) started: Start,
     pub(crate) retries_left: Option<u32>,
     pub(crate) span: tracing::Span,
 }
@@ -160,7 +162,12 @@ pub(crate) struct AttemptFacts {
 impl AttemptFacts {
     /// When this attempt's timeout expires.
     pub(crate) fn ends(&self) -> Instant {
-        self.started + self.timeout
+        self.started.get() + self.timeout
+    }
+
+    /// The operation's absolute deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline.resolve(&self.started)
     }
 }
 
@@ -286,14 +293,14 @@ impl Attempt {
 
     /// The operation's absolute deadline.
     pub fn deadline(&self) -> Instant {
-        self.state.facts.deadline
+        self.state.facts.deadline()
     }
 
     /// Time left before the deadline.
     pub fn remaining(&self) -> Duration {
         self.state
             .facts
-            .deadline
+            .deadline()
             .saturating_duration_since(Instant::now())
     }
 
@@ -304,7 +311,7 @@ impl Attempt {
         self.state
             .facts
             .ends()
-            .min(self.state.facts.deadline)
+            .min(self.state.facts.deadline())
             .saturating_duration_since(Instant::now())
     }
 
@@ -341,9 +348,9 @@ pub(crate) mod tests {
             number,
             method: http::Method::GET,
             key: None,
-            deadline: now,
+            deadline: Deadline::At(now),
             timeout: Duration::ZERO,
-            started: now,
+            started: Start::at(now),
             retries_left: None,
             span: tracing::Span::none(),
         }

@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
@@ -38,11 +37,10 @@ pin_project_lite::pin_project! {
     pub(crate) struct AttemptFuture<F> {
         #[pin]
         fut: F,
+        // Created (and the attempt's start read, if nothing read it yet) only if the attempt
+        // waits.
         #[pin]
         timer: Option<Sleep>,
-        // The timer's deadline is computed only if the attempt waits.
-        started: Instant,
-        timeout: Duration,
         frame: Frame,
         span: tracing::Span,
     }
@@ -56,8 +54,6 @@ impl<F> AttemptFuture<F> {
         AttemptFuture {
             fut,
             timer: None,
-            started: attempt.state.facts.started,
-            timeout: attempt.state.facts.timeout,
             span: attempt.state.facts.span.clone(),
             frame: Frame::attempt(attempt, scope),
         }
@@ -83,9 +79,11 @@ impl<F: Future> Future for AttemptFuture<F> {
             });
         }
         if this.timer.is_none() {
-            this.timer.set(Some(tokio::time::sleep_until(
-                *this.started + *this.timeout,
-            )));
+            let ends = match this.frame.held_attempt() {
+                Some(attempt) => attempt.state.facts.ends(),
+                None => Instant::now(),
+            };
+            this.timer.set(Some(tokio::time::sleep_until(ends)));
         }
         let Some(timer) = this.timer.as_pin_mut() else {
             return Poll::Pending;

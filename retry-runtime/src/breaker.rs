@@ -184,6 +184,13 @@ pub struct Admission {
     probe: bool,
 }
 
+impl Admission {
+    /// Whether this is a half-open probe (whose outcome decides the breaker's state at once).
+    pub(crate) fn is_probe(&self) -> bool {
+        self.probe
+    }
+}
+
 impl CircuitBreaker {
     /// A closed breaker. The config is validated by the registry.
     pub fn new(config: BreakerConfig) -> Self {
@@ -311,6 +318,13 @@ impl CircuitBreaker {
                 self.open();
             }
         }
+    }
+
+    /// Counts `attempts` successful attempts admitted while the breaker was closed, as of `at`
+    /// (the happy path counts its attempts in batches: see `hot.rs`).
+    pub(crate) fn record_successes_at(&self, attempts: u32, at: Instant) {
+        self.attempts
+            .add(self.clock.epoch_at(at), u64::from(attempts));
     }
 
     fn open(&self) {

@@ -153,7 +153,14 @@ impl RetryBudget {
 
     /// Records one real call made at `now` (saves a clock read when the caller has one).
     pub fn deposit_at(&self, now: tokio::time::Instant) {
-        self.deposits.add(self.clock.epoch_at(now), 1);
+        self.deposit_many_at(1, now);
+    }
+
+    /// Counts `calls` calls at once, as of `now` (the happy path counts its calls in batches:
+    /// see `hot.rs`).
+    pub(crate) fn deposit_many_at(&self, calls: u32, now: tokio::time::Instant) {
+        self.deposits
+            .add(self.clock.epoch_at(now), u64::from(calls));
     }
 
     fn balance_milli(&self, epoch: u64) -> i128 {

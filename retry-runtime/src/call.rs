@@ -31,6 +31,8 @@ use crate::attempt::{Attempt, AttemptFacts, IdempotencyKey};
 use crate::attempt_future::{AttemptFuture, TimedOut};
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
+use crate::hot::HeldUpstream;
+use crate::lazy_clock::{Deadline, Start};
 use crate::observe::{self, CallKind};
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, min_deadline};
@@ -85,13 +87,14 @@ pub enum Step<T, E> {
 #[derive(Debug)]
 pub struct Call<'r> {
     registry: &'r Registry,
-    upstream: Arc<Upstream>,
+    held: HeldUpstream,
     method: http::Method,
     safety: Safety,
     replay: Replayability,
     key: Option<IdempotencyKey>,
     scope: CallScope,
-    deadline: Instant,
+    /// Fixed once the call's clock starts (see `lazy_clock.rs`).
+    deadline: Deadline,
     attempt: u32,
     previous_delay: Duration,
     auth_refresh_used: bool,
@@ -102,8 +105,12 @@ pub struct Call<'r> {
     /// What the runtime itself did to the last attempt: the facts it knows first-hand
     /// override whatever the caller's error type reports.
     local: Local,
-    /// The instant read when the call was created, reused by the first attempt.
-    created: Instant,
+    /// The instant read when the call was created (a call inside an enclosing scope reads it
+    /// to compare deadlines), reused by the first attempt.
+    created: Option<Instant>,
+    /// Whether the call was counted in its upstream's budget (once, when its first attempt
+    /// ends).
+    deposited: bool,
     /// The weakest body replayability the attempts reported (see [`Attempt::report_body`]).
     reported: Replayability,
     /// The last attempt, whose allocation the next attempt reuses.
@@ -124,28 +131,35 @@ impl Drop for Call<'_> {
         if let Some(spare) = self.spare.take() {
             spare.recycle();
         }
+        // Cancelled during its first attempt: it still was a call.
+        if self.attempt > 0 && !self.deposited {
+            self.held.get().budget().deposit_at(Instant::now());
+        }
     }
 }
 
 impl<'r> Call<'r> {
     /// Looks up the upstream and opens (or joins) the operation scope.
     pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
-        let upstream = spec.registry.upstream(spec.upstream)?;
+        let held = HeldUpstream::take(spec.registry, spec.upstream)?;
+        let upstream = held.get();
         let config = upstream.config();
-        let now = Instant::now();
-        let own_deadline = now + config.deadline;
         let retries = config.max_attempts.saturating_sub(1);
-        let scope = match Operation::current() {
+        // Only a call inside an enclosing scope needs the time now, to compare deadlines.
+        let (scope, deadline, created) = match Operation::current() {
             Some(op) => {
                 op.init_allowance(retries);
-                CallScope::Joined(op)
+                let now = Instant::now();
+                let own = now + config.deadline;
+                let deadline = min_deadline(op.deadline(), Some(own)).unwrap_or(own);
+                (CallScope::Joined(op), Deadline::At(deadline), Some(now))
             }
             None => {
                 let name = spec.operation.map(OpName::from);
-                CallScope::Unopened(Unopened::new(name, own_deadline, retries))
+                let scope = CallScope::Unopened(Unopened::new(name, retries));
+                (scope, Deadline::AfterStart(config.deadline), None)
             }
         };
-        let deadline = min_deadline(scope.deadline(), Some(own_deadline)).unwrap_or(own_deadline);
         let safety = Safety::of(
             &spec.method,
             spec.key.is_some(),
@@ -164,7 +178,7 @@ impl<'r> Call<'r> {
         Ok(Call {
             registry: spec.registry,
             rng: None,
-            upstream,
+            held,
             method: spec.method,
             safety,
             replay: spec.replay,
@@ -177,7 +191,8 @@ impl<'r> Call<'r> {
             retried_mark: 0,
             span,
             local: Local::Nothing,
-            created: now,
+            created,
+            deposited: false,
             reported: Replayability::Replayable,
             spare: None,
         })
@@ -201,28 +216,54 @@ impl<'r> Call<'r> {
 
     /// The upstream called.
     pub fn upstream(&self) -> &Arc<Upstream> {
-        &self.upstream
+        self.held.get()
+    }
+
+    /// The call's absolute deadline, starting the call's clock if nothing did yet (the start
+    /// of its first attempt, the last attempt run).
+    fn deadline(&mut self) -> Instant {
+        let at = match (self.deadline, &self.spare) {
+            (Deadline::At(at), _) => at,
+            (deadline, Some(last)) => deadline.resolve(&last.state.facts.started),
+            (deadline, None) => deadline.resolve(&Start::unread()),
+        };
+        self.deadline = Deadline::At(at);
+        at
+    }
+
+    /// Counts the call in its upstream's budget, once.
+    fn deposit(&mut self, at: Instant) {
+        if !self.deposited {
+            self.deposited = true;
+            self.held.get().budget().deposit_at(at);
+        }
     }
 
     /// Starts the next attempt, or fails with [`Error::DeadlineExceeded`] when less than the
     /// minimum attempt budget is left (nothing is sent then).
     pub fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        let now = match self.attempt {
-            0 => self.created,
-            _ => Instant::now(),
+        // A first attempt under the call's own deadline starts with all of it: no clock read.
+        let (started, deadline, remaining) = match (self.attempt, self.deadline) {
+            (0, Deadline::AfterStart(all)) => (Start::unread(), Deadline::AfterStart(all), all),
+            _ => {
+                let deadline = self.deadline();
+                let now = match (self.attempt, self.created) {
+                    (0, Some(created)) => created,
+                    _ => Instant::now(),
+                };
+                let remaining = deadline.saturating_duration_since(now);
+                (Start::at(now), Deadline::At(deadline), remaining)
+            }
         };
-        let remaining = self.deadline.saturating_duration_since(now);
-        let config = self.upstream.config();
+        let upstream = self.held.get();
+        let config = upstream.config();
         if remaining < config.min_attempt_budget || remaining.is_zero() {
             self.span.in_scope(|| {
                 tracing::info!(target: "retry_runtime::decision", reason = "deadline", "no time left for an attempt")
             });
             return Err(Error::DeadlineExceeded {
-                upstream: self.upstream.name_arc().clone(),
+                upstream: upstream.name_arc().clone(),
             });
-        }
-        if self.attempt == 0 {
-            self.upstream.budget().deposit_at(now);
         }
         self.attempt += 1;
         self.retried_mark = self.scope.retried_failures();
@@ -243,13 +284,13 @@ impl<'r> Call<'r> {
             number: self.attempt,
             method: self.method.clone(),
             key: self.key.clone(),
-            deadline: self.deadline,
+            deadline,
             timeout,
-            started: now,
+            started,
             retries_left: self.scope.retries_left(),
             span,
         };
-        Ok(Attempt::reuse(self.spare.take(), &self.upstream, next))
+        Ok(Attempt::reuse(self.spare.take(), upstream, next))
     }
 
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
@@ -271,7 +312,7 @@ impl<'r> Call<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        let upstream = &self.upstream;
+        let upstream = self.held.get();
         self.local = Local::Nothing;
         let admission = match upstream.breaker() {
             Some(breaker) => match breaker.admit() {
@@ -291,7 +332,14 @@ impl<'r> Call<'r> {
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
                 // Only a full bulkhead builds (and copies) the future that waits for a slot.
-                Err(_) => match self.wait_for_slot(sem, &mut attempt).await {
+                Err(_) => match Self::wait_for_slot(
+                    &mut self.deadline,
+                    upstream.config().min_attempt_budget,
+                    sem,
+                    &mut attempt,
+                )
+                .await
+                {
                     Some(permit) => Some(permit),
                     None => {
                         if let (Some(b), Some(a)) = (upstream.breaker(), admission) {
@@ -306,9 +354,7 @@ impl<'r> Call<'r> {
                 },
             },
         };
-        let state = &attempt.state;
-        let started = state.facts.started;
-        let (timeout, number) = (state.facts.timeout, state.facts.number);
+        let (timeout, number) = (attempt.state.facts.timeout, attempt.state.facts.number);
         // Pinned where it is built: the attempt's future (a whole HTTP request's state machine,
         // often a kilobyte or more) is then never copied again; the attempt future holds a
         // pointer to it.
@@ -318,8 +364,12 @@ impl<'r> Call<'r> {
         let ended = running.as_mut().await;
         drop(permit);
         self.scope.adopt(ended.scope);
+        // Read by the attempt's timer, its code, or the call before: `None` for an attempt
+        // that completed in its first poll and never looked at the time.
+        let mut clock = None;
         if let Some(attempt) = ended.attempt {
             self.reported = self.reported.min(attempt.state.report.replay());
+            clock = attempt.state.facts.started.read();
             self.spare = Some(attempt);
         }
         let result = match ended.output {
@@ -333,34 +383,49 @@ impl<'r> Call<'r> {
                 }))
             }
         };
-        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
-            let failed = match &result {
-                Ok(_) => false,
-                Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
-            };
-            breaker.record_at(admission, failed, started);
+        let probe = admission.as_ref().is_some_and(|a| a.is_probe());
+        match (clock, &result) {
+            // The happy path: counted in a batch, without reading the clock (see `hot.rs`).
+            (None, Ok(_)) if number == 1 && !probe => {
+                self.deposited = true;
+                self.held.count_happy();
+            }
+            (clock, result) => {
+                let at = clock.unwrap_or_else(Instant::now);
+                if !self.deposited {
+                    self.deposited = true;
+                    upstream.budget().deposit_at(at);
+                }
+                if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
+                    let failed = match result {
+                        Ok(_) => false,
+                        Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
+                    };
+                    breaker.record_at(admission, failed, at);
+                }
+            }
         }
         result
     }
 
     /// Waits for a bulkhead slot, at most until the deadline less the minimum attempt budget.
-    /// The attempt's clock starts when it is admitted.
+    /// The call's clock starts before the wait (the deadline counts it), the attempt's when it
+    /// is admitted.
     async fn wait_for_slot(
-        &self,
+        call_deadline: &mut Deadline,
+        min_attempt_budget: Duration,
         sem: &Arc<tokio::sync::Semaphore>,
         attempt: &mut Attempt,
     ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let attempt = attempt.facts_mut();
-        let until = self
-            .deadline
-            .checked_sub(self.upstream.config().min_attempt_budget)
-            .unwrap_or(self.deadline);
+        let facts = attempt.facts_mut();
+        let deadline = call_deadline.resolve(&facts.started);
+        *call_deadline = Deadline::At(deadline);
+        let until = deadline.checked_sub(min_attempt_budget).unwrap_or(deadline);
         let waited = tokio::time::timeout_at(until, sem.clone().acquire_owned()).await;
         let now = Instant::now();
-        attempt.timeout = attempt
-            .timeout
-            .min(self.deadline.saturating_duration_since(now));
-        attempt.started = now;
+        facts.timeout = facts.timeout.min(deadline.saturating_duration_since(now));
+        facts.started = Start::at(now);
+        facts.deadline = Deadline::At(deadline);
         waited.ok()?.ok()
     }
 
@@ -378,6 +443,10 @@ impl<'r> Call<'r> {
             }
             Err(error) => error,
         };
+        // Refused by the breaker or the bulkhead before its first attempt ran: still a call.
+        if !self.deposited {
+            self.deposit(Instant::now());
+        }
         let mut failure = Failure::of(&error);
         match self.local {
             Local::CircuitOpen => failure.reject(crate::Rejection::CircuitOpen),
@@ -438,19 +507,20 @@ impl<'r> Call<'r> {
     }
 
     fn decide(&mut self, failure: &Failure) -> Decision {
-        let config = self.upstream.config();
+        let remaining = self.deadline().saturating_duration_since(Instant::now());
+        let config = self.held.get().config();
         let ctx = Context {
             attempt: self.attempt,
             max_attempts: config.max_attempts,
             operation_retries_left: self.scope.retries_left().unwrap_or(u32::MAX),
-            budget_has_token: self.upstream.budget().has_token(),
+            budget_has_token: self.held.get().budget().has_token(),
             replay: self.replay.min(self.reported),
             draining: self.registry.drain().is_draining(),
-            remaining: self.deadline.saturating_duration_since(Instant::now()),
+            remaining,
             min_attempt_budget: config.min_attempt_budget,
             safety: self.safety,
             transient_500: config.transient_500,
-            can_refresh_auth: !self.auth_refresh_used && self.upstream.refresh_hook().is_some(),
+            can_refresh_auth: !self.auth_refresh_used && self.held.get().refresh_hook().is_some(),
             backoff: &config.backoff,
             previous_delay: self.previous_delay,
         };
@@ -469,7 +539,7 @@ impl<'r> Call<'r> {
                 if !self.scope.take_retry() {
                     return self.stop(DenyReason::MaxAttempts, error, failure);
                 }
-                if !self.upstream.budget().withdraw() {
+                if !self.held.get().budget().withdraw() {
                     self.scope.give_back_retry();
                     return self.stop(DenyReason::BudgetExhausted, error, failure);
                 }
@@ -485,12 +555,12 @@ impl<'r> Call<'r> {
                         "retrying"
                     )
                 });
-                observe::retried(self.upstream.name(), self.upstream.budget().available());
+                observe::retried(self.held.get().name(), self.held.get().budget().available());
                 // Drop the error (and any response or connection it holds) before waiting.
                 drop(error);
                 if reason == RetryReason::RefreshAuth {
                     self.auth_refresh_used = true;
-                    if let Some(hook) = self.upstream.refresh_hook().cloned()
+                    if let Some(hook) = self.held.get().refresh_hook().cloned()
                         && let Err(e) = hook.refresh().instrument(self.span.clone()).await
                     {
                         self.finish(CallKind::of(false, self.attempt));
@@ -556,8 +626,8 @@ impl<'r> Call<'r> {
             )
         });
         let ambiguous = Ambiguous {
-            upstream: self.upstream.name_arc().clone(),
-            operation: self.scope.name(self.upstream.name()).to_owned(),
+            upstream: self.held.get().name_arc().clone(),
+            operation: self.scope.name(self.held.get().name()).to_owned(),
             attempts: self.attempt,
             evidence: failure.evidence,
             status: failure.status,
@@ -579,7 +649,7 @@ impl<'r> Call<'r> {
                 "{message}"
             )
         });
-        observe::denied(self.upstream.name(), reason);
+        observe::denied(self.held.get().name(), reason);
     }
 
     fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
@@ -603,11 +673,11 @@ impl<'r> Call<'r> {
     fn finish(&mut self, kind: CallKind) {
         self.span.record("attempts", self.attempt);
         self.span.record("outcome", kind.as_str());
-        observe::call_finished(self.upstream.name(), kind);
+        observe::call_finished(self.held.get().name(), kind);
         if cfg!(feature = "metrics")
-            && let Some(breaker) = self.upstream.breaker()
+            && let Some(breaker) = self.held.get().breaker()
         {
-            observe::breaker_state(self.upstream.name(), breaker.state());
+            observe::breaker_state(self.held.get().name(), breaker.state());
         }
     }
 }

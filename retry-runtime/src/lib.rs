@@ -65,6 +65,8 @@ mod decision;
 mod drain;
 mod error;
 mod evidence;
+mod hot;
+mod lazy_clock;
 mod macro_support;
 mod observe;
 mod replay;

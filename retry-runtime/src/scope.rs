@@ -293,24 +293,27 @@ pub(crate) struct Unopened {
     /// `None`: named after the call's upstream (no reference counted name is held, or shared
     /// between threads, until the scope opens).
     name: Option<OpName>,
-    deadline: Instant,
     retries_left: u32,
 }
 
 impl Unopened {
-    pub(crate) fn new(name: Option<OpName>, deadline: Instant, retries: u32) -> Self {
+    pub(crate) fn new(name: Option<OpName>, retries: u32) -> Self {
         Unopened {
             name,
-            deadline,
             retries_left: retries.min(UNSET - 1),
         }
     }
 
-    /// Opens the scope, with what is left of its allowance; `upstream` names a scope that has
-    /// no name of its own.
-    pub(crate) fn open(self, upstream: impl FnOnce() -> OpName) -> Operation {
+    /// Opens the scope, with what is left of its allowance and the call's `deadline` (the
+    /// call's clock may start only now: see `lazy_clock.rs`); `upstream` names a scope that
+    /// has no name of its own.
+    pub(crate) fn open(
+        self,
+        upstream: impl FnOnce() -> OpName,
+        deadline: Option<Instant>,
+    ) -> Operation {
         let name = self.name.unwrap_or_else(upstream);
-        Operation::root(name, Some(self.deadline), Some(self.retries_left))
+        Operation::root(name, deadline, Some(self.retries_left))
     }
 }
 
@@ -320,13 +323,6 @@ impl CallScope {
         match self {
             CallScope::Joined(op) | CallScope::Own(op) => op.name(),
             CallScope::Unopened(u) => u.name.as_ref().map_or(upstream, OpName::as_str),
-        }
-    }
-
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        match self {
-            CallScope::Joined(op) | CallScope::Own(op) => op.deadline(),
-            CallScope::Unopened(u) => Some(u.deadline),
         }
     }
 
@@ -510,8 +506,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unopened_scope_counts_its_allowance_and_adopts_the_scope_opened_for_it() {
-        let mut scope =
-            CallScope::Unopened(Unopened::new(Some(OpName::Static("s")), Instant::now(), 1));
+        let mut scope = CallScope::Unopened(Unopened::new(Some(OpName::Static("s")), 1));
         assert_eq!(scope.retries_left(), Some(1));
         assert!(scope.take_retry());
         assert!(!scope.take_retry(), "never below zero");
@@ -520,7 +515,7 @@ mod tests {
         let Installs::Unopened(unopened) = scope.for_attempt() else {
             panic!("an unopened scope is installed unopened");
         };
-        let opened = unopened.open(|| OpName::Static("unused"));
+        let opened = unopened.open(|| OpName::Static("unused"), None);
         assert_eq!(opened.retries_left(), Some(1), "opened with what is left");
         scope.adopt(Some(opened.clone()));
         assert!(matches!(scope, CallScope::Own(_)));

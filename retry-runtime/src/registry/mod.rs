@@ -219,6 +219,15 @@ impl Upstream {
         &self.config
     }
 
+    /// Counts `calls` calls whose one attempt succeeded, as of `now`: a deposit each in the
+    /// budget and a success each in the breaker (for attempts it admitted while closed).
+    pub(crate) fn count_happy(&self, calls: u32, now: tokio::time::Instant) {
+        self.budget.deposit_many_at(calls, now);
+        if let Some(breaker) = &self.breaker {
+            breaker.record_successes_at(calls, now);
+        }
+    }
+
     /// Its retry budget (shared across reloads while the budget settings stay the same).
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
@@ -296,6 +305,10 @@ pub struct Registry {
     engine: Arc<dyn EligibilityEngine>,
     seed: Option<u64>,
     calls: AtomicU64,
+    /// Tells this registry apart from every other in the process (see `hot.rs`).
+    id: u64,
+    /// Bumped after every swap of `snapshot`, so a cached upstream entry knows it is stale.
+    generation: AtomicU64,
 }
 
 impl fmt::Debug for Registry {
@@ -322,7 +335,23 @@ impl Registry {
             engine: Arc::new(DefaultEngine),
             seed: None,
             calls: AtomicU64::new(0),
+            id: {
+                static NEXT: AtomicU64 = AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// This registry's identity and the generation of its upstream entries, read before an
+    /// entry is looked up (so an entry is never tagged newer than it is).
+    pub(crate) fn generation(&self) -> (u64, u64) {
+        (self.id, self.generation.load(Ordering::Acquire))
+    }
+
+    fn swap_in(&self, snapshot: Snapshot) {
+        self.snapshot.store(Arc::new(snapshot));
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A builder for a registry configured in code.
@@ -430,7 +459,7 @@ impl Registry {
             );
         }
         drop(hooks);
-        self.snapshot.store(Arc::new(Snapshot { upstreams }));
+        self.swap_in(Snapshot { upstreams });
         tracing::info!(target: "retry_runtime::registry", upstreams = ?self.names(), "registry loaded");
         Ok(())
     }
@@ -484,7 +513,7 @@ impl Registry {
                 bulkhead: u.bulkhead.clone(),
                 refresh: Some(hook),
             });
-            self.snapshot.store(Arc::new(Snapshot { upstreams }));
+            self.swap_in(Snapshot { upstreams });
         }
     }
 

@@ -1,0 +1,220 @@
+//! The upstream entries a thread used last, and the happy calls they have not counted yet.
+//!
+//! A call needs its upstream's entry (config, budget, breaker) for as long as it runs. Looking
+//! it up in the registry (a snapshot load, a hash, a reference count on a line every thread
+//! shares) and counting the call in the budget and the breaker (a compare-and-swap each, and a
+//! clock read to find the window's slot) were most of the cost of a call whose first attempt
+//! succeeds. So each thread keeps the last few entries it used, and a call *moves* its entry
+//! out of that cache and back when it ends: no lookup, no reference count touched.
+//!
+//! A call whose only attempt succeeded without ever waiting (so nothing read the clock) is not
+//! counted at once: the entry adds it to a plain counter, and every [`FLUSH_EVERY`] such calls
+//! (or when the entry leaves the cache, or its thread ends) it reads the clock once and counts
+//! them all, a deposit each in the budget and a success each in the breaker. The cost: up to
+//! `FLUSH_EVERY - 1` calls per thread are not seen yet, which makes the budget slightly
+//! stricter (at most 3 tokens with the default 20 % ratio, against a floor of 100) and, with
+//! the breaker's default 20-attempt minimum, can matter only when that thread's other
+//! attempts fail. Calls that wait (every real HTTP request) read the clock anyway and are
+//! counted at once, exactly.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::registry::{Registry, Upstream};
+
+/// Happy calls counted per clock read.
+pub(crate) const FLUSH_EVERY: u32 = 16;
+
+/// Entries kept per thread (a service calling more upstreams than this in turn looks some up).
+const ENTRIES: usize = 4;
+
+thread_local! {
+    static CACHE: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Debug)]
+struct Entry {
+    registry: u64,
+    generation: u64,
+    upstream: Arc<Upstream>,
+    /// Happy calls not counted yet.
+    happy: u32,
+}
+
+impl Entry {
+    fn flush(&mut self) {
+        if self.happy > 0 {
+            self.upstream.count_happy(self.happy, Instant::now());
+            self.happy = 0;
+        }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// A call's upstream entry, held until the call ends and then given back to its thread's
+/// cache (whichever thread that is by then).
+#[derive(Debug)]
+pub(crate) struct HeldUpstream {
+    entry: Option<Entry>,
+}
+
+impl HeldUpstream {
+    /// The entry of `name` in `registry`: from this thread's cache when it is there and
+    /// current, else looked up.
+    pub(crate) fn take(registry: &Registry, name: &str) -> Result<Self, Error> {
+        let (id, generation) = registry.generation();
+        let cached = CACHE
+            .try_with(|cache| {
+                let mut cache = cache.try_borrow_mut().ok()?;
+                let at = cache
+                    .iter()
+                    .position(|e| e.registry == id && e.upstream.name() == name)?;
+                Some(cache.swap_remove(at))
+            })
+            .ok()
+            .flatten();
+        // A stale entry (the registry was reloaded since) counts what it holds as it drops.
+        let entry = match cached {
+            Some(entry) if entry.generation == generation => entry,
+            _ => Entry {
+                registry: id,
+                generation,
+                upstream: registry.upstream(name)?,
+                happy: 0,
+            },
+        };
+        Ok(HeldUpstream { entry: Some(entry) })
+    }
+
+    /// The upstream.
+    pub(crate) fn get(&self) -> &Arc<Upstream> {
+        match &self.entry {
+            Some(entry) => &entry.upstream,
+            None => unreachable!("an upstream is held until it is dropped"),
+        }
+    }
+
+    /// Counts one call whose only attempt succeeded without reading the clock; see the module
+    /// docs.
+    pub(crate) fn count_happy(&mut self) {
+        if let Some(entry) = &mut self.entry {
+            entry.happy += 1;
+            if entry.happy >= FLUSH_EVERY {
+                entry.flush();
+            }
+        }
+    }
+}
+
+impl Drop for HeldUpstream {
+    fn drop(&mut self) {
+        let Some(entry) = self.entry.take() else {
+            return;
+        };
+        // The oldest entry makes room (and counts what it holds as it drops); with no cache
+        // left (the thread is ending) or one in use, the entry just drops.
+        let _ = CACHE.try_with(|cache| {
+            if let Ok(mut cache) = cache.try_borrow_mut() {
+                if cache.len() >= ENTRIES {
+                    cache.remove(0);
+                }
+                cache.push(entry);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::UpstreamConfig;
+    use crate::breaker::BreakerConfig;
+
+    fn registry() -> Registry {
+        Registry::builder()
+            .upstream(
+                "up",
+                UpstreamConfig::new().with_breaker(Some(BreakerConfig::new())),
+            )
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_is_reused_until_a_reload_and_counts_happy_calls_in_batches() {
+        let registry = registry();
+        let first = HeldUpstream::take(&registry, "up").unwrap();
+        let ptr = Arc::as_ptr(first.get());
+        drop(first);
+        let mut again = HeldUpstream::take(&registry, "up").unwrap();
+        assert_eq!(Arc::as_ptr(again.get()), ptr, "taken from the cache");
+        let budget_before = again.get().budget().available();
+        for _ in 0..FLUSH_EVERY - 1 {
+            again.count_happy();
+        }
+        assert_eq!(
+            again.get().budget().available(),
+            budget_before,
+            "not counted until a batch is full"
+        );
+        again.count_happy();
+        let deposits = FLUSH_EVERY as u64 / 5; // 20 % of the calls, in whole tokens
+        assert_eq!(again.get().budget().available(), budget_before + deposits);
+        drop(again);
+
+        registry
+            .replace([("up".to_owned(), UpstreamConfig::new().with_breaker(None))])
+            .unwrap();
+        let fresh = HeldUpstream::take(&registry, "up").unwrap();
+        assert_ne!(Arc::as_ptr(fresh.get()), ptr, "a reload is seen");
+        assert!(fresh.get().breaker().is_none(), "with the new config");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_not_yet_counted_are_counted_when_the_entry_leaves_the_cache() {
+        let registry = registry();
+        let mut held = HeldUpstream::take(&registry, "up").unwrap();
+        let budget = held.get().budget() as *const _;
+        for _ in 0..10 {
+            held.count_happy();
+        }
+        let before = held.get().budget().available();
+        drop(held);
+        // Fill the cache with other registries' entries until ours is pushed out.
+        let others: Vec<Registry> = (0..ENTRIES).map(|_| registry_with("other")).collect();
+        for other in &others {
+            drop(HeldUpstream::take(other, "other").unwrap());
+        }
+        let held = HeldUpstream::take(&registry, "up").unwrap();
+        assert_eq!(held.get().budget() as *const _, budget, "the same budget");
+        assert_eq!(
+            held.get().budget().available(),
+            before + 2,
+            "10 calls: 2 tokens"
+        );
+    }
+
+    #[test]
+    fn an_unknown_upstream_is_an_error_not_a_cached_default() {
+        let registry = registry();
+        assert!(matches!(
+            HeldUpstream::take(&registry, "nope"),
+            Err(Error::UnknownUpstream { .. })
+        ));
+    }
+
+    fn registry_with(name: &str) -> Registry {
+        Registry::builder()
+            .upstream(name, UpstreamConfig::new())
+            .build()
+            .unwrap()
+    }
+}
