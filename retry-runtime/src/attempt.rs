@@ -245,6 +245,12 @@ impl Attempt {
         }
     }
 
+    /// Whether the state holds nothing that must be let go when its call ends (an open span,
+    /// a key), so it can wait for the next call as it is.
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.state.facts.span.is_none() && self.state.facts.key.is_none()
+    }
+
     /// The attempt's facts, to change before it starts (copied first if a handle was cloned).
     pub(crate) fn facts_mut(&mut self) -> &mut AttemptFacts {
         &mut Arc::make_mut(&mut self.state).facts

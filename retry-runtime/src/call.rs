@@ -129,7 +129,7 @@ enum Local {
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         if let Some(spare) = self.spare.take() {
-            spare.recycle();
+            self.held.park(spare);
         }
         // Cancelled during its first attempt: it still was a call.
         if self.attempt > 0 && !self.deposited {
@@ -141,7 +141,8 @@ impl Drop for Call<'_> {
 impl<'r> Call<'r> {
     /// Looks up the upstream and opens (or joins) the operation scope.
     pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
-        let held = HeldUpstream::take(spec.registry, spec.upstream)?;
+        let mut held = HeldUpstream::take(spec.registry, spec.upstream)?;
+        let spare = held.take_spare();
         let upstream = held.get();
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
@@ -194,7 +195,7 @@ impl<'r> Call<'r> {
             created,
             deposited: false,
             reported: Replayability::Replayable,
-            spare: None,
+            spare,
         })
     }
 
@@ -296,19 +297,38 @@ impl<'r> Call<'r> {
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
     /// attempt timeout (clamped to the deadline), after the circuit breaker and the bulkhead
     /// admit it. The bulkhead permit is released as soon as the attempt ends, before any backoff.
-    pub async fn run<T, E, F>(&mut self, attempt: Attempt, fut: F) -> Result<T, E>
+    pub fn run<T, E, F>(
+        &mut self,
+        attempt: Attempt,
+        fut: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F>
     where
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        self.run_with(attempt, move |_| fut).await
+        self.run_attempt(attempt, move |_| fut)
     }
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
     /// bulkhead have admitted it.
-    pub async fn run_with<T, E, F, Fut>(&mut self, mut attempt: Attempt, make: F) -> Result<T, E>
+    pub fn run_with<T, E, F, Fut>(
+        &mut self,
+        attempt: Attempt,
+        make: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut>
     where
         F: FnOnce(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        self.run_attempt(attempt, move |a| make(a.clone()))
+    }
+
+    /// Runs one attempt; `make` sees the attempt without taking a handle to it (a handle is a
+    /// shared count: [`run`](Self::run) takes none).
+    async fn run_attempt<T, E, F, Fut>(&mut self, mut attempt: Attempt, make: F) -> Result<T, E>
+    where
+        F: FnOnce(&Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
@@ -358,7 +378,7 @@ impl<'r> Call<'r> {
         // Pinned where it is built: the attempt's future (a whole HTTP request's state machine,
         // often a kilobyte or more) is then never copied again; the attempt future holds a
         // pointer to it.
-        let fut = std::pin::pin!(make(attempt.clone()));
+        let fut = std::pin::pin!(make(&attempt));
         let mut running =
             std::pin::pin!(AttemptFuture::new(fut, attempt, self.scope.for_attempt()));
         let ended = running.as_mut().await;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::attempt::Attempt;
 use crate::registry::{Registry, Upstream};
 
 /// Happy calls counted per clock read.
@@ -42,6 +43,8 @@ struct Entry {
     upstream: Arc<Upstream>,
     /// Happy calls not counted yet.
     happy: u32,
+    /// The last call's attempt state, for the next call's first attempt.
+    spare: Option<Attempt>,
 }
 
 impl Entry {
@@ -89,6 +92,7 @@ impl HeldUpstream {
                 generation,
                 upstream: registry.upstream(name)?,
                 happy: 0,
+                spare: None,
             },
         };
         Ok(HeldUpstream { entry: Some(entry) })
@@ -99,6 +103,20 @@ impl HeldUpstream {
         match &self.entry {
             Some(entry) => &entry.upstream,
             None => unreachable!("an upstream is held until it is dropped"),
+        }
+    }
+
+    /// The last call's attempt state, to reuse.
+    pub(crate) fn take_spare(&mut self) -> Option<Attempt> {
+        self.entry.as_mut().and_then(|e| e.spare.take())
+    }
+
+    /// Keeps a call's last attempt state for the next call. One that holds an open span or a
+    /// key is cleared first (a span must close when its call ends; a key is not kept).
+    pub(crate) fn park(&mut self, attempt: Attempt) {
+        match &mut self.entry {
+            Some(entry) if attempt.holds_nothing() => entry.spare = Some(attempt),
+            _ => attempt.recycle(),
         }
     }
 
@@ -200,6 +218,24 @@ mod tests {
             before + 2,
             "10 calls: 2 tokens"
         );
+    }
+
+    #[tokio::test]
+    async fn an_attempt_state_waits_for_the_next_call_only_if_it_holds_nothing() {
+        let registry = registry();
+        let mut held = HeldUpstream::take(&registry, "up").unwrap();
+        let plain = crate::attempt::tests::attempt();
+        let ptr = Arc::as_ptr(&plain.state);
+        held.park(plain);
+        drop(held);
+        let mut held = HeldUpstream::take(&registry, "up").unwrap();
+        let spare = held.take_spare().expect("kept with the entry");
+        assert_eq!(Arc::as_ptr(&spare.state), ptr);
+
+        let mut keyed = crate::attempt::tests::attempt();
+        keyed.facts_mut().key = Some(crate::IdempotencyKey::new("k").unwrap());
+        held.park(keyed);
+        assert!(held.take_spare().is_none(), "a key is not kept");
     }
 
     #[test]
