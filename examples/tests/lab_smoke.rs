@@ -84,3 +84,39 @@ async fn one_retry_owner_bounds_calls_and_never_duplicates_writes() {
         "every unkeyed write either succeeded or was reported ambiguous, none silently failed"
     );
 }
+
+/// The brief slowdown's catalog has one worker and serves a queued request whose client has
+/// gone, unless the client said how long it would wait (design B propagates that): a request
+/// whose caller stopped waiting before a worker was free is skipped, not served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limited_catalog_skips_work_whose_caller_stopped_waiting() {
+    use retry_examples::lab::catalog::{self, CatalogState};
+    use retry_runtime::propagation::DEADLINE_MS;
+
+    let state = CatalogState::new(Scenario::Slowdown, 7, Duration::from_secs(5));
+    let server = catalog::start(state.clone()).await.unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("{}/orders/1", server.url());
+
+    let served = client.get(&url).send().await.unwrap();
+    assert_eq!(served.status(), 200, "no deadline sent: served");
+    let waiting = client
+        .get(&url)
+        .header(DEADLINE_MS, "60000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waiting.status(), 200, "the caller still waits: served");
+    let gone = client
+        .get(&url)
+        .header(DEADLINE_MS, "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        gone.status(),
+        504,
+        "the caller had stopped waiting when the worker was free: skipped"
+    );
+    assert_eq!(state.counts().calls[&1], 3, "all three reached the catalog");
+}

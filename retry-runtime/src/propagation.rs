@@ -6,7 +6,7 @@
 //!
 //! | header | value |
 //! |---|---|
-//! | [`DEADLINE_MS`] `retry-deadline-ms` | milliseconds left before the operation's deadline (relative: clocks differ) |
+//! | [`DEADLINE_MS`] `retry-deadline-ms` | milliseconds the caller still waits for this attempt: the earlier of the operation's deadline and the attempt's timeout (relative: clocks differ) |
 //! | [`ATTEMPT`] `retry-attempt` | this attempt's number, sent from the second attempt on (absent: the first) |
 //! | [`RETRIES_LEFT`] `retry-retries-left` | retries the operation may still make, across all layers |
 //!
@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use crate::Pushback;
 
-/// Milliseconds left before the operation's deadline.
+/// Milliseconds the caller still waits for this attempt (the earlier of the operation's
+/// deadline and the attempt's timeout): past it, whatever the callee does is done for nobody.
 pub const DEADLINE_MS: &str = "retry-deadline-ms";
 /// The attempt number, 1-based.
 pub const ATTEMPT: &str = "retry-attempt";

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use retry_runtime::propagation;
+
 use super::scenarios::{Fault, Scenario};
 use super::servers::{self, Conn, FnService, Req, Resp, Server};
 
@@ -157,10 +159,20 @@ impl CatalogState {
             // gave up still waits its turn and takes its worker's time: the wasted work that
             // turns timeouts and retries into a queue that does not drain.
             // A slowdown slows the requests served while it lasts, whenever they arrived.
+            // A caller that propagates its deadline (design B) says how long it still waits for
+            // this attempt: a worker that picks the request up later skips it, as a service
+            // built on the runtime's `ScopeLayer` would, since the work would be done for
+            // nobody. A and C send no deadline: their abandoned requests are served.
+            let caller_waits_until = propagation::Inbound::from_headers(request.headers())
+                .deadline
+                .map(|left| Instant::now() + left);
             let workers = workers.clone();
             let state = self.clone();
             let served = tokio::spawn(async move {
                 let _worker = workers.acquire_owned().await;
+                if caller_waits_until.is_some_and(|until| Instant::now() >= until) {
+                    return false;
+                }
                 let now = state.elapsed();
                 let busy =
                     match state
@@ -171,8 +183,14 @@ impl CatalogState {
                         _ => SERVICE_TIME,
                     };
                 tokio::time::sleep(busy).await;
+                true
             });
-            let _ = served.await;
+            if !served.await.unwrap_or(true) {
+                return servers::respond(
+                    504,
+                    "the caller stopped waiting before a worker was free",
+                );
+            }
         } else {
             tokio::time::sleep(SERVICE_TIME).await;
         }

@@ -74,7 +74,7 @@ impl Scenario {
                 "every catalog request answers 503 from 20% to 60% of the run, then healthy"
             }
             Scenario::Slowdown => {
-                "the catalog serves two requests at a time, 10 ms each (200/s); from 20% to 40% \
+                "the catalog serves one request at a time, 10 ms each (100/s); from 20% to 40% \
                  of the run each takes 500 ms"
             }
             Scenario::Slow => "a third of the catalog requests take 1 s (attempt timeout 300 ms)",
@@ -116,11 +116,12 @@ impl Scenario {
 
     /// How many requests the catalog works on at once (`None`: as many as arrive). A limited
     /// catalog queues the rest, and keeps working on a request whose client has given up, as
-    /// a server that does not notice the client left does: the only fault whose effect depends
-    /// on timing, not on the seed alone.
+    /// a server that does not notice the client left does, unless the client said how long it
+    /// would wait (design B propagates it): the only fault whose effect depends on timing, not
+    /// on the seed alone.
     pub const fn workers(self) -> Option<usize> {
         match self {
-            Scenario::Slowdown => Some(2),
+            Scenario::Slowdown => Some(1),
             _ => None,
         }
     }
@@ -273,7 +274,7 @@ mod tests {
             Scenario::Slowdown.fault(7, 1, 0, after, d, false),
             Fault::None
         );
-        assert_eq!(Scenario::Slowdown.workers(), Some(2));
+        assert_eq!(Scenario::Slowdown.workers(), Some(1));
         assert!(
             Scenario::ALL
                 .iter()

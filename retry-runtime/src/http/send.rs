@@ -128,13 +128,15 @@ fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), Http
         value.set_sensitive(true);
         request.headers_mut().insert(name, value);
     }
-    // Attempt number, remaining deadline and the operation's retries left, so the callee stops
-    // when we have given up and does not add its retries on top of ours.
+    // Attempt number, how long we still wait for this attempt and the operation's retries
+    // left, so the callee stops when we have given up and does not add its retries on top of
+    // ours. The wait is the attempt's (its timeout, clamped to the deadline), not the
+    // operation's: whatever the callee does after this attempt is cut is done for nobody.
     if attempt.upstream_entry().config().propagate {
         let headers = request.headers_mut();
         crate::propagation::write_headers(
             headers,
-            remaining,
+            attempt.time_left(),
             attempt.number(),
             attempt.retries_left(),
         );
