@@ -412,6 +412,10 @@ impl<'r> Call<'r> {
             }
             (clock, result) => {
                 let at = clock.unwrap_or_else(Instant::now);
+                // This thread's happy calls not counted yet go first, so the breaker judges
+                // this attempt against every earlier one made here.
+                self.held.flush(at);
+                let upstream = self.held.get();
                 if !self.deposited {
                     self.deposited = true;
                     upstream.budget().deposit_at(at);

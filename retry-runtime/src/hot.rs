@@ -10,12 +10,13 @@
 //! A call whose only attempt succeeded without ever waiting (so nothing read the clock) is not
 //! counted at once: the entry adds it to a plain counter, and every [`FLUSH_EVERY`] such calls
 //! (or when the entry leaves the cache, or its thread ends) it reads the clock once and counts
-//! them all, a deposit each in the budget and a success each in the breaker. The cost: up to
-//! `FLUSH_EVERY - 1` calls per thread are not seen yet, which makes the budget slightly
-//! stricter (at most 3 tokens with the default 20 % ratio, against a floor of 100) and, with
-//! the breaker's default 20-attempt minimum, can matter only when that thread's other
-//! attempts fail. Calls that wait (every real HTTP request) read the clock anyway and are
-//! counted at once, exactly.
+//! them all, a deposit each in the budget and a success each in the breaker. A call that reads
+//! the clock anyway (it waited, or it failed) counts its thread's batch first, so the breaker
+//! judges a failure against every earlier attempt made on that thread. The cost: up to
+//! `FLUSH_EVERY - 1` calls on *other* threads are not seen yet, which makes the budget
+//! slightly stricter (at most 3 tokens per thread with the default 20 % ratio, against a floor
+//! of 100) and the breaker slightly quicker to open while traffic is light. Calls that wait
+//! (every real HTTP request) are counted at once, exactly.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -50,7 +51,13 @@ struct Entry {
 impl Entry {
     fn flush(&mut self) {
         if self.happy > 0 {
-            self.upstream.count_happy(self.happy, Instant::now());
+            self.flush_at(Instant::now());
+        }
+    }
+
+    fn flush_at(&mut self, now: Instant) {
+        if self.happy > 0 {
+            self.upstream.count_happy(self.happy, now);
             self.happy = 0;
         }
     }
@@ -117,6 +124,13 @@ impl HeldUpstream {
         match &mut self.entry {
             Some(entry) if attempt.holds_nothing() => entry.spare = Some(attempt),
             _ => attempt.recycle(),
+        }
+    }
+
+    /// Counts the happy calls not counted yet, as of `now` (a call that read the clock anyway).
+    pub(crate) fn flush(&mut self, now: Instant) {
+        if let Some(entry) = &mut self.entry {
+            entry.flush_at(now);
         }
     }
 

@@ -659,6 +659,43 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
     assert_eq!(upstream.breaker().unwrap().state(), BreakerState::Closed);
 }
 
+/// Calls whose only attempt succeeds at once are counted in batches (see `hot.rs`); a failure
+/// on the same thread counts them first, so the breaker judges it against every earlier
+/// attempt: after 10 successes, 9 failures stay below a 50 % rate, the 10th reaches it (with
+/// the successes unseen, the 4th failure would have opened it).
+#[tokio::test(start_paused = true)]
+async fn the_breaker_counts_this_threads_batched_successes_before_judging_a_failure() {
+    use retry_runtime::breaker::{BreakerConfig, BreakerState};
+    let breaker = BreakerConfig {
+        min_attempts: 4,
+        failure_rate: 0.5,
+        ..BreakerConfig::new()
+    };
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_breaker(Some(breaker))
+            .with_max_attempts(1),
+    );
+    let call = |ok: bool| {
+        Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(move |_| async move { if ok { Ok(()) } else { Err(Fail::status(503)) } })
+    };
+    for _ in 0..10 {
+        call(true).await.unwrap();
+    }
+    let state = || reg.upstream("up").unwrap().breaker().unwrap().state();
+    for n in 1..=10 {
+        assert!(call(false).await.is_err());
+        let expected = if n < 10 {
+            BreakerState::Closed
+        } else {
+            BreakerState::Open
+        };
+        assert_eq!(state(), expected, "after {n} failures");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_burst_against_a_dead_upstream_is_bounded_by_the_budget() {
     // 1,000 operations, 3 attempts each, against an upstream that always answers 503. Without a
