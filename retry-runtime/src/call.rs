@@ -5,8 +5,9 @@
 //! ```text
 //! let mut call = Call::new(spec)?;
 //! loop {
-//!     let attempt = call.next_attempt()?;          // deadline check, budget deposit
-//!     let result = call.run(attempt, body).await;   // scope, timeout, span
+//!     let attempt = call.next_attempt()?;          // deadline check
+//!     let result = call.run(attempt, body).await;   // breaker, bulkhead, scope, timeout, span;
+//!                                                   // the call's budget deposit (once)
 //!     match call.settle(result).await {             // decide, spend, drop, sleep
 //!         Step::Retry => continue,
 //!         Step::Done(result) => return result,

@@ -45,7 +45,8 @@
 //!   a safe request (GET, HEAD, OPTIONS, TRACE) goes out under any declaration, whose rules are
 //!   then the more cautious ones;
 //! - adds the idempotency key (header named by the upstream's `idempotency_header`), the attempt
-//!   number and the remaining deadline ([`headers`]);
+//!   number and how long the caller still waits for this attempt: its timeout, clamped to the
+//!   remaining deadline ([`headers`]);
 //! - leaves the timeout to the loop (the attempt timeout, clamped to the remaining deadline, cuts
 //!   the request; a tighter per-request timeout set by the caller is kept);
 //! - reports a streaming (one-shot) body to the loop: the attempt is sent, never retried;
