@@ -34,7 +34,7 @@ pub(crate) const FLUSH_EVERY: u32 = 16;
 const ENTRIES: usize = 4;
 
 thread_local! {
-    static CACHE: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    static CACHE: RefCell<[Option<Entry>; ENTRIES]> = const { RefCell::new([const { None }; ENTRIES]) };
 }
 
 #[derive(Debug)]
@@ -84,10 +84,9 @@ impl HeldUpstream {
         let cached = CACHE
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
-                let at = cache
-                    .iter()
-                    .position(|e| e.registry == id && e.upstream.name() == name)?;
-                Some(cache.swap_remove(at))
+                cache.iter_mut().find_map(|slot| {
+                    slot.take_if(|e| e.registry == id && e.upstream.name() == name)
+                })
             })
             .ok()
             .flatten();
@@ -151,14 +150,18 @@ impl Drop for HeldUpstream {
         let Some(entry) = self.entry.take() else {
             return;
         };
-        // The oldest entry makes room (and counts what it holds as it drops); with no cache
-        // left (the thread is ending) or one in use, the entry just drops.
+        // A free slot, or the first slot's entry makes room (and counts what it holds as it
+        // drops); with no cache left (the thread is ending) or one in use, the entry just drops.
         let _ = CACHE.try_with(|cache| {
             if let Ok(mut cache) = cache.try_borrow_mut() {
-                if cache.len() >= ENTRIES {
-                    cache.remove(0);
-                }
-                cache.push(entry);
+                let slot = match cache.iter().position(Option::is_none) {
+                    Some(free) => free,
+                    None => {
+                        cache.rotate_left(1);
+                        ENTRIES - 1
+                    }
+                };
+                cache[slot] = Some(entry);
             }
         });
     }
