@@ -8,7 +8,10 @@
 //!
 //! Timeouts are the same in every design: 1.5 s per API -> middle attempt, 300 ms per
 //! middle -> catalog attempt. In B the API's operation deadline is 2.5 s and both limits come
-//! from the registry (`examples/lab.toml`).
+//! from the registry (`examples/lab.toml`). B's attempts tell their callee how long they still
+//! wait (`retry-deadline-ms`: the attempt's timeout, clamped to the deadline), so the middle's
+//! retries end when the API stops waiting, and the brief slowdown's catalog skips queued
+//! requests nobody waits for; A and C send nothing of the kind.
 
 use std::fmt;
 use std::str::FromStr;
