@@ -16,7 +16,10 @@
 //!
 //! ## How it works
 //! Calls and retries are counted in lock-free sliding-window counters (see `window`): a
-//! deposit is one CAS in the common case, a check reads `2 * SLOTS` atomics.
+//! deposit is one CAS in the common case, a check reads `2 * SLOTS` atomics. A retrying call is
+//! deposited when its first attempt ends; one whose only attempt succeeded without waiting is
+//! deposited in a batch of up to 16 per thread, so [`RetryBudget::available`] may not show the
+//! last few such calls of each thread yet (at most 3 tokens per thread at the default ratio).
 
 use std::fmt;
 use std::time::Duration;
