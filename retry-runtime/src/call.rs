@@ -134,7 +134,7 @@ impl Drop for Call<'_> {
         }
         // Cancelled during its first attempt: it still was a call.
         if self.attempt > 0 && !self.deposited {
-            self.held.get().budget().deposit_at(Instant::now());
+            self.deposit(Instant::now());
         }
     }
 }
@@ -416,11 +416,8 @@ impl<'r> Call<'r> {
                 // This thread's happy calls not counted yet go first, so the breaker judges
                 // this attempt against every earlier one made here.
                 self.held.flush(at);
+                self.deposit(at);
                 let upstream = self.held.get();
-                if !self.deposited {
-                    self.deposited = true;
-                    upstream.budget().deposit_at(at);
-                }
                 if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
                     let failed = match result {
                         Ok(_) => false,
