@@ -27,7 +27,11 @@
 //!                 BODY
 //!             }).await
 //!         };
-//!         match __retry_call.settle(__retry_result).await {
+//!         let __retry_error = match __retry_call.succeeded(__retry_result) {
+//!             ControlFlow::Break(value) => return Ok(value),
+//!             ControlFlow::Continue(error) => error,
+//!         };
+//!         match __retry_call.settle(Err(__retry_error)).await {
 //!             P::Step::Retry => {}
 //!             P::Step::Done(result) => return result,
 //!             P::Step::Ambiguous { ambiguous, .. } => return Err(__retry_call.ambiguous(ambiguous)),
@@ -324,7 +328,13 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                         #block
                     }).await
                 };
-                match __retry_call.settle(__retry_result).await {
+                let __retry_error = match __retry_call.succeeded(__retry_result) {
+                    ::core::ops::ControlFlow::Break(value) => {
+                        return ::core::result::Result::Ok(value);
+                    }
+                    ::core::ops::ControlFlow::Continue(error) => error,
+                };
+                match __retry_call.settle(::core::result::Result::Err(__retry_error)).await {
                     #private::Step::Retry => {}
                     #private::Step::Done(result) => return result,
                     #ambiguous_arm

@@ -175,11 +175,12 @@ impl AttemptState {
     /// Becomes the attempt `facts` describe. The upstream handle is kept when it is the same
     /// upstream: its count is shared by every thread calling that upstream, and not touching it
     /// is the point (two fewer writes to a contended cache line per call).
-    fn overwrite(&mut self, upstream: &Arc<Upstream>, facts: AttemptFacts) {
+    #[inline]
+    fn overwrite(&mut self, upstream: &Arc<Upstream>, fill: impl FnOnce(&mut AttemptFacts)) {
         if !Arc::ptr_eq(&self.upstream, upstream) {
             self.upstream = upstream.clone();
         }
-        self.facts = facts;
+        fill(&mut self.facts);
         self.report = crate::attempt_report::AttemptReport::default();
     }
 }
@@ -202,28 +203,53 @@ const POOL_SIZE: usize = 16;
 impl Attempt {
     /// The next attempt to `upstream`, in `spare`'s allocation when no other handle to it is
     /// left, else in a pooled one, else in a new one.
+    #[cfg(test)]
     pub(crate) fn reuse(
         spare: Option<Attempt>,
         upstream: &Arc<Upstream>,
         next: AttemptFacts,
     ) -> Attempt {
+        Attempt::fill(spare, upstream, |facts| *facts = next)
+    }
+
+    /// The next attempt to `upstream`, `fill` writing its facts in place over the last
+    /// attempt's (in `spare`'s allocation when no other handle to it is left, else in a pooled
+    /// one, else in a new one). In place, so what did not change (the method, no key, no span:
+    /// the usual case) is neither copied nor dropped.
+    #[inline]
+    pub(crate) fn fill(
+        spare: Option<Attempt>,
+        upstream: &Arc<Upstream>,
+        fill: impl FnOnce(&mut AttemptFacts),
+    ) -> Attempt {
         if let Some(mut spare) = spare
             && let Some(slot) = Arc::get_mut(&mut spare.state)
         {
-            slot.overwrite(upstream, next);
+            slot.overwrite(upstream, fill);
             return spare;
         }
         let pooled = POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten();
         if let Some(mut pooled) = pooled
             && let Some(slot) = Arc::get_mut(&mut pooled)
         {
-            slot.overwrite(upstream, next);
+            slot.overwrite(upstream, fill);
             return Attempt { state: pooled };
         }
+        let mut facts = AttemptFacts {
+            number: 0,
+            method: http::Method::GET,
+            key: None,
+            deadline: Deadline::AfterStart(Duration::ZERO),
+            timeout: Duration::ZERO,
+            started: Start::unread(),
+            retries_left: None,
+            span: tracing::Span::none(),
+        };
+        fill(&mut facts);
         Attempt {
             state: Arc::new(AttemptState {
                 upstream: upstream.clone(),
-                facts: next,
+                facts,
                 report: crate::attempt_report::AttemptReport::default(),
             }),
         }

@@ -8,7 +8,11 @@
 //!     let attempt = call.next_attempt()?;          // deadline check
 //!     let result = call.run(attempt, body).await;   // breaker, bulkhead, scope, timeout, span;
 //!                                                   // the call's budget deposit (once)
-//!     match call.settle(result).await {             // decide, spend, drop, sleep
+//!     let error = match call.succeeded(result) {    // a success ends the call here
+//!         ControlFlow::Break(value) => return Ok(value),
+//!         ControlFlow::Continue(error) => error,
+//!     };
+//!     match call.settle(Err(error)).await {         // decide, spend, drop, sleep
 //!         Step::Retry => continue,
 //!         Step::Done(result) => return result,
 //!         Step::Ambiguous { error, ambiguous } => /* reconcile or report */,
@@ -22,13 +26,14 @@
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::attempt::{Attempt, AttemptFacts, IdempotencyKey};
+use crate::attempt::{Attempt, IdempotencyKey};
 use crate::attempt_future::{AttemptFuture, TimedOut};
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
@@ -282,17 +287,24 @@ impl<'r> Call<'r> {
             http.response.status_code = tracing::field::Empty,
         );
         let timeout = config.attempt_timeout.min(remaining);
-        let next = AttemptFacts {
-            number: self.attempt,
-            method: self.method.clone(),
-            key: self.key.clone(),
-            deadline,
-            timeout,
-            started,
-            retries_left: self.scope.retries_left(),
-            span,
-        };
-        Ok(Attempt::reuse(self.spare.take(), upstream, next))
+        let (number, method, key) = (self.attempt, &self.method, &self.key);
+        let retries_left = self.scope.retries_left();
+        Ok(Attempt::fill(self.spare.take(), upstream, |facts| {
+            facts.number = number;
+            if facts.method != *method {
+                facts.method = method.clone();
+            }
+            if facts.key.is_some() || key.is_some() {
+                facts.key = key.clone();
+            }
+            facts.deadline = deadline;
+            facts.timeout = timeout;
+            facts.started = started;
+            facts.retries_left = retries_left;
+            if !(facts.span.is_none() && span.is_none()) {
+                facts.span = span;
+            }
+        }))
     }
 
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
@@ -449,6 +461,20 @@ impl<'r> Call<'r> {
         facts.started = Start::at(now);
         facts.deadline = Deadline::At(deadline);
         waited.ok()?.ok()
+    }
+
+    /// Ends the call if the attempt succeeded: `Break` with the value (the call is recorded as
+    /// a success). A failed attempt's error comes back as `Continue`, for [`settle`](Self::settle).
+    ///
+    /// Synchronous, so a call whose first attempt succeeds builds no `settle` future.
+    pub fn succeeded<T, E>(&mut self, result: Result<T, E>) -> ControlFlow<T, E> {
+        match result {
+            Ok(value) => {
+                self.finish(CallKind::of(true, self.attempt));
+                ControlFlow::Break(value)
+            }
+            Err(error) => ControlFlow::Continue(error),
+        }
     }
 
     /// Decides after an attempt: returns success, or asks the engine, spends the retry (shared

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
+use std::ops::ControlFlow;
 
 use crate::attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
 use crate::call::{Call, CallSpec, Reconciled, Step};
@@ -150,7 +151,11 @@ impl<'r> RetryCall<'r> {
         loop {
             let a = call.next_attempt()?;
             let result = call.run_with(a, &mut attempt).await;
-            match call.settle(result).await {
+            let error = match call.succeeded(result) {
+                ControlFlow::Break(value) => return Ok(value),
+                ControlFlow::Continue(error) => error,
+            };
+            match call.settle(Err(error)).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,
                 Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
