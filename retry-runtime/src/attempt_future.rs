@@ -1,108 +1,210 @@
-//! One attempt's future: the attempt's scope, its timeout and its span in a single `poll`.
+//! One attempt's future: admission, the attempt's scope, its timeout and its span in a single
+//! `poll`.
 //!
-//! Written by hand rather than composed (`timeout_at` inside a task-local scope inside
-//! `instrument` inside another scope) because every layer of composition moved the attempt's
-//! future once more; the copies were the largest cost of a call in the happy-path profile. The
-//! timer is created only when the attempt first waits, so an attempt that completes in its
-//! first poll never touches the timer wheel.
+//! Written by hand rather than composed (an `async fn` awaiting `timeout_at` inside a
+//! task-local scope inside `instrument`) because every layer of composition moved the attempt's
+//! future once more, and kept a second copy of it beside the first; the copies were the largest
+//! cost of a call in the happy-path profile. Here the attempt's future is built once, in place,
+//! after the breaker and the bulkhead admitted it. The timer is created only when the attempt
+//! first waits, so an attempt that completes in its first poll never touches the timer wheel
+//! (nor reads the clock: see `lazy_clock.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use crate::ambient::{Frame, Installs};
+use crate::Error;
+use crate::ambient::Frame;
 use crate::attempt::Attempt;
-use crate::scope::Operation;
+use crate::breaker::Admission;
+use crate::call::Call;
 
 /// The attempt's timeout expired before its future completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimedOut;
 
-/// How an attempt ended.
-#[derive(Debug)]
-pub(crate) struct Ended<T> {
-    /// The attempt's output, or [`TimedOut`].
-    pub(crate) output: Result<T, TimedOut>,
-    /// The attempt, with what it reported.
-    pub(crate) attempt: Option<Attempt>,
-    /// The call's own scope, if it was opened (by the attempt or before).
-    pub(crate) scope: Option<Operation>,
+/// What let an attempt start: the breaker's admission and the bulkhead's permit (each only if
+/// the upstream has one). The permit is released as soon as the attempt ends.
+#[derive(Debug, Default)]
+pub(crate) struct Pass {
+    pub(crate) admission: Option<Admission>,
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The breaker's and the bulkhead's answer to an attempt.
+pub(crate) enum Admit {
+    /// Start now.
+    Now(Pass),
+    /// The bulkhead is full: wait for a slot until `until`, the call's deadline less the
+    /// minimum attempt budget.
+    Wait {
+        admission: Option<Admission>,
+        bulkhead: Arc<Semaphore>,
+        until: Instant,
+    },
+}
+
+/// A wait for a bulkhead slot: the permit (or `None` at `until`), and when the wait ended.
+type SlotWait = Pin<Box<dyn Future<Output = (Option<OwnedSemaphorePermit>, Instant)> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The attempt's future: made by `make` once admitted.
+    #[project = BodyProj]
+    enum Body<M, Fut> {
+        Unmade { make: Option<M> },
+        Made { #[pin] fut: Fut },
+    }
 }
 
 pin_project_lite::pin_project! {
-    /// Polls an attempt's future with the attempt (and the call's own operation scope)
-    /// installed and its span entered, until it completes or the attempt's timeout expires.
-    pub(crate) struct AttemptFuture<F> {
+    /// Runs one attempt of `call`: asks the breaker and the bulkhead, makes the attempt's future,
+    /// and polls it with the attempt (and the call's own operation scope) installed and its
+    /// span entered, until it completes or the attempt's timeout expires. The call then counts
+    /// the attempt (see [`Call::end_attempt`]).
+    pub(crate) struct AttemptRun<'c, 'r, M, Fut> {
+        call: &'c mut Call<'r>,
+        // Until the attempt's future is made; then in the frame.
+        attempt: Option<Attempt>,
+        pass: Pass,
+        waiting: Option<(Option<Admission>, SlotWait)>,
+        // Installed around each poll of the attempt's future, once it is made.
+        frame: Option<Frame>,
+        span: tracing::Span,
+        done: bool,
         #[pin]
-        fut: F,
+        body: Body<M, Fut>,
         // Created (and the attempt's start read, if nothing read it yet) only if the attempt
         // waits.
         #[pin]
         timer: Option<Sleep>,
-        frame: Frame,
-        span: tracing::Span,
     }
 }
 
-impl<F> AttemptFuture<F> {
-    /// `scope` is what the call installs of its own scope. Inlined, so the future is built
-    /// where it is pinned rather than moved there.
-    #[inline(always)]
-    pub(crate) fn new(fut: F, attempt: Attempt, scope: Installs) -> Self {
-        AttemptFuture {
-            fut,
+impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
+    pub(crate) fn new(call: &'c mut Call<'r>, attempt: Attempt, make: M) -> Self {
+        AttemptRun {
+            call,
+            attempt: Some(attempt),
+            pass: Pass::default(),
+            waiting: None,
+            frame: None,
+            span: tracing::Span::none(),
+            done: false,
+            body: Body::Unmade { make: Some(make) },
             timer: None,
-            span: attempt.state.facts.span.clone(),
-            frame: Frame::attempt(attempt, scope),
         }
     }
 }
 
-impl<F: Future> Future for AttemptFuture<F> {
-    type Output = Ended<F::Output>;
+impl<M, Fut, T, E> Future for AttemptRun<'_, '_, M, Fut>
+where
+    M: FnOnce(&Attempt) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: crate::Classify + From<Error>,
+{
+    type Output = Result<T, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, E>> {
         let mut this = self.project();
-        let _span = this.span.enter();
-        let had_budget = tokio::task::coop::has_budget_remaining();
-        let polled = {
-            let _installed = this.frame.enter();
-            this.fut.poll(cx)
-        };
-        if let Poll::Ready(output) = polled {
-            return Poll::Ready(Ended {
-                output: Ok(output),
-                attempt: this.frame.take_attempt(),
-                scope: this.frame.take_operation(),
-            });
-        }
-        if this.timer.is_none() {
-            let ends = match this.frame.held_attempt() {
-                Some(attempt) => attempt.state.facts.ends(),
-                None => Instant::now(),
+        assert!(
+            !*this.done,
+            "an attempt's future was polled after it completed"
+        );
+        if this.frame.is_none() {
+            // Not started: admitted now, or once a bulkhead slot frees up.
+            let Some(attempt) = this.attempt.as_mut() else {
+                unreachable!("the attempt is held until its future is made")
             };
-            this.timer.set(Some(tokio::time::sleep_until(ends)));
+            let admitted = loop {
+                if let Some((admission, wait)) = this.waiting {
+                    let (permit, now) = ready!(wait.as_mut().poll(cx));
+                    let admission = admission.take();
+                    *this.waiting = None;
+                    break this.call.slot_waited(attempt, admission, permit, now);
+                }
+                match this.call.admit(attempt) {
+                    Ok(Admit::Now(pass)) => break Ok(pass),
+                    // Only a full bulkhead builds (and allocates) the future that waits.
+                    Ok(Admit::Wait {
+                        admission,
+                        bulkhead,
+                        until,
+                    }) => {
+                        let wait: SlotWait = Box::pin(async move {
+                            let permit = tokio::time::timeout_at(until, bulkhead.acquire_owned());
+                            let permit = permit.await.ok().and_then(Result::ok);
+                            (permit, Instant::now())
+                        });
+                        *this.waiting = Some((admission, wait));
+                    }
+                    Err(error) => break Err(error),
+                }
+            };
+            match admitted {
+                Ok(pass) => *this.pass = pass,
+                Err(error) => {
+                    *this.done = true;
+                    return Poll::Ready(Err(this.call.refused(this.attempt.take(), error)));
+                }
+            }
+            let Some(attempt) = this.attempt.take() else {
+                unreachable!("the attempt is held until its future is made")
+            };
+            let make = match this.body.as_mut().project() {
+                BodyProj::Unmade { make } => make.take(),
+                BodyProj::Made { .. } => None,
+            };
+            let Some(make) = make else {
+                unreachable!("the attempt's future is made once")
+            };
+            let fut = make(&attempt);
+            this.body.set(Body::Made { fut });
+            *this.span = attempt.state.facts.span.clone();
+            *this.frame = Some(Frame::attempt(attempt, this.call.installs()));
         }
-        let Some(timer) = this.timer.as_pin_mut() else {
-            return Poll::Pending;
+        let Some(frame) = this.frame.as_mut() else {
+            unreachable!("the frame is set once the attempt's future is made")
         };
-        // As tokio's `Timeout` does: when the attempt itself used up the task's cooperative
-        // budget, the timer is still checked, or an attempt that always exhausts the budget
-        // could never time out.
-        let fired = if had_budget && !tokio::task::coop::has_budget_remaining() {
-            Pin::new(&mut tokio::task::unconstrained(timer)).poll(cx)
-        } else {
-            timer.poll(cx)
+        let _span = this.span.enter();
+        let polled = {
+            let _installed = frame.enter();
+            match this.body.project() {
+                BodyProj::Made { fut } => fut.poll(cx),
+                BodyProj::Unmade { .. } => unreachable!("made before it is polled"),
+            }
         };
-        match fired {
-            Poll::Ready(()) => Poll::Ready(Ended {
-                output: Err(TimedOut),
-                attempt: this.frame.take_attempt(),
-                scope: this.frame.take_operation(),
-            }),
-            Poll::Pending => Poll::Pending,
-        }
+        let output = match polled {
+            Poll::Ready(output) => Ok(output),
+            Poll::Pending => {
+                if this.timer.is_none() {
+                    let ends = match frame.held_attempt() {
+                        Some(attempt) => attempt.state.facts.ends(),
+                        None => Instant::now(),
+                    };
+                    this.timer.set(Some(tokio::time::sleep_until(ends)));
+                }
+                let Some(timer) = this.timer.as_pin_mut() else {
+                    return Poll::Pending;
+                };
+                // Unconstrained by the task's cooperative budget: an attempt that always used
+                // the budget up would otherwise never see its timer fire (tokio's `Timeout`
+                // does the same once the inner future has used the budget up).
+                match Pin::new(&mut tokio::task::unconstrained(timer)).poll(cx) {
+                    Poll::Ready(()) => Err(TimedOut),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        };
+        *this.done = true;
+        let attempt = frame.take_attempt();
+        let opened = frame.take_operation();
+        Poll::Ready(
+            this.call
+                .end_attempt(output, attempt, opened, std::mem::take(this.pass)),
+        )
     }
 }

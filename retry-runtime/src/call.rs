@@ -33,8 +33,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::ambient::Installs;
 use crate::attempt::{Attempt, IdempotencyKey};
-use crate::attempt_future::{AttemptFuture, TimedOut};
+use crate::attempt_future::{Admit, AttemptRun, Pass, TimedOut};
+use crate::breaker::Admission;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
 use crate::hot::HeldUpstream;
@@ -319,7 +321,8 @@ impl<'r> Call<'r> {
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        self.run_attempt(attempt, move |_| fut)
+        // `run` takes no handle to the attempt: a handle is a shared count.
+        AttemptRun::new(self, attempt, move |_: &Attempt| fut)
     }
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
@@ -334,17 +337,16 @@ impl<'r> Call<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        self.run_attempt(attempt, move |a| make(a.clone()))
+        AttemptRun::new(self, attempt, move |a: &Attempt| make(a.clone()))
     }
 
-    /// Runs one attempt; `make` sees the attempt without taking a handle to it (a handle is a
-    /// shared count: [`run`](Self::run) takes none).
-    async fn run_attempt<T, E, F, Fut>(&mut self, mut attempt: Attempt, make: F) -> Result<T, E>
-    where
-        F: FnOnce(&Attempt) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify + From<Error>,
-    {
+    /// What an attempt installs of the call's scope.
+    pub(crate) fn installs(&self) -> Installs {
+        self.scope.for_attempt()
+    }
+
+    /// Asks the breaker, then the bulkhead, to let `attempt` start.
+    pub(crate) fn admit(&mut self, attempt: &mut Attempt) -> Result<Admit, Error> {
         let upstream = self.held.get();
         self.local = Local::Nothing;
         let admission = match upstream.breaker() {
@@ -352,60 +354,103 @@ impl<'r> Call<'r> {
                 Some(admission) => Some(admission),
                 None => {
                     self.local = Local::CircuitOpen;
-                    self.spare = Some(attempt);
-                    return Err(E::from(Error::CircuitOpen {
+                    return Err(Error::CircuitOpen {
                         upstream: upstream.name_arc().clone(),
-                    }));
+                    });
                 }
             },
             None => None,
         };
-        let permit = match upstream.bulkhead() {
-            None => None,
-            Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                // Only a full bulkhead builds (and copies) the future that waits for a slot.
-                Err(_) => match Self::wait_for_slot(
-                    &mut self.deadline,
-                    upstream.config().min_attempt_budget,
-                    sem,
-                    &mut attempt,
-                )
-                .await
-                {
-                    Some(permit) => Some(permit),
-                    None => {
-                        if let (Some(b), Some(a)) = (upstream.breaker(), admission) {
-                            b.release(a);
-                        }
-                        self.local = Local::BulkheadFull;
-                        self.spare = Some(attempt);
-                        return Err(E::from(Error::BulkheadFull {
-                            upstream: upstream.name_arc().clone(),
-                        }));
-                    }
-                },
-            },
+        let Some(bulkhead) = upstream.bulkhead() else {
+            return Ok(Admit::Now(Pass {
+                admission,
+                permit: None,
+            }));
         };
-        let (timeout, number) = (attempt.state.facts.timeout, attempt.state.facts.number);
-        // Pinned where it is built: the attempt's future (a whole HTTP request's state machine,
-        // often a kilobyte or more) is then never copied again; the attempt future holds a
-        // pointer to it.
-        let fut = std::pin::pin!(make(&attempt));
-        let mut running =
-            std::pin::pin!(AttemptFuture::new(fut, attempt, self.scope.for_attempt()));
-        let ended = running.as_mut().await;
+        if let Ok(permit) = bulkhead.clone().try_acquire_owned() {
+            return Ok(Admit::Now(Pass {
+                admission,
+                permit: Some(permit),
+            }));
+        }
+        // The call's clock starts before the wait (the deadline counts it), the attempt's when
+        // it is admitted.
+        let bulkhead = bulkhead.clone();
+        let min_attempt_budget = upstream.config().min_attempt_budget;
+        let deadline = self.deadline.resolve(&attempt.state.facts.started);
+        self.deadline = Deadline::At(deadline);
+        let until = deadline.checked_sub(min_attempt_budget).unwrap_or(deadline);
+        Ok(Admit::Wait {
+            admission,
+            bulkhead,
+            until,
+        })
+    }
+
+    /// After waiting for a bulkhead slot (`permit` is `None` if none freed up in time): the
+    /// attempt starts `now`, with what is left of the deadline.
+    pub(crate) fn slot_waited(
+        &mut self,
+        attempt: &mut Attempt,
+        admission: Option<Admission>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        now: Instant,
+    ) -> Result<Pass, Error> {
+        let deadline = self.deadline.resolve(&attempt.state.facts.started);
+        let facts = attempt.facts_mut();
+        facts.timeout = facts.timeout.min(deadline.saturating_duration_since(now));
+        facts.started = Start::at(now);
+        facts.deadline = Deadline::At(deadline);
+        if permit.is_some() {
+            return Ok(Pass { admission, permit });
+        }
+        let upstream = self.held.get();
+        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
+            breaker.release(admission);
+        }
+        self.local = Local::BulkheadFull;
+        Err(Error::BulkheadFull {
+            upstream: upstream.name_arc().clone(),
+        })
+    }
+
+    /// The breaker or the bulkhead refused the attempt: it never started.
+    pub(crate) fn refused<E: From<Error>>(&mut self, attempt: Option<Attempt>, error: Error) -> E {
+        if attempt.is_some() {
+            self.spare = attempt;
+        }
+        E::from(error)
+    }
+
+    /// Counts the attempt that ended with `output` (in the budget, once per call, and in the
+    /// breaker) and turns a timeout into the caller's error. `opened` is the call's own scope if
+    /// the attempt opened it.
+    pub(crate) fn end_attempt<T, E>(
+        &mut self,
+        output: Result<Result<T, E>, TimedOut>,
+        attempt: Option<Attempt>,
+        opened: Option<Operation>,
+        pass: Pass,
+    ) -> Result<T, E>
+    where
+        E: Classify + From<Error>,
+    {
+        let Pass { admission, permit } = pass;
         drop(permit);
-        self.scope.adopt(ended.scope);
+        self.scope.adopt(opened);
         // Read by the attempt's timer, its code, or the call before: `None` for an attempt
         // that completed in its first poll and never looked at the time.
         let mut clock = None;
-        if let Some(attempt) = ended.attempt {
+        let number = self.attempt;
+        let mut timeout = Duration::ZERO;
+        if let Some(attempt) = attempt {
             self.reported = self.reported.min(attempt.state.report.replay());
             clock = attempt.state.facts.started.read();
+            timeout = attempt.state.facts.timeout;
             self.spare = Some(attempt);
         }
-        let result = match ended.output {
+        let upstream = self.held.get();
+        let result = match output {
             Ok(result) => result,
             Err(TimedOut) => {
                 self.local = Local::TimedOut;
@@ -440,27 +485,6 @@ impl<'r> Call<'r> {
             }
         }
         result
-    }
-
-    /// Waits for a bulkhead slot, at most until the deadline less the minimum attempt budget.
-    /// The call's clock starts before the wait (the deadline counts it), the attempt's when it
-    /// is admitted.
-    async fn wait_for_slot(
-        call_deadline: &mut Deadline,
-        min_attempt_budget: Duration,
-        sem: &Arc<tokio::sync::Semaphore>,
-        attempt: &mut Attempt,
-    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let facts = attempt.facts_mut();
-        let deadline = call_deadline.resolve(&facts.started);
-        *call_deadline = Deadline::At(deadline);
-        let until = deadline.checked_sub(min_attempt_budget).unwrap_or(deadline);
-        let waited = tokio::time::timeout_at(until, sem.clone().acquire_owned()).await;
-        let now = Instant::now();
-        facts.timeout = facts.timeout.min(deadline.saturating_duration_since(now));
-        facts.started = Start::at(now);
-        facts.deadline = Deadline::At(deadline);
-        waited.ok()?.ok()
     }
 
     /// Ends the call if the attempt succeeded: `Break` with the value (the call is recorded as
