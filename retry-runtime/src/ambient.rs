@@ -141,14 +141,25 @@ impl Drop for Entered<'_> {
 
 /// The operation installed now, if any. An unopened scope is opened now, for the caller and
 /// for the call that owns it (which takes it back when its attempt ends).
+#[inline]
 pub(crate) fn operation() -> Option<Operation> {
+    let installed = AMBIENT.try_with(|slots| match slots.try_borrow() {
+        Ok(slots) if slots.unopened.is_none() => Some(slots.operation.clone()),
+        _ => None,
+    });
+    match installed {
+        Ok(Some(operation)) => operation,
+        Ok(None) => open_installed(),
+        // Thread-local storage is gone: nothing is installed.
+        Err(_) => None,
+    }
+}
+
+/// Opens the unopened scope installed now (see [`operation`]).
+#[cold]
+fn open_installed() -> Option<Operation> {
     AMBIENT
         .try_with(|slots| {
-            if let Ok(slots) = slots.try_borrow()
-                && slots.unopened.is_none()
-            {
-                return slots.operation.clone();
-            }
             // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
             let mut slots = slots.try_borrow_mut().ok()?;
             let unopened = slots.unopened.take()?;

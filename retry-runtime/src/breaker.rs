@@ -235,7 +235,16 @@ impl CircuitBreaker {
 
     /// Asks to start an attempt: `None` means fail fast (open, or half-open with every probe
     /// slot taken).
+    #[inline]
     pub fn admit(&self) -> Option<Admission> {
+        // Closed, the common case: one load, inlined into the caller.
+        if self.state.load(Ordering::Acquire) == CLOSED {
+            return Some(Admission { probe: false });
+        }
+        self.admit_not_closed()
+    }
+
+    fn admit_not_closed(&self) -> Option<Admission> {
         loop {
             match self.state.load(Ordering::Acquire) {
                 CLOSED => return Some(Admission { probe: false }),

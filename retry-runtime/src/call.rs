@@ -640,7 +640,9 @@ impl<'r> Call<'r> {
                     }
                 }
                 if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                    // Boxed: a call whose first attempt succeeds never sleeps, and its future
+                    // (moved on every `.await` of its callers) should not carry a timer.
+                    Box::pin(tokio::time::sleep(delay)).await;
                 }
                 self.previous_delay = delay;
                 Step::Retry

@@ -135,6 +135,7 @@ impl HeldUpstream {
 
     /// Counts one call whose only attempt succeeded without reading the clock; see the module
     /// docs.
+    #[inline]
     pub(crate) fn count_happy(&mut self) {
         if let Some(entry) = &mut self.entry {
             entry.happy += 1;

@@ -68,6 +68,7 @@ impl From<String> for OpName {
 }
 
 impl From<Cow<'static, str>> for OpName {
+    #[inline]
     fn from(name: Cow<'static, str>) -> Self {
         match name {
             Cow::Borrowed(s) => OpName::Static(s),

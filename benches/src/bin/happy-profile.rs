@@ -23,8 +23,9 @@ fn main() {
         .expect("runtime");
     let registry = retry_benches::registry(&[UPSTREAM], UpstreamConfig::new());
     println!(
-        "one call's future: {} bytes",
-        std::mem::size_of_val(&happy::ours(&registry))
+        "one call's future: {} bytes (builder), {} bytes (#[retry])",
+        std::mem::size_of_val(&happy::ours(&registry)),
+        std::mem::size_of_val(&happy::ours_macro(&registry)),
     );
     rt.block_on(async {
         let call = async || match contender.as_str() {
