@@ -346,7 +346,7 @@ impl<'r> Call<'r> {
     }
 
     /// Asks the breaker, then the bulkhead, to let `attempt` start.
-    pub(crate) fn admit(&mut self, attempt: &mut Attempt) -> Result<Admit, Error> {
+    pub(crate) fn admit(&mut self, attempt: &Attempt) -> Result<Admit, Error> {
         let upstream = self.held.get();
         self.local = Local::Nothing;
         let admission = match upstream.breaker() {

@@ -617,6 +617,39 @@ async fn a_full_bulkhead_rejects_locally_as_not_sent_within_the_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_attempt_admitted_after_waiting_for_a_slot_starts_then_with_what_is_left() {
+    let reg = registry(UpstreamConfig::new().with_bulkhead(Some(1)));
+    let t0 = Instant::now();
+    let hog = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .run(|_| async {
+            tokio::time::sleep(ms(200)).await;
+            Ok::<_, Error>(())
+        });
+    let seen = Mutex::new(None);
+    let waiter = operation("waiter").deadline(ms(500)).run(
+        Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(|attempt| {
+                *seen.lock().unwrap() = Some((Instant::now() - t0, attempt.timeout()));
+                async { Ok::<_, Error>(()) }
+            }),
+    );
+    let (hog, waiter) = tokio::join!(hog, waiter);
+    assert!(hog.is_ok() && waiter.is_ok());
+    let (started, timeout) = seen
+        .lock()
+        .unwrap()
+        .expect("the waiter's attempt ran, once");
+    assert_eq!(started, ms(200), "made only once the slot freed up");
+    assert_eq!(
+        timeout,
+        ms(300),
+        "its timeout is what the wait left of the deadline"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() {
     use retry_runtime::breaker::{BreakerConfig, BreakerState};
     let breaker = BreakerConfig {
