@@ -650,6 +650,36 @@ async fn an_attempt_admitted_after_waiting_for_a_slot_starts_then_with_what_is_l
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_cancelled_mid_attempt_frees_its_slot_leaves_nothing_installed_and_still_counts() {
+    let reg = registry(UpstreamConfig::new().with_bulkhead(Some(1)));
+    let upstream = reg.upstream("up").unwrap();
+    let tokens = upstream.budget().available();
+    // Five calls (a fifth of a token each, at the default 20 %), each dropped by its caller's
+    // own timeout while its attempt waits.
+    for _ in 0..5 {
+        let call = Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(|_| async {
+                tokio::time::sleep(ms(1_000)).await;
+                Ok::<_, Error>(())
+            });
+        let cancelled = tokio::time::timeout(ms(100), call).await;
+        assert!(cancelled.is_err(), "the caller gave up first");
+        assert_eq!(upstream.in_flight(), 0, "the bulkhead slot is free again");
+        assert!(Attempt::current().is_none(), "no attempt left installed");
+        assert!(
+            retry_runtime::Operation::current().is_none(),
+            "no scope left installed"
+        );
+    }
+    assert_eq!(
+        upstream.budget().available(),
+        tokens + 1,
+        "a cancelled call still counts in the budget"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() {
     use retry_runtime::breaker::{BreakerConfig, BreakerState};
     let breaker = BreakerConfig {
