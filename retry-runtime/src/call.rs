@@ -508,12 +508,9 @@ impl<'r> Call<'r> {
     where
         E: Classify + From<Error> + Display,
     {
-        let error = match result {
-            Ok(value) => {
-                self.finish(CallKind::of(true, self.attempt));
-                return Step::Done(Ok(value));
-            }
-            Err(error) => error,
+        let error = match self.succeeded(result) {
+            ControlFlow::Break(value) => return Step::Done(Ok(value)),
+            ControlFlow::Continue(error) => error,
         };
         // Refused by the breaker or the bulkhead before its first attempt ran: still a call.
         if !self.deposited {
