@@ -16,9 +16,9 @@
 //! async fn register(&mut self, cmd: &Cmd, note: Note) -> Result<Registered, AdapterError> {
 //!     P::inventory::submit! { P::Registration::new("sber", concat!(module_path!(), "::register"), file!(), line!()) }
 //!     let __retry_key = match P::idempotency_key(cmd.key()) { Ok(k) => k, Err(e) => return Err(From::from(e)) };
-//!     let mut __retry_call = match P::Call::new(P::CallSpec { .., key: Some(__retry_key), .. }) { .. };
+//!     let mut __retry_call = P::Call::lazy(P::CallSpec { .., key: Some(__retry_key), .. });
 //!     loop {
-//!         let __retry_attempt = match __retry_call.next_attempt() { .. };
+//!         let __retry_attempt = match __retry_call.begin_attempt() { .. };
 //!         let __retry_result = {
 //!             let __retry_self = &mut *self;          // BODY's `self` is renamed
 //!             let note = P::attempt_arg(&note);       // by-value arguments: a clone per attempt
@@ -299,7 +299,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
             #(#inner)*
             #registration
             #key_stmt
-            let mut __retry_call = match #private::Call::new(#private::CallSpec {
+            let mut __retry_call = #private::Call::lazy(#private::CallSpec {
                 registry: #registry,
                 upstream: #upstream,
                 method: #private::Method::#method,
@@ -308,14 +308,9 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 operation: ::core::option::Option::Some(::core::convert::From::from(
                     ::core::concat!(::core::module_path!(), #function),
                 )),
-            }) {
-                ::core::result::Result::Ok(call) => call,
-                ::core::result::Result::Err(error) => {
-                    return ::core::result::Result::Err(::core::convert::From::from(error));
-                }
-            };
+            });
             loop {
-                let __retry_attempt = match __retry_call.next_attempt() {
+                let __retry_attempt = match __retry_call.begin_attempt() {
                     ::core::result::Result::Ok(attempt) => attempt,
                     ::core::result::Result::Err(error) => {
                         return ::core::result::Result::Err(::core::convert::From::from(error));

@@ -12,6 +12,10 @@
 //! wrapping a copy of the future; those copies were the largest cost of a call in the
 //! happy-path profile. A frame is swapped in and out by whatever future owns it (see
 //! `attempt_future.rs`), so the attempt is wrapped once.
+//!
+//! The fast first attempt of a lazy call (`first.rs`) installs less still: a [`LazyFirst`]
+//! marker, from which the attempt and the call's scope are made the first time anything asks
+//! for either. A body that never asks costs nothing more than the marker moved in and out.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -28,12 +32,138 @@ struct Slots {
     /// A call's own scope not opened yet: the first to ask for the operation opens it.
     unopened: Option<Unopened>,
     attempt: Option<Attempt>,
+    /// A fast first attempt in progress: installed when nothing else was, so whatever is
+    /// installed above it (a frame of a call or an operation inside) comes first.
+    lazy: Option<LazyFirst>,
+}
+
+impl Slots {
+    /// The innermost attempt: a frame's, or below every frame a fast first attempt's (once
+    /// made).
+    fn attempt(&self) -> Option<&Attempt> {
+        match (&self.attempt, &self.lazy) {
+            (Some(attempt), _) => Some(attempt),
+            (None, Some(lazy)) => lazy.made.as_ref().map(|m| &m.attempt),
+            (None, None) => None,
+        }
+    }
 }
 
 thread_local! {
     static AMBIENT: RefCell<Slots> = const {
-        RefCell::new(Slots { operation: None, unopened: None, attempt: None })
+        RefCell::new(Slots { operation: None, unopened: None, attempt: None, lazy: None })
     };
+}
+
+/// What a fast first attempt installs: enough to make its attempt and its call's scope if
+/// anything asks (the upstream is the thread's cache entry lent to it).
+#[derive(Debug)]
+pub(crate) struct LazyFirst {
+    pub(crate) slot: usize,
+    pub(crate) request: crate::first::Request,
+    made: Option<Made>,
+}
+
+/// The attempt and the scope made from a [`LazyFirst`].
+#[derive(Debug)]
+struct Made {
+    attempt: Attempt,
+    scope: Result<Operation, Unopened>,
+}
+
+impl LazyFirst {
+    pub(crate) fn new(slot: usize, request: crate::first::Request) -> Self {
+        LazyFirst {
+            slot,
+            request,
+            made: None,
+        }
+    }
+
+    /// The attempt, made now if nothing asked before.
+    fn attempt(&mut self) -> &Attempt {
+        &self.made().attempt
+    }
+
+    /// The call's scope, made and opened now if nothing asked before.
+    fn operation(&mut self) -> Operation {
+        let made = self.made();
+        let unopened = match &made.scope {
+            Ok(opened) => return opened.clone(),
+            Err(unopened) => unopened.clone(),
+        };
+        let attempt = &made.attempt;
+        let opened = unopened.open(
+            || OpName::Shared(attempt.state.upstream.name_arc().clone()),
+            Some(attempt.state.facts.deadline()),
+        );
+        made.scope = Ok(opened.clone());
+        opened
+    }
+
+    #[cold]
+    fn made(&mut self) -> &mut Made {
+        if self.made.is_none() {
+            let (attempt, unopened) = crate::first::make(self);
+            self.made = Some(Made {
+                attempt,
+                scope: Err(unopened),
+            });
+        }
+        match &mut self.made {
+            Some(made) => made,
+            None => unreachable!("made above"),
+        }
+    }
+
+    /// What was made, if anything asked: the attempt, and the scope if it was opened.
+    pub(crate) fn take_made(&mut self) -> Option<(Attempt, Option<Operation>)> {
+        let made = self.made.take()?;
+        Some((made.attempt, made.scope.ok()))
+    }
+}
+
+/// Installs `first` if nothing at all is installed (a call inside a scope or an attempt takes
+/// the full way, to join them); gives it back otherwise.
+#[inline]
+pub(crate) fn install_lazy(first: LazyFirst) -> Result<(), LazyFirst> {
+    let first = std::cell::Cell::new(Some(first));
+    let installed = AMBIENT.try_with(|slots| {
+        let Ok(mut slots) = slots.try_borrow_mut() else {
+            return false;
+        };
+        if slots.operation.is_some()
+            || slots.unopened.is_some()
+            || slots.attempt.is_some()
+            || slots.lazy.is_some()
+        {
+            return false;
+        }
+        slots.lazy = first.take();
+        true
+    });
+    match (installed, first.into_inner()) {
+        (Ok(true), _) => Ok(()),
+        (_, Some(first)) => Err(first),
+        (_, None) => unreachable!("installed or given back"),
+    }
+}
+
+/// Runs `f` with the fast first attempt's marker, if one is installed.
+pub(crate) fn with_lazy<R>(f: impl FnOnce(&LazyFirst) -> R) -> Option<R> {
+    AMBIENT
+        .try_with(|slots| Some(f(slots.try_borrow().ok()?.lazy.as_ref()?)))
+        .ok()
+        .flatten()
+}
+
+/// Takes the fast first attempt's marker out (with whatever was made from it).
+#[inline]
+pub(crate) fn leave_lazy() -> Option<LazyFirst> {
+    AMBIENT
+        .try_with(|slots| slots.try_borrow_mut().ok()?.lazy.take())
+        .ok()
+        .flatten()
 }
 
 /// The scope an attempt's frame installs.
@@ -144,7 +274,11 @@ impl Drop for Entered<'_> {
 #[inline]
 pub(crate) fn operation() -> Option<Operation> {
     let installed = AMBIENT.try_with(|slots| match slots.try_borrow() {
-        Ok(slots) if slots.unopened.is_none() => Some(slots.operation.clone()),
+        Ok(slots)
+            if slots.unopened.is_none() && (slots.operation.is_some() || slots.lazy.is_none()) =>
+        {
+            Some(slots.operation.clone())
+        }
         _ => None,
     });
     match installed {
@@ -162,7 +296,10 @@ fn open_installed() -> Option<Operation> {
         .try_with(|slots| {
             // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
             let mut slots = slots.try_borrow_mut().ok()?;
-            let unopened = slots.unopened.take()?;
+            let Some(unopened) = slots.unopened.take() else {
+                // Below every frame: a fast first attempt's own scope.
+                return slots.lazy.as_mut().map(LazyFirst::operation);
+            };
             let attempt = slots.attempt.as_ref();
             let opened = unopened.open(
                 || match attempt {
@@ -182,9 +319,18 @@ fn open_installed() -> Option<Operation> {
 pub(crate) fn with_attempt<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
     let mut f = Some(f);
     let ran = AMBIENT.try_with(|slots| {
+        // Below every frame: a fast first attempt's own attempt, made the first time it is asked.
+        if slots
+            .try_borrow()
+            .is_ok_and(|s| s.attempt.is_none() && s.lazy.as_ref().is_some_and(|l| l.made.is_none()))
+            && let Ok(mut slots) = slots.try_borrow_mut()
+            && let Some(lazy) = &mut slots.lazy
+        {
+            lazy.attempt();
+        }
         let slots = slots.try_borrow().ok();
         f.take()
-            .map(|f| f(slots.as_ref().and_then(|s| s.attempt.as_ref())))
+            .map(|f| f(slots.as_deref().and_then(Slots::attempt)))
     });
     match (ran, f) {
         (Ok(Some(r)), _) => r,

@@ -159,7 +159,39 @@ pub(crate) struct AttemptFacts {
     pub(crate) span: tracing::Span,
 }
 
+/// What [`AttemptFacts::renew`] writes: one attempt's facts.
+pub(crate) struct Fresh<'a> {
+    pub(crate) number: u32,
+    pub(crate) method: &'a http::Method,
+    pub(crate) key: Option<&'a IdempotencyKey>,
+    pub(crate) deadline: Deadline,
+    pub(crate) timeout: Duration,
+    pub(crate) started: Start,
+    pub(crate) retries_left: Option<u32>,
+    pub(crate) span: tracing::Span,
+}
+
 impl AttemptFacts {
+    /// Becomes the attempt `fresh` describes, over a previous attempt's facts (what is equal
+    /// already is left alone: no reference count touched, no span dropped).
+    #[inline]
+    pub(crate) fn renew(&mut self, fresh: Fresh<'_>) {
+        self.number = fresh.number;
+        if self.method != *fresh.method {
+            self.method = fresh.method.clone();
+        }
+        if self.key.is_some() || fresh.key.is_some() {
+            self.key = fresh.key.cloned();
+        }
+        self.deadline = fresh.deadline;
+        self.timeout = fresh.timeout;
+        self.started = fresh.started;
+        self.retries_left = fresh.retries_left;
+        if !(self.span.is_none() && fresh.span.is_none()) {
+            self.span = fresh.span;
+        }
+    }
+
     /// When this attempt's timeout expires.
     pub(crate) fn ends(&self) -> Instant {
         self.started.get() + self.timeout

@@ -8,6 +8,10 @@
 //! after the breaker and the bulkhead admitted it. The timer is created only when the attempt
 //! first waits, so an attempt that completes in its first poll never touches the timer wheel
 //! (nor reads the clock: see `lazy_clock.rs`).
+//!
+//! A lazy call's first attempt first tries the fast path (`first.rs`): no admission, no frame,
+//! no span, and the attempt made only if the body asks. If the call goes on after that first
+//! poll, this future goes on exactly as if the attempt had been admitted the full way.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +25,7 @@ use crate::Error;
 use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::breaker::Admission;
-use crate::call::Call;
+use crate::call::{Call, First};
 
 /// The attempt's timeout expired before its future completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +71,8 @@ pin_project_lite::pin_project! {
     /// the attempt (see [`Call::end_attempt`]).
     pub(crate) struct AttemptRun<'c, 'r, M, Fut> {
         call: &'c mut Call<'r>,
+        // A lazy call's first attempt, not started yet: it may take the fast path.
+        first: bool,
         // Until the attempt's future is made; then in the frame.
         attempt: Option<Attempt>,
         pass: Pass,
@@ -85,10 +91,16 @@ pin_project_lite::pin_project! {
 }
 
 impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
-    pub(crate) fn new(call: &'c mut Call<'r>, attempt: Attempt, make: M) -> Self {
+    pub(crate) fn new(
+        call: &'c mut Call<'r>,
+        first: bool,
+        attempt: Option<Attempt>,
+        make: M,
+    ) -> Self {
         AttemptRun {
             call,
-            attempt: Some(attempt),
+            first,
+            attempt,
             pass: Pass::default(),
             waiting: None,
             frame: None,
@@ -102,7 +114,7 @@ impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
 
 impl<M, Fut, T, E> Future for AttemptRun<'_, '_, M, Fut>
 where
-    M: FnOnce(&Attempt) -> Fut,
+    M: FnOnce(Option<&Attempt>) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: crate::Classify + From<Error>,
 {
@@ -114,19 +126,50 @@ where
             !*this.done,
             "an attempt's future was polled after it completed"
         );
+        // The first poll's outcome, when the fast path polled already.
+        let mut polled = None;
+        if std::mem::take(this.first) {
+            match this.call.first() {
+                Ok(First::Fast(entered)) => {
+                    let fut = take_make(this.body.as_mut())(None);
+                    this.body.set(Body::Made { fut });
+                    let first_poll = poll_body(this.body.as_mut(), cx);
+                    let succeeded = matches!(first_poll, Poll::Ready(Ok(_)));
+                    let Some((attempt, opened, pass)) = this.call.leave_first(entered, succeeded)
+                    else {
+                        *this.done = true;
+                        return first_poll;
+                    };
+                    // The call goes on the full path, as if this attempt had been admitted
+                    // there.
+                    let call = this.call.started();
+                    call.adopt(opened);
+                    *this.pass = pass;
+                    *this.span = attempt.state.facts.span.clone();
+                    *this.frame = Some(Frame::attempt(attempt, call.installs()));
+                    polled = Some(first_poll);
+                }
+                Ok(First::Full(attempt)) => *this.attempt = Some(attempt),
+                Err(error) => {
+                    *this.done = true;
+                    return Poll::Ready(Err(E::from(error)));
+                }
+            }
+        }
         if this.frame.is_none() {
             // Not started: admitted now, or once a bulkhead slot frees up.
             let Some(attempt) = this.attempt.as_mut() else {
                 unreachable!("the attempt is held until its future is made")
             };
+            let call = this.call.started();
             let admitted = loop {
                 if let Some((admission, wait)) = this.waiting {
                     let (permit, now) = ready!(wait.as_mut().poll(cx));
                     let admission = admission.take();
                     *this.waiting = None;
-                    break this.call.slot_waited(attempt, admission, permit, now);
+                    break call.slot_waited(attempt, admission, permit, now);
                 }
-                match this.call.admit(attempt) {
+                match call.admit(attempt) {
                     Ok(Admit::Now(pass)) => break Ok(pass),
                     // Only a full bulkhead builds (and allocates) the future that waits.
                     Ok(Admit::Wait {
@@ -148,33 +191,26 @@ where
                 Ok(pass) => *this.pass = pass,
                 Err(error) => {
                     *this.done = true;
-                    return Poll::Ready(Err(this.call.refused(this.attempt.take(), error)));
+                    return Poll::Ready(Err(call.refused(this.attempt.take(), error)));
                 }
             }
             let Some(attempt) = this.attempt.take() else {
                 unreachable!("the attempt is held until its future is made")
             };
-            let make = match this.body.as_mut().project() {
-                BodyProj::Unmade { make } => make.take(),
-                BodyProj::Made { .. } => None,
-            };
-            let Some(make) = make else {
-                unreachable!("the attempt's future is made once")
-            };
-            let fut = make(&attempt);
+            let fut = take_make(this.body.as_mut())(Some(&attempt));
             this.body.set(Body::Made { fut });
             *this.span = attempt.state.facts.span.clone();
-            *this.frame = Some(Frame::attempt(attempt, this.call.installs()));
+            *this.frame = Some(Frame::attempt(attempt, call.installs()));
         }
         let Some(frame) = this.frame.as_mut() else {
             unreachable!("the frame is set once the attempt's future is made")
         };
         let _span = this.span.enter();
-        let polled = {
-            let _installed = frame.enter();
-            match this.body.project() {
-                BodyProj::Made { fut } => fut.poll(cx),
-                BodyProj::Unmade { .. } => unreachable!("made before it is polled"),
+        let polled = match polled {
+            Some(polled) => polled,
+            None => {
+                let _installed = frame.enter();
+                poll_body(this.body.as_mut(), cx)
             }
         };
         let output = match polled {
@@ -202,9 +238,33 @@ where
         *this.done = true;
         let attempt = frame.take_attempt();
         let opened = frame.take_operation();
-        Poll::Ready(
-            this.call
-                .end_attempt(output, attempt, opened, std::mem::take(this.pass)),
-        )
+        Poll::Ready(this.call.started().end_attempt(
+            output,
+            attempt,
+            opened,
+            std::mem::take(this.pass),
+        ))
+    }
+}
+
+/// The maker of the attempt's future, which is made once.
+fn take_make<M, Fut>(body: Pin<&mut Body<M, Fut>>) -> M {
+    match body.project() {
+        BodyProj::Unmade { make } => match make.take() {
+            Some(make) => make,
+            None => unreachable!("the attempt's future is made once"),
+        },
+        BodyProj::Made { .. } => unreachable!("the attempt's future is made once"),
+    }
+}
+
+/// Polls the attempt's future, made already.
+fn poll_body<M, Fut: Future>(
+    body: Pin<&mut Body<M, Fut>>,
+    cx: &mut Context<'_>,
+) -> Poll<Fut::Output> {
+    match body.project() {
+        BodyProj::Made { fut } => fut.poll(cx),
+        BodyProj::Unmade { .. } => unreachable!("made before it is polled"),
     }
 }

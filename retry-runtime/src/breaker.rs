@@ -185,6 +185,11 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// The admission of a closed breaker (whose `admit` always gives it).
+    pub(crate) fn closed() -> Self {
+        Admission { probe: false }
+    }
+
     /// Whether this is a half-open probe (whose outcome decides the breaker's state at once).
     pub(crate) fn is_probe(&self) -> bool {
         self.probe
@@ -231,6 +236,12 @@ impl CircuitBreaker {
     fn open_elapsed(&self) -> bool {
         let opened = self.opened_at_nanos.load(Ordering::Acquire);
         self.now_nanos().saturating_sub(opened) >= self.config.open_for.as_nanos() as u64
+    }
+
+    /// Whether the breaker is closed now (one load).
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CLOSED
     }
 
     /// Asks to start an attempt: `None` means fail fast (open, or half-open with every probe

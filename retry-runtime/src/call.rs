@@ -3,9 +3,9 @@
 //! Both [`Retry::run`](crate::Retry::run) and the `#[retry]` macro drive a `Call`:
 //!
 //! ```text
-//! let mut call = Call::new(spec)?;
+//! let mut call = Call::lazy(spec);                // looks nothing up yet
 //! loop {
-//!     let attempt = call.next_attempt()?;          // deadline check
+//!     let attempt = call.begin_attempt()?;          // deadline check
 //!     let result = call.run(attempt, body).await;   // breaker, bulkhead, scope, timeout, span;
 //!                                                   // the call's budget deposit (once)
 //!     let error = match call.succeeded(result) {    // a success ends the call here
@@ -22,29 +22,26 @@
 //!
 //! The loop is written out (by the macro) rather than hidden behind a closure so an attempt's
 //! body can borrow `&mut self` and the call's arguments afresh on every attempt.
+//!
+//! A call made with [`Call::lazy`] starts only when its first attempt is polled, and its first
+//! attempt may then take the fast path (`first.rs`); one made with [`Call::new`] starts at once.
+//! Either way, once started it is a `CallCore` (`call_core.rs`).
 
 use std::borrow::Cow;
-use std::fmt::Display;
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::time::Instant;
-use tracing::Instrument;
-
-use crate::ambient::Installs;
 use crate::attempt::{Attempt, IdempotencyKey};
-use crate::attempt_future::{Admit, AttemptRun, Pass, TimedOut};
+use crate::attempt_future::{AttemptRun, Pass};
 use crate::breaker::Admission;
-use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
-use crate::engine::{Context, Safety};
+use crate::call_core::CallCore;
+use crate::first::{self, Enter, Entered, Lazy, Rest};
 use crate::hot::HeldUpstream;
-use crate::lazy_clock::{Deadline, Start};
-use crate::observe::{self, CallKind};
+use crate::observe::CallKind;
 use crate::registry::{Registry, Upstream};
-use crate::scope::{CallScope, OpName, Operation, Unopened, min_deadline};
-use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
+use crate::scope::Operation;
+use crate::{Ambiguous, Classify, Error, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug, Clone)]
@@ -94,235 +91,185 @@ pub enum Step<T, E> {
 /// The state of one retrying call.
 #[derive(Debug)]
 pub struct Call<'r> {
-    registry: &'r Registry,
-    held: HeldUpstream,
-    method: http::Method,
-    safety: Safety,
-    replay: Replayability,
-    key: Option<IdempotencyKey>,
-    scope: CallScope,
-    /// Fixed once the call's clock starts (see `lazy_clock.rs`).
-    deadline: Deadline,
-    attempt: u32,
-    previous_delay: Duration,
-    auth_refresh_used: bool,
-    retried_mark: u64,
-    /// Drawn from the registry at the first decision: a call that succeeds needs none.
-    rng: Option<fastrand::Rng>,
-    span: tracing::Span,
-    /// What the runtime itself did to the last attempt: the facts it knows first-hand
-    /// override whatever the caller's error type reports.
-    local: Local,
-    /// The instant read when the call was created (a call inside an enclosing scope reads it
-    /// to compare deadlines), reused by the first attempt.
-    created: Option<Instant>,
-    /// Whether the call was counted in its upstream's budget (once, when its first attempt
-    /// ends).
-    deposited: bool,
-    /// The weakest body replayability the attempts reported (see [`Attempt::report_body`]).
-    reported: Replayability,
-    /// The last attempt, whose allocation the next attempt reuses.
-    spare: Option<Attempt>,
+    state: State<'r>,
+    /// The call could not start (its upstream is unknown, or no time was left): nothing was
+    /// sent, and the error its first attempt returned ends it.
+    could_not_start: bool,
 }
 
-/// What the runtime itself did to an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Local {
-    Nothing,
-    CircuitOpen,
-    BulkheadFull,
-    TimedOut,
+#[derive(Debug)]
+enum State<'r> {
+    /// Made by [`Call::lazy`]: nothing looked up yet.
+    Lazy(Lazy<'r>),
+    /// Started.
+    Full(CallCore<'r>),
+    /// Only while the state changes.
+    Moving,
 }
 
-impl Drop for Call<'_> {
-    fn drop(&mut self) {
-        if let Some(spare) = self.spare.take() {
-            self.held.park(spare);
-        }
-        // Cancelled during its first attempt: it still was a call.
-        if self.attempt > 0 && !self.deposited {
-            self.deposit(Instant::now());
-        }
+/// The next attempt, as [`Call::run`] takes it: an [`Attempt`], or the first attempt of a call
+/// made with [`Call::lazy`], which is made only if something needs it.
+#[derive(Debug)]
+pub struct NextAttempt(Next);
+
+#[derive(Debug)]
+enum Next {
+    First,
+    Ready(Attempt),
+}
+
+impl From<Attempt> for NextAttempt {
+    fn from(attempt: Attempt) -> Self {
+        NextAttempt(Next::Ready(attempt))
     }
 }
 
+/// How a lazy call's first attempt starts (see `first.rs`).
+pub(crate) enum First {
+    /// On the fast path: poll the body, then [`Call::leave_first`].
+    Fast(Entered),
+    /// On the full path, with this attempt.
+    Full(Attempt),
+}
+
 impl<'r> Call<'r> {
-    /// Looks up the upstream and opens (or joins) the operation scope.
+    /// Looks up the upstream and opens (or joins) the operation scope now.
     pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
-        let mut held = HeldUpstream::take(spec.registry, spec.upstream)?;
-        let spare = held.take_spare();
-        let upstream = held.get();
-        let config = upstream.config();
-        let retries = config.max_attempts.saturating_sub(1);
-        // Only a call inside an enclosing scope needs the time now, to compare deadlines.
-        let (scope, deadline, created) = match Operation::current() {
-            Some(op) => {
-                op.init_allowance(retries);
-                let now = Instant::now();
-                let own = now + config.deadline;
-                let deadline = min_deadline(op.deadline(), Some(own)).unwrap_or(own);
-                (CallScope::Joined(op), Deadline::At(deadline), Some(now))
-            }
-            None => {
-                let name = spec.operation.map(OpName::from);
-                let scope = CallScope::Unopened(Unopened::new(name, retries));
-                (scope, Deadline::AfterStart(config.deadline), None)
-            }
-        };
-        let safety = Safety::of(
-            &spec.method,
-            spec.key.is_some(),
-            config.dedups_idempotency_key,
-        );
-        let span = tracing::info_span!(
-            "retry.call",
-            upstream = %upstream.name(),
-            operation = %scope.name(upstream.name()),
-            http.request.method = %spec.method,
-            safety = ?safety,
-            idempotency_key = spec.key.as_ref().map(tracing::field::display),
-            attempts = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let held = HeldUpstream::take(spec.registry, spec.upstream)?;
         Ok(Call {
-            registry: spec.registry,
-            rng: None,
-            held,
-            method: spec.method,
-            safety,
-            replay: spec.replay,
-            key: spec.key,
-            scope,
-            deadline,
-            attempt: 0,
-            previous_delay: Duration::ZERO,
-            auth_refresh_used: false,
-            retried_mark: 0,
-            span,
-            local: Local::Nothing,
-            created,
-            deposited: false,
-            reported: Replayability::Replayable,
-            spare,
+            state: State::Full(CallCore::build(spec, held, None)),
+            could_not_start: false,
         })
+    }
+
+    /// Like [`new`](Self::new), but looks nothing up until the first attempt is polled, so a
+    /// first attempt that needs nothing of the call costs almost nothing (what `#[retry]`
+    /// uses). An unknown upstream is then reported by the first attempt, before anything runs.
+    pub fn lazy(spec: CallSpec<'r>) -> Self {
+        Call {
+            state: State::Lazy(Lazy::new(spec)),
+            could_not_start: false,
+        }
+    }
+
+    /// The started call: started now if it was not.
+    fn core(&mut self) -> Result<&mut CallCore<'r>, Error> {
+        self.start(None, None)
+    }
+
+    /// Starts the call (from `held`'s entry and with `span` if they were found or made
+    /// already).
+    fn start(
+        &mut self,
+        held: Option<HeldUpstream>,
+        span: Option<tracing::Span>,
+    ) -> Result<&mut CallCore<'r>, Error> {
+        let held = match (&self.state, held) {
+            (State::Full(_), _) => None,
+            (_, Some(held)) => Some(held),
+            (State::Lazy(lazy), None) => {
+                Some(HeldUpstream::take(lazy.registry(), lazy.upstream())?)
+            }
+            (State::Moving, None) => None,
+        };
+        if let Some(held) = held {
+            let State::Lazy(lazy) = std::mem::replace(&mut self.state, State::Moving) else {
+                unreachable!("only a call not started starts")
+            };
+            let succeeded = lazy.succeeded;
+            let mut core = CallCore::build(lazy.into_spec(), held, span);
+            if succeeded {
+                core.first_succeeded();
+            }
+            self.state = State::Full(core);
+        }
+        match &mut self.state {
+            State::Full(core) => Ok(core),
+            _ => unreachable!("started above"),
+        }
+    }
+
+    /// The started call, for an attempt admitted (so started) already.
+    pub(crate) fn started(&mut self) -> &mut CallCore<'r> {
+        match &mut self.state {
+            State::Full(core) => core,
+            _ => unreachable!("an admitted attempt belongs to a started call"),
+        }
     }
 
     /// Lowers the body's replayability once it is known to be weaker than declared (e.g. the
     /// integration found the body cannot be copied for another attempt). Never raises it.
     pub fn downgrade_replay(&mut self, replay: Replayability) {
-        self.replay = self.replay.min(replay);
+        match &mut self.state {
+            State::Lazy(lazy) => lazy.downgrade_replay(replay),
+            State::Full(core) => core.downgrade_replay(replay),
+            State::Moving => {}
+        }
     }
 
-    /// Retries the operation (across every layer inside it) may still make.
+    /// Retries the operation (across every layer inside it) may still make; `None` when
+    /// unlimited, or for a lazy call not started yet.
     pub fn retries_left(&self) -> Option<u32> {
-        self.scope.retries_left()
+        match &self.state {
+            State::Full(core) => core.retries_left(),
+            _ => None,
+        }
     }
 
     /// Attempts started so far.
     pub fn attempts(&self) -> u32 {
-        self.attempt
+        match &self.state {
+            State::Full(core) => core.attempts(),
+            State::Lazy(lazy) => u32::from(lazy.succeeded),
+            State::Moving => 0,
+        }
     }
 
-    /// The upstream called.
-    pub fn upstream(&self) -> &Arc<Upstream> {
-        self.held.get()
-    }
-
-    /// The call's absolute deadline, starting the call's clock if nothing did yet (the start
-    /// of its first attempt, the last attempt run).
-    fn deadline(&mut self) -> Instant {
-        let at = match (self.deadline, &self.spare) {
-            (Deadline::At(at), _) => at,
-            (deadline, Some(last)) => deadline.resolve(&last.state.facts.started),
-            (deadline, None) => deadline.resolve(&Start::unread()),
-        };
-        self.deadline = Deadline::At(at);
-        at
-    }
-
-    /// Counts the call in its upstream's budget, once.
-    fn deposit(&mut self, at: Instant) {
-        if !self.deposited {
-            self.deposited = true;
-            self.held.get().budget().deposit_at(at);
+    /// The upstream called; `None` for a lazy call that has not started (see
+    /// [`lazy`](Self::lazy)).
+    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
+        match &self.state {
+            State::Full(core) => Some(core.upstream()),
+            _ => None,
         }
     }
 
     /// Starts the next attempt, or fails with [`Error::DeadlineExceeded`] when less than the
-    /// minimum attempt budget is left (nothing is sent then).
+    /// minimum attempt budget is left (nothing is sent then). A lazy call starts now.
     pub fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        // A first attempt under the call's own deadline starts with all of it: no clock read.
-        let (started, deadline, remaining) = match (self.attempt, self.deadline) {
-            (0, Deadline::AfterStart(all)) => (Start::unread(), Deadline::AfterStart(all), all),
-            _ => {
-                let deadline = self.deadline();
-                let now = match (self.attempt, self.created) {
-                    (0, Some(created)) => created,
-                    _ => Instant::now(),
-                };
-                let remaining = deadline.saturating_duration_since(now);
-                (Start::at(now), Deadline::At(deadline), remaining)
-            }
-        };
-        let upstream = self.held.get();
-        let config = upstream.config();
-        if remaining < config.min_attempt_budget || remaining.is_zero() {
-            self.span.in_scope(|| {
-                tracing::info!(target: "retry_runtime::decision", reason = "deadline", "no time left for an attempt")
-            });
-            return Err(Error::DeadlineExceeded {
-                upstream: upstream.name_arc().clone(),
-            });
+        self.core()?.next_attempt(None)
+    }
+
+    /// Like [`next_attempt`](Self::next_attempt), but a lazy call's first attempt is left to
+    /// [`run`](Self::run) to start, on the fast path if it can (what `#[retry]` uses).
+    pub fn begin_attempt(&mut self) -> Result<NextAttempt, Error> {
+        match self.state {
+            State::Lazy(Lazy {
+                succeeded: false, ..
+            }) => Ok(NextAttempt(Next::First)),
+            _ => self.next_attempt().map(NextAttempt::from),
         }
-        self.attempt += 1;
-        self.retried_mark = self.scope.retried_failures();
-        let span = tracing::info_span!(
-            parent: &self.span,
-            "retry.attempt",
-            attempt = self.attempt,
-            http.request.method = %self.method,
-            http.request.resend_count = self.attempt - 1,
-            server.address = tracing::field::Empty,
-            server.port = tracing::field::Empty,
-            evidence = tracing::field::Empty,
-            "error.type" = tracing::field::Empty,
-            http.response.status_code = tracing::field::Empty,
-        );
-        let timeout = config.attempt_timeout.min(remaining);
-        let (number, method, key) = (self.attempt, &self.method, &self.key);
-        let retries_left = self.scope.retries_left();
-        Ok(Attempt::fill(self.spare.take(), upstream, |facts| {
-            facts.number = number;
-            if facts.method != *method {
-                facts.method = method.clone();
-            }
-            if facts.key.is_some() || key.is_some() {
-                facts.key = key.clone();
-            }
-            facts.deadline = deadline;
-            facts.timeout = timeout;
-            facts.started = started;
-            facts.retries_left = retries_left;
-            if !(facts.span.is_none() && span.is_none()) {
-                facts.span = span;
-            }
-        }))
     }
 
     /// Runs one attempt's future inside the operation scope and the attempt scope, under the
     /// attempt timeout (clamped to the deadline), after the circuit breaker and the bulkhead
     /// admit it. The bulkhead permit is released as soon as the attempt ends, before any backoff.
-    pub fn run<T, E, F>(
+    pub fn run<T, E, F, A>(
         &mut self,
-        attempt: Attempt,
+        attempt: A,
         fut: F,
-    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F>
+    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, A>
     where
+        A: Into<NextAttempt>,
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
         // `run` takes no handle to the attempt: a handle is a shared count.
-        AttemptRun::new(self, attempt, move |_: &Attempt| fut)
+        let (first, attempt) = match attempt.into().0 {
+            Next::First => (true, None),
+            Next::Ready(attempt) => (false, Some(attempt)),
+        };
+        AttemptRun::new(self, first, attempt, move |_: Option<&Attempt>| fut)
     }
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
@@ -337,154 +284,70 @@ impl<'r> Call<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        AttemptRun::new(self, attempt, move |a: &Attempt| make(a.clone()))
-    }
-
-    /// What an attempt installs of the call's scope.
-    pub(crate) fn installs(&self) -> Installs {
-        self.scope.for_attempt()
-    }
-
-    /// Asks the breaker, then the bulkhead, to let `attempt` start.
-    pub(crate) fn admit(&mut self, attempt: &Attempt) -> Result<Admit, Error> {
-        let upstream = self.held.get();
-        self.local = Local::Nothing;
-        let admission = match upstream.breaker() {
-            Some(breaker) => match breaker.admit() {
-                Some(admission) => Some(admission),
-                None => {
-                    self.local = Local::CircuitOpen;
-                    return Err(Error::CircuitOpen {
-                        upstream: upstream.name_arc().clone(),
-                    });
-                }
+        AttemptRun::new(
+            self,
+            false,
+            Some(attempt),
+            move |a: Option<&Attempt>| match a {
+                Some(a) => make(a.clone()),
+                None => unreachable!("an attempt given is an attempt made"),
             },
-            None => None,
+        )
+    }
+
+    /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the
+    /// full path (which may find the upstream unknown, or no time left).
+    pub(crate) fn first(&mut self) -> Result<First, Error> {
+        let enter = match &mut self.state {
+            State::Lazy(lazy) if !lazy.succeeded => first::enter(lazy),
+            _ => return self.next_attempt().map(First::Full),
         };
-        let Some(bulkhead) = upstream.bulkhead() else {
-            return Ok(Admit::Now(Pass {
-                admission,
-                permit: None,
-            }));
+        let (held, spans) = match enter {
+            Enter::Fast(entered) => return Ok(First::Fast(entered)),
+            Enter::Slow { held, spans } => (held, spans),
         };
-        if let Ok(permit) = bulkhead.clone().try_acquire_owned() {
-            return Ok(Admit::Now(Pass {
-                admission,
-                permit: Some(permit),
-            }));
-        }
-        // The call's clock starts before the wait (the deadline counts it), the attempt's when
-        // it is admitted.
-        let bulkhead = bulkhead.clone();
-        let min_attempt_budget = upstream.config().min_attempt_budget;
-        let deadline = self.deadline.resolve(&attempt.state.facts.started);
-        self.deadline = Deadline::At(deadline);
-        let until = deadline.checked_sub(min_attempt_budget).unwrap_or(deadline);
-        Ok(Admit::Wait {
+        let (call_span, attempt_span) = spans.unzip();
+        let started = self
+            .start(held, call_span)
+            .and_then(|core| core.next_attempt(attempt_span));
+        self.could_not_start = started.is_err();
+        started.map(First::Full)
+    }
+
+    /// After the fast first attempt's first poll: `None` if it `succeeded` and nothing asked
+    /// for the attempt (the call is over and counted); else the call goes on the full path,
+    /// with the attempt, the scope its poll opened (if any), and its admission.
+    pub(crate) fn leave_first(
+        &mut self,
+        entered: Entered,
+        succeeded: bool,
+    ) -> Option<(Attempt, Option<Operation>, Pass)> {
+        let State::Lazy(lazy) = &mut self.state else {
+            unreachable!("a fast first attempt belongs to a call not started")
+        };
+        let Rest { held, made } = entered.leave(lazy, succeeded)?;
+        let core = match self.start(Some(held), None) {
+            Ok(core) => core,
+            Err(_) => unreachable!("a call starts without error from an entry it holds"),
+        };
+        let (attempt, opened) = match made {
+            Some((attempt, opened)) => {
+                core.first_started();
+                (attempt, opened)
+            }
+            // Eligible for the fast path, so time is left for an attempt.
+            None => match core.next_attempt(None) {
+                Ok(attempt) => (attempt, None),
+                Err(_) => unreachable!("the fast path checked the deadline"),
+            },
+        };
+        // The fast path admitted the attempt: no bulkhead, the breaker (if any) closed.
+        let admission = core.upstream().breaker().map(|_| Admission::closed());
+        let pass = Pass {
             admission,
-            bulkhead,
-            until,
-        })
-    }
-
-    /// After waiting for a bulkhead slot (`permit` is `None` if none freed up in time): the
-    /// attempt starts `now`, with what is left of the deadline.
-    pub(crate) fn slot_waited(
-        &mut self,
-        attempt: &mut Attempt,
-        admission: Option<Admission>,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-        now: Instant,
-    ) -> Result<Pass, Error> {
-        let deadline = self.deadline.resolve(&attempt.state.facts.started);
-        let facts = attempt.facts_mut();
-        facts.timeout = facts.timeout.min(deadline.saturating_duration_since(now));
-        facts.started = Start::at(now);
-        facts.deadline = Deadline::At(deadline);
-        if permit.is_some() {
-            return Ok(Pass { admission, permit });
-        }
-        let upstream = self.held.get();
-        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
-            breaker.release(admission);
-        }
-        self.local = Local::BulkheadFull;
-        Err(Error::BulkheadFull {
-            upstream: upstream.name_arc().clone(),
-        })
-    }
-
-    /// The breaker or the bulkhead refused the attempt: it never started.
-    pub(crate) fn refused<E: From<Error>>(&mut self, attempt: Option<Attempt>, error: Error) -> E {
-        if attempt.is_some() {
-            self.spare = attempt;
-        }
-        E::from(error)
-    }
-
-    /// Counts the attempt that ended with `output` (in the budget, once per call, and in the
-    /// breaker) and turns a timeout into the caller's error. `opened` is the call's own scope if
-    /// the attempt opened it.
-    pub(crate) fn end_attempt<T, E>(
-        &mut self,
-        output: Result<Result<T, E>, TimedOut>,
-        attempt: Option<Attempt>,
-        opened: Option<Operation>,
-        pass: Pass,
-    ) -> Result<T, E>
-    where
-        E: Classify + From<Error>,
-    {
-        let Pass { admission, permit } = pass;
-        drop(permit);
-        self.scope.adopt(opened);
-        // Read by the attempt's timer, its code, or the call before: `None` for an attempt
-        // that completed in its first poll and never looked at the time.
-        let mut clock = None;
-        let number = self.attempt;
-        let mut timeout = Duration::ZERO;
-        if let Some(attempt) = attempt {
-            self.reported = self.reported.min(attempt.state.report.replay());
-            clock = attempt.state.facts.started.read();
-            timeout = attempt.state.facts.timeout;
-            self.spare = Some(attempt);
-        }
-        let upstream = self.held.get();
-        let result = match output {
-            Ok(result) => result,
-            Err(TimedOut) => {
-                self.local = Local::TimedOut;
-                Err(E::from(Error::AttemptTimeout {
-                    upstream: upstream.name_arc().clone(),
-                    attempt: number,
-                    timeout,
-                }))
-            }
+            permit: None,
         };
-        let probe = admission.as_ref().is_some_and(|a| a.is_probe());
-        match (clock, &result) {
-            // The happy path: counted in a batch, without reading the clock (see `hot.rs`).
-            (None, Ok(_)) if number == 1 && !probe => {
-                self.deposited = true;
-                self.held.count_happy();
-            }
-            (clock, result) => {
-                let at = clock.unwrap_or_else(Instant::now);
-                // This thread's happy calls not counted yet go first, so the breaker judges
-                // this attempt against every earlier one made here.
-                self.held.flush(at);
-                self.deposit(at);
-                let upstream = self.held.get();
-                if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
-                    let failed = match result {
-                        Ok(_) => false,
-                        Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
-                    };
-                    breaker.record_at(admission, failed, at);
-                }
-            }
-        }
-        result
+        Some((attempt, opened, pass))
     }
 
     /// Ends the call if the attempt succeeded: `Break` with the value (the call is recorded as
@@ -494,7 +357,9 @@ impl<'r> Call<'r> {
     pub fn succeeded<T, E>(&mut self, result: Result<T, E>) -> ControlFlow<T, E> {
         match result {
             Ok(value) => {
-                self.finish(CallKind::of(true, self.attempt));
+                if let State::Full(core) = &mut self.state {
+                    core.finish(CallKind::of(true, core.attempts()));
+                }
                 ControlFlow::Break(value)
             }
             Err(error) => ControlFlow::Continue(error),
@@ -506,37 +371,20 @@ impl<'r> Call<'r> {
     /// [`Step::Retry`]. Nothing from the failed attempt is held while sleeping.
     pub async fn settle<T, E>(&mut self, result: Result<T, E>) -> Step<T, E>
     where
-        E: Classify + From<Error> + Display,
+        E: Classify + From<Error> + std::fmt::Display,
     {
-        let error = match self.succeeded(result) {
-            ControlFlow::Break(value) => return Step::Done(Ok(value)),
-            ControlFlow::Continue(error) => error,
-        };
-        // Refused by the breaker or the bulkhead before its first attempt ran: still a call.
-        if !self.deposited {
-            self.deposit(Instant::now());
+        if self.could_not_start {
+            return Step::Done(result);
         }
-        let mut failure = Failure::of(&error);
-        match self.local {
-            Local::CircuitOpen => failure.reject(crate::Rejection::CircuitOpen),
-            Local::BulkheadFull => failure.reject(crate::Rejection::BulkheadFull),
-            // Cut by our own timeout: the request may have been sent, whatever the error says.
-            Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
-            Local::Nothing => {}
+        if let (State::Lazy(lazy), Ok(_)) = (&self.state, &result)
+            && lazy.succeeded
+        {
+            return Step::Done(result);
         }
-        if self.scope.retried_failures() > self.retried_mark {
-            failure.already_retried = true;
+        match self.core() {
+            Ok(core) => core.settle(result).await,
+            Err(_) => Step::Done(result),
         }
-        if let Some(attempt) = &self.spare {
-            let span = &attempt.state.facts.span;
-            span.record("evidence", failure.evidence.as_str());
-            span.record("error.type", failure.evidence.as_str());
-            if let Some(status) = failure.status {
-                span.record("http.response.status_code", status);
-            }
-        }
-        let decision = self.decide(&failure);
-        self.apply(decision, error, &failure).await
     }
 
     /// After a reconcile check answered [`Reconciled::NotHappened`]: the write did not happen,
@@ -544,211 +392,28 @@ impl<'r> Call<'r> {
     /// deadline) decide whether to retry.
     pub async fn settle_not_happened<T, E>(&mut self, error: E) -> Step<T, E>
     where
-        E: Classify + From<Error> + Display,
+        E: Classify + From<Error> + std::fmt::Display,
     {
-        let failure = Failure::new(Evidence::NotSent);
-        let decision = self.decide(&failure);
-        self.apply(decision, error, &failure).await
+        match self.core() {
+            Ok(core) => core.settle_not_happened(error).await,
+            Err(_) => Step::Done(Err(error)),
+        }
     }
 
     /// The reconcile check found that the write happened: the call ends successfully with the
     /// check's value (recorded as a success, with the attempts made).
     pub fn happened<T>(&mut self, value: T) -> T {
-        self.span.in_scope(|| {
-            tracing::info!(
-                target: "retry_runtime::decision",
-                decision = "reconciled",
-                attempt = self.attempt,
-                "the reconcile check found the write: returning its result"
-            )
-        });
-        self.finish(CallKind::of(true, self.attempt));
-        value
+        match self.core() {
+            Ok(core) => core.happened(value),
+            Err(_) => value,
+        }
     }
 
     /// Reports an ambiguous outcome as the caller's error type.
     pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
-        self.finish(CallKind::Ambiguous);
-        if self.attempt > 1 {
-            self.scope.note_retried_failure();
-        }
-        E::from(Error::from(ambiguous))
-    }
-
-    fn decide(&mut self, failure: &Failure) -> Decision {
-        let remaining = self.deadline().saturating_duration_since(Instant::now());
-        let config = self.held.get().config();
-        let ctx = Context {
-            attempt: self.attempt,
-            max_attempts: config.max_attempts,
-            operation_retries_left: self.scope.retries_left().unwrap_or(u32::MAX),
-            budget_has_token: self.held.get().budget().has_token(),
-            replay: self.replay.min(self.reported),
-            draining: self.registry.drain().is_draining(),
-            remaining,
-            min_attempt_budget: config.min_attempt_budget,
-            safety: self.safety,
-            transient_500: config.transient_500,
-            can_refresh_auth: !self.auth_refresh_used && self.held.get().refresh_hook().is_some(),
-            backoff: &config.backoff,
-            previous_delay: self.previous_delay,
-        };
-        let registry = self.registry;
-        let rng = self.rng.get_or_insert_with(|| registry.rng());
-        registry.engine().decide(&ctx, failure, rng)
-    }
-
-    async fn apply<T, E>(&mut self, decision: Decision, error: E, failure: &Failure) -> Step<T, E>
-    where
-        E: Classify + From<Error> + Display,
-    {
-        match decision {
-            Decision::Retry { delay, reason } => {
-                // Spend only now that the retry really happens: a denied retry is free.
-                if !self.scope.take_retry() {
-                    return self.stop(DenyReason::MaxAttempts, error, failure);
-                }
-                if !self.held.get().budget().withdraw() {
-                    self.scope.give_back_retry();
-                    return self.stop(DenyReason::BudgetExhausted, error, failure);
-                }
-                self.span.in_scope(|| {
-                    tracing::info!(
-                        target: "retry_runtime::decision",
-                        decision = "retry",
-                        reason = %reason,
-                        attempt = self.attempt,
-                        evidence = failure.evidence.as_str(),
-                        status = failure.status,
-                        delay_ms = delay.as_millis() as u64,
-                        "retrying"
-                    )
-                });
-                observe::retried(self.held.get().name(), self.held.get().budget().available());
-                // Drop the error (and any response or connection it holds) before waiting.
-                drop(error);
-                if reason == RetryReason::RefreshAuth {
-                    self.auth_refresh_used = true;
-                    if let Some(hook) = self.held.get().refresh_hook().cloned()
-                        && let Err(e) = hook.refresh().instrument(self.span.clone()).await
-                    {
-                        self.finish(CallKind::of(false, self.attempt));
-                        return Step::Done(Err(E::from(Error::RefreshFailed(e))));
-                    }
-                }
-                if !delay.is_zero() {
-                    // Boxed: a call whose first attempt succeeds never sleeps, and its future
-                    // (moved on every `.await` of its callers) should not carry a timer.
-                    Box::pin(tokio::time::sleep(delay)).await;
-                }
-                self.previous_delay = delay;
-                Step::Retry
-            }
-            Decision::Denied(reason) => self.stop(reason, error, failure),
-            Decision::Ambiguous(reason) => self.ambiguous_step(reason, error, failure),
-        }
-    }
-
-    /// A denied retry. For a write whose last attempt may have executed without its response
-    /// arriving, stopping does not make the outcome known: reporting a plain failure would tell
-    /// the caller the write did not happen. That is an ambiguous outcome (carrying the key, so a
-    /// keyed write can be replayed safely later), whatever stopped the retries.
-    fn stop<T, E>(&mut self, reason: DenyReason, error: E, failure: &Failure) -> Step<T, E>
-    where
-        E: Display,
-    {
-        let unknown = match (failure.evidence, failure.status) {
-            _ if self.safety == Safety::Read => None,
-            (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
-            (Evidence::PartialResponse, _) => Some(AmbiguityReason::PartialResponse),
-            (Evidence::ResponseReceived, Some(s @ 502..=504)) => Some(AmbiguityReason::Status(s)),
-            _ => None,
-        };
-        match (unknown, reason) {
-            // These say the request or response itself is settled (or already reported).
-            (_, DenyReason::PermanentFailure(_) | DenyReason::Status(_)) | (None, _) => {
-                self.deny(reason, error)
-            }
-            (Some(ambiguity), _) => {
-                self.record_denial(reason, "not retrying, and the write's outcome is unknown");
-                self.ambiguous_step(ambiguity, error, failure)
-            }
-        }
-    }
-
-    fn ambiguous_step<T, E>(
-        &mut self,
-        reason: AmbiguityReason,
-        error: E,
-        failure: &Failure,
-    ) -> Step<T, E>
-    where
-        E: Display,
-    {
-        self.span.in_scope(|| {
-            tracing::warn!(
-                target: "retry_runtime::decision",
-                decision = "ambiguous",
-                reason = %reason,
-                attempt = self.attempt,
-                evidence = failure.evidence.as_str(),
-                status = failure.status,
-                "outcome unknown: not retrying a write that may have happened"
-            )
-        });
-        let ambiguous = Ambiguous {
-            upstream: self.held.get().name_arc().clone(),
-            operation: self.scope.name(self.held.get().name()).to_owned(),
-            attempts: self.attempt,
-            evidence: failure.evidence,
-            status: failure.status,
-            reason,
-            idempotency_key: self.key.clone(),
-            last_error: error.to_string(),
-        };
-        Step::Ambiguous { error, ambiguous }
-    }
-
-    /// The decision event and the denial counter, with the reason's name.
-    fn record_denial(&self, reason: DenyReason, message: &'static str) {
-        self.span.in_scope(|| {
-            tracing::info!(
-                target: "retry_runtime::decision",
-                decision = "denied",
-                reason = %reason,
-                attempt = self.attempt,
-                "{message}"
-            )
-        });
-        observe::denied(self.held.get().name(), reason);
-    }
-
-    fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
-        self.record_denial(reason, "not retrying");
-        if self.attempt > 1 {
-            // Tell enclosing retrying calls that this failure was already retried here.
-            self.scope.note_retried_failure();
-        }
-        if matches!(
-            reason,
-            DenyReason::BudgetExhausted | DenyReason::CircuitOpen | DenyReason::BulkheadFull
-        ) {
-            // The upstream is failing or saturated for everyone: a caller in another process
-            // that retried the whole chain would only add calls the budget just refused.
-            self.scope.note_overloaded();
-        }
-        self.finish(CallKind::of(false, self.attempt));
-        Step::Done(Err(error))
-    }
-
-    fn finish(&mut self, kind: CallKind) {
-        self.span.record("attempts", self.attempt);
-        self.span.record("outcome", kind.as_str());
-        observe::call_finished(self.held.get().name(), kind);
-        if cfg!(feature = "metrics")
-            && let Some(breaker) = self.held.get().breaker()
-        {
-            observe::breaker_state(self.held.get().name(), breaker.state());
+        match self.core() {
+            Ok(core) => core.ambiguous(ambiguous),
+            Err(_) => E::from(Error::from(ambiguous)),
         }
     }
 }

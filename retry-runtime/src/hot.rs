@@ -17,6 +17,10 @@
 //! slightly stricter (at most 3 tokens per thread with the default 20 % ratio, against a floor
 //! of 100) and the breaker slightly quicker to open while traffic is light. Calls that wait
 //! (every real HTTP request) are counted at once, exactly.
+//!
+//! The fast first attempt of a lazy call (`first.rs`) does not even move its entry: it *lends*
+//! it in place for the one poll it lasts. A lent entry is never taken, moved or evicted, so the
+//! slot number the fast path holds stays valid until it gives the entry back.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -34,7 +38,16 @@ pub(crate) const FLUSH_EVERY: u32 = 16;
 const ENTRIES: usize = 4;
 
 thread_local! {
-    static CACHE: RefCell<[Option<Entry>; ENTRIES]> = const { RefCell::new([const { None }; ENTRIES]) };
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache { slots: [const { None }; ENTRIES], evict_next: 0 })
+    };
+}
+
+#[derive(Debug)]
+struct Cache {
+    slots: [Option<Entry>; ENTRIES],
+    /// The slot to evict next when every slot is full (round robin, skipping a lent entry).
+    evict_next: usize,
 }
 
 #[derive(Debug)]
@@ -46,6 +59,8 @@ struct Entry {
     happy: u32,
     /// The last call's attempt state, for the next call's first attempt.
     spare: Option<Attempt>,
+    /// Lent to a fast first attempt in progress on this thread (see the module docs).
+    lent: bool,
 }
 
 impl Entry {
@@ -69,6 +84,111 @@ impl Drop for Entry {
     }
 }
 
+impl Cache {
+    /// The slot whose entry makes room for another: round robin, never a lent one (at most
+    /// one entry is lent at a time, so another is always there).
+    fn victim(&mut self) -> usize {
+        let mut slot = self.evict_next % ENTRIES;
+        if self.slots[slot].as_ref().is_some_and(|e| e.lent) {
+            slot = (slot + 1) % ENTRIES;
+        }
+        self.evict_next = slot + 1;
+        slot
+    }
+}
+
+/// Lends `name`'s current entry in `registry` to a fast first attempt, if this thread's cache
+/// holds it and `eligible` accepts its upstream: it stays where it is, and `lent` is its slot
+/// until [`give_back_happy`] or [`take_lent`].
+#[inline]
+pub(crate) fn lend(
+    registry: &Registry,
+    name: &str,
+    eligible: impl FnOnce(&Upstream) -> bool,
+) -> Option<usize> {
+    let (id, generation) = registry.generation();
+    CACHE
+        .try_with(|cache| {
+            let mut cache = cache.try_borrow_mut().ok()?;
+            let slot = cache.slots.iter().position(|slot| {
+                slot.as_ref().is_some_and(|e| {
+                    e.registry == id && e.generation == generation && e.upstream.name() == name
+                })
+            })?;
+            let entry = cache.slots[slot].as_mut()?;
+            if entry.lent || !eligible(&entry.upstream) {
+                return None;
+            }
+            entry.lent = true;
+            Some(slot)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Runs `f` with the lent entry's upstream and spare attempt state.
+pub(crate) fn with_lent<R>(
+    slot: usize,
+    f: impl FnOnce(&Arc<Upstream>, &mut Option<Attempt>) -> R,
+) -> R {
+    CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        match cache.slots.get_mut(slot) {
+            Some(Some(entry)) if entry.lent => f(&entry.upstream, &mut entry.spare),
+            _ => unreachable!("a lent entry stays in its slot until given back"),
+        }
+    })
+}
+
+/// Gives the lent entry back, counting one call whose only attempt succeeded without reading
+/// the clock (see the module docs).
+#[inline]
+pub(crate) fn give_back_happy(slot: usize) {
+    let _ = CACHE.try_with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some(Some(entry)) = cache.slots.get_mut(slot) {
+            entry.lent = false;
+            entry.happy += 1;
+            if entry.happy >= FLUSH_EVERY {
+                entry.flush();
+            }
+            // What the full path's end of a call records.
+            let upstream = &entry.upstream;
+            crate::observe::call_finished(upstream.name(), crate::observe::CallKind::of(true, 1));
+            if cfg!(feature = "metrics")
+                && let Some(breaker) = upstream.breaker()
+            {
+                crate::observe::breaker_state(upstream.name(), breaker.state());
+            }
+        }
+    });
+}
+
+/// Takes the lent entry out of the cache for a call that goes on the full way.
+pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
+    CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        match cache.slots.get_mut(slot).and_then(Option::take) {
+            Some(mut entry) if entry.lent => {
+                entry.lent = false;
+                HeldUpstream { entry: Some(entry) }
+            }
+            _ => unreachable!("a lent entry stays in its slot until given back"),
+        }
+    })
+}
+
+/// Gives the lent entry back as it is (its attempt panicked).
+pub(crate) fn unlend(slot: usize) {
+    let _ = CACHE.try_with(|cache| {
+        if let Ok(mut cache) = cache.try_borrow_mut()
+            && let Some(Some(entry)) = cache.slots.get_mut(slot)
+        {
+            entry.lent = false;
+        }
+    });
+}
+
 /// A call's upstream entry, held until the call ends and then given back to its thread's
 /// cache (whichever thread that is by then).
 #[derive(Debug)]
@@ -84,8 +204,8 @@ impl HeldUpstream {
         let cached = CACHE
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
-                cache.iter_mut().find_map(|slot| {
-                    slot.take_if(|e| e.registry == id && e.upstream.name() == name)
+                cache.slots.iter_mut().find_map(|slot| {
+                    slot.take_if(|e| !e.lent && e.registry == id && e.upstream.name() == name)
                 })
             })
             .ok()
@@ -99,6 +219,7 @@ impl HeldUpstream {
                 upstream: registry.upstream(name)?,
                 happy: 0,
                 spare: None,
+                lent: false,
             },
         };
         Ok(HeldUpstream { entry: Some(entry) })
@@ -151,18 +272,15 @@ impl Drop for HeldUpstream {
         let Some(entry) = self.entry.take() else {
             return;
         };
-        // A free slot, or the first slot's entry makes room (and counts what it holds as it
-        // drops); with no cache left (the thread is ending) or one in use, the entry just drops.
+        // A free slot, or an entry not lent makes room (and counts what it holds as it drops);
+        // with no cache left (the thread is ending) or one in use, the entry just drops.
         let _ = CACHE.try_with(|cache| {
             if let Ok(mut cache) = cache.try_borrow_mut() {
-                let slot = match cache.iter().position(Option::is_none) {
+                let slot = match cache.slots.iter().position(Option::is_none) {
                     Some(free) => free,
-                    None => {
-                        cache.rotate_left(1);
-                        ENTRIES - 1
-                    }
+                    None => cache.victim(),
                 };
-                cache[slot] = Some(entry);
+                cache.slots[slot] = Some(entry);
             }
         });
     }

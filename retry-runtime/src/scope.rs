@@ -305,6 +305,11 @@ impl Unopened {
         }
     }
 
+    /// Retries the scope still allows.
+    pub(crate) fn retries_left(&self) -> u32 {
+        self.retries_left
+    }
+
     /// Opens the scope, with what is left of its allowance and the call's `deadline` (the
     /// call's clock may start only now: see `lazy_clock.rs`); `upstream` names a scope that
     /// has no name of its own.

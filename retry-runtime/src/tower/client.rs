@@ -307,7 +307,7 @@ where
             call.downgrade_replay(crate::Replayability::OneShot);
         }
         let mut request = http::Request::from_parts(parts.clone(), this_body);
-        if call.upstream().config().propagate {
+        if call.upstream().is_some_and(|u| u.config().propagate) {
             propagation::write_headers(
                 request.headers_mut(),
                 attempt.timeout(),

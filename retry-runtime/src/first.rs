@@ -1,0 +1,276 @@
+//! The first attempt of a lazy call (the one `#[retry]` makes), on the fast path.
+//!
+//! Most calls succeed at their first attempt, and most such attempts need almost nothing of
+//! what the full attempt loop prepares: nobody reads the attempt's number, key or deadline, no
+//! nested call asks for the operation scope, and no time is read. Preparing all of it anyway
+//! (the upstream entry moved out of the thread's cache and back, the attempt's facts written,
+//! the scope, the spans, the frame swapped in and out) was most of the cost of such a call.
+//!
+//! So a call made with [`Call::lazy`](crate::Call::lazy) looks nothing up until its first
+//! attempt is polled. Then, if the upstream's entry is in this thread's cache, needs no
+//! admission (no bulkhead; the breaker, if any, closed), its spans are disabled and nothing is
+//! installed around the call (no enclosing operation or attempt to join), the attempt runs
+//! *lazily*:
+//!
+//! - the cache entry is lent in place (`hot.rs`), not moved;
+//! - a marker holding the call's method, key and operation name is installed (`ambient.rs`),
+//!   from which the attempt and the call's scope are made the first time anything asks for
+//!   either ([`make`]); the HTTP integration always asks, so a real request gets exactly the
+//!   attempt the full path would have given it;
+//! - if the body completes in that first poll, successfully, and nothing asked, the call is
+//!   counted in the entry's batch (as the full path counts such a call) and is over.
+//!
+//! Anything else (the body waits, fails, or asked for the attempt) continues on the full path
+//! from where the first poll left it, with the attempt that was made, if one was: the same
+//! attempt, deadline, timeout, scope and counting as a call that took the full path from the
+//! start. Every other case (a cache miss, a bulkhead, a breaker not closed, spans enabled, an
+//! enclosing scope) takes the full path from the start.
+
+use crate::ambient::{self, LazyFirst};
+use crate::attempt::{Attempt, Fresh};
+use crate::call::CallSpec;
+use crate::call_core::{attempt_span, call_span};
+use crate::engine::Safety;
+use crate::hot::{self, HeldUpstream};
+use crate::lazy_clock::{Deadline, Start};
+use crate::registry::Upstream;
+use crate::scope::{OpName, Operation, Unopened};
+
+/// What a lazy call sends: moved into the installed marker while its fast first attempt runs.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) method: http::Method,
+    pub(crate) key: Option<crate::IdempotencyKey>,
+    pub(crate) operation: Option<std::borrow::Cow<'static, str>>,
+}
+
+/// A call made by [`Call::lazy`](crate::Call::lazy) and not started.
+#[derive(Debug)]
+pub(crate) struct Lazy<'r> {
+    registry: &'r crate::Registry,
+    upstream: &'r str,
+    replay: crate::Replayability,
+    /// `None` only while its fast first attempt runs (the marker holds it then).
+    request: Option<Request>,
+    /// Its first attempt succeeded on the fast path, which counted the call: it is over.
+    pub(crate) succeeded: bool,
+}
+
+impl<'r> Lazy<'r> {
+    pub(crate) fn new(spec: CallSpec<'r>) -> Self {
+        Lazy {
+            registry: spec.registry,
+            upstream: spec.upstream,
+            replay: spec.replay,
+            request: Some(Request {
+                method: spec.method,
+                key: spec.key,
+                operation: spec.operation,
+            }),
+            succeeded: false,
+        }
+    }
+
+    /// The call's spec, to start it.
+    pub(crate) fn into_spec(self) -> CallSpec<'r> {
+        let Some(request) = self.request else {
+            unreachable!("the request is back once the fast first attempt left")
+        };
+        CallSpec {
+            registry: self.registry,
+            upstream: self.upstream,
+            method: request.method,
+            key: request.key,
+            replay: self.replay,
+            operation: request.operation,
+        }
+    }
+
+    pub(crate) fn registry(&self) -> &'r crate::Registry {
+        self.registry
+    }
+
+    pub(crate) fn upstream(&self) -> &'r str {
+        self.upstream
+    }
+
+    pub(crate) fn downgrade_replay(&mut self, replay: crate::Replayability) {
+        self.replay = self.replay.min(replay);
+    }
+}
+
+/// A fast first attempt in progress: the cache slot lent to it and the marker installed,
+/// until [`leave`](Entered::leave) (or a panic in its body) takes them back.
+#[derive(Debug)]
+pub(crate) struct Entered {
+    slot: usize,
+    live: bool,
+}
+
+/// Whether the first attempt takes the fast path.
+pub(crate) enum Enter {
+    Fast(Entered),
+    /// The full path, with the entry already found and the spans already made, if they were.
+    Slow {
+        held: Option<HeldUpstream>,
+        spans: Option<(tracing::Span, tracing::Span)>,
+    },
+}
+
+/// What the full path takes over from a fast first attempt that did not end the call.
+pub(crate) struct Rest {
+    pub(crate) held: HeldUpstream,
+    /// The attempt (and the scope, if it was opened) made because the body asked.
+    pub(crate) made: Option<(Attempt, Option<Operation>)>,
+}
+
+/// Whether `upstream`'s first attempt may start without asking anything: no bulkhead to wait
+/// for, the breaker (if any) closed, and its deadline leaves time for an attempt (otherwise
+/// the full path reports that no time was left).
+#[inline]
+fn eligible(upstream: &Upstream) -> bool {
+    let config = upstream.config();
+    upstream.bulkhead().is_none()
+        && upstream.breaker().is_none_or(|b| b.is_closed())
+        && config.deadline >= config.min_attempt_budget
+        && !config.deadline.is_zero()
+}
+
+/// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs). Its
+/// request moves into the installed marker until it leaves.
+#[inline]
+pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
+    let Some(request) = lazy.request.take() else {
+        unreachable!("a lazy call's first attempt starts once")
+    };
+    let Some(slot) = hot::lend(lazy.registry, lazy.upstream, eligible) else {
+        lazy.request = Some(request);
+        return Enter::Slow {
+            held: None,
+            spans: None,
+        };
+    };
+    if let Err(first) = ambient::install_lazy(LazyFirst::new(slot, request)) {
+        // Inside a scope or an attempt: the full path joins them.
+        lazy.request = Some(first.request);
+        return Enter::Slow {
+            held: Some(hot::take_lent(slot)),
+            spans: None,
+        };
+    }
+    let entered = Entered { slot, live: true };
+    if !spans_may_be_enabled() {
+        return Enter::Fast(entered);
+    }
+    // Made only now that the call is known to open its own scope (a span names it).
+    let spans = hot::with_lent(slot, |upstream, _| spans(upstream));
+    if spans.0.is_disabled() && spans.1.is_disabled() {
+        return Enter::Fast(entered);
+    }
+    let Rest { held, .. } = entered.leave_to_full(lazy);
+    Enter::Slow {
+        held: Some(held),
+        spans: Some(spans),
+    }
+}
+
+/// Whether any subscriber may enable an `INFO` span (one load): when none may, the call's and
+/// the attempt's spans are certainly disabled, and need not be made to find out.
+#[inline]
+fn spans_may_be_enabled() -> bool {
+    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+    STATIC_MAX_LEVEL >= LevelFilter::INFO && LevelFilter::current() >= LevelFilter::INFO
+}
+
+/// The call's and its first attempt's spans, as the full path makes them. The method, key and
+/// name are read from the installed marker.
+fn spans(upstream: &Upstream) -> (tracing::Span, tracing::Span) {
+    ambient::with_lazy(|first| {
+        let request = &first.request;
+        let safety = Safety::of(
+            &request.method,
+            request.key.is_some(),
+            upstream.config().dedups_idempotency_key,
+        );
+        let operation = request.operation.as_deref().unwrap_or(upstream.name());
+        let call = call_span(
+            upstream.name(),
+            operation,
+            &request.method,
+            safety,
+            request.key.as_ref(),
+        );
+        let attempt = attempt_span(&call, 1, &request.method);
+        (call, attempt)
+    })
+    .unwrap_or_else(|| (tracing::Span::none(), tracing::Span::none()))
+}
+
+impl Entered {
+    /// Leaves the first attempt's first poll. `None`: it `succeeded` and nothing asked for the
+    /// attempt, so the call was counted and is over. Otherwise the full path takes over.
+    #[inline]
+    pub(crate) fn leave(mut self, lazy: &mut Lazy<'_>, succeeded: bool) -> Option<Rest> {
+        self.live = false;
+        let made = match ambient::leave_lazy() {
+            Some(mut first) => {
+                let made = first.take_made();
+                lazy.request = Some(first.request);
+                made
+            }
+            None => None,
+        };
+        if succeeded && made.is_none() {
+            hot::give_back_happy(self.slot);
+            lazy.succeeded = true;
+            return None;
+        }
+        Some(Rest {
+            held: hot::take_lent(self.slot),
+            made,
+        })
+    }
+
+    /// Leaves for the full path whatever happened.
+    fn leave_to_full(self, lazy: &mut Lazy<'_>) -> Rest {
+        match self.leave(lazy, false) {
+            Some(rest) => rest,
+            None => unreachable!("only a success ends the call"),
+        }
+    }
+}
+
+impl Drop for Entered {
+    /// The body panicked: nothing stays installed or lent.
+    fn drop(&mut self) {
+        if self.live {
+            drop(ambient::leave_lazy());
+            hot::unlend(self.slot);
+        }
+    }
+}
+
+/// Makes the first attempt and the call's unopened scope from the marker, exactly as the full
+/// path would have made them: attempt 1, the whole deadline after a start not read yet, the
+/// attempt timeout within it, the upstream's retries.
+pub(crate) fn make(first: &LazyFirst) -> (Attempt, Unopened) {
+    hot::with_lent(first.slot, |upstream, spare| {
+        let config = upstream.config();
+        let request = &first.request;
+        let name = request.operation.clone().map(OpName::from);
+        let unopened = Unopened::new(name, config.max_attempts.saturating_sub(1));
+        let attempt = Attempt::fill(spare.take(), upstream, |facts| {
+            facts.renew(Fresh {
+                number: 1,
+                method: &request.method,
+                key: request.key.as_ref(),
+                deadline: Deadline::AfterStart(config.deadline),
+                timeout: config.attempt_timeout.min(config.deadline),
+                started: Start::unread(),
+                retries_left: Some(unopened.retries_left()),
+                span: tracing::Span::none(),
+            })
+        });
+        (attempt, unopened)
+    })
+}
