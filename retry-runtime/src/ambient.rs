@@ -72,14 +72,6 @@ struct Made {
 }
 
 impl LazyFirst {
-    pub(crate) fn new(slot: usize, request: crate::first::Request) -> Self {
-        LazyFirst {
-            slot,
-            request,
-            made: None,
-        }
-    }
-
     /// The attempt, made now if nothing asked before.
     fn attempt(&mut self) -> &Attempt {
         &self.made().attempt
@@ -115,38 +107,36 @@ impl LazyFirst {
             None => unreachable!("made above"),
         }
     }
-
-    /// What was made, if anything asked: the attempt, and the scope if it was opened.
-    pub(crate) fn take_made(&mut self) -> Option<(Attempt, Option<Operation>)> {
-        let made = self.made.take()?;
-        Some((made.attempt, made.scope.ok()))
-    }
 }
 
-/// Installs `first` if nothing at all is installed (a call inside a scope or an attempt takes
-/// the full way, to join them); gives it back otherwise.
+/// Installs the marker of a fast first attempt holding the lent cache `slot`, moving `request`
+/// into it, if nothing at all is installed (a call inside a scope or an attempt takes the full
+/// way, to join them). `false`: nothing changed.
 #[inline]
-pub(crate) fn install_lazy(first: LazyFirst) -> Result<(), LazyFirst> {
-    let first = std::cell::Cell::new(Some(first));
-    let installed = AMBIENT.try_with(|slots| {
-        let Ok(mut slots) = slots.try_borrow_mut() else {
-            return false;
-        };
-        if slots.operation.is_some()
-            || slots.unopened.is_some()
-            || slots.attempt.is_some()
-            || slots.lazy.is_some()
-        {
-            return false;
-        }
-        slots.lazy = first.take();
-        true
-    });
-    match (installed, first.into_inner()) {
-        (Ok(true), _) => Ok(()),
-        (_, Some(first)) => Err(first),
-        (_, None) => unreachable!("installed or given back"),
-    }
+pub(crate) fn install_lazy(slot: usize, request: &mut Option<crate::first::Request>) -> bool {
+    AMBIENT
+        .try_with(|slots| {
+            let Ok(mut slots) = slots.try_borrow_mut() else {
+                return false;
+            };
+            let empty = slots.operation.is_none()
+                && slots.unopened.is_none()
+                && slots.attempt.is_none()
+                && slots.lazy.is_none();
+            if !empty {
+                return false;
+            }
+            let Some(request) = request.take() else {
+                return false;
+            };
+            slots.lazy = Some(LazyFirst {
+                slot,
+                request,
+                made: None,
+            });
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// Runs `f` with the fast first attempt's marker, if one is installed.
@@ -157,11 +147,19 @@ pub(crate) fn with_lazy<R>(f: impl FnOnce(&LazyFirst) -> R) -> Option<R> {
         .flatten()
 }
 
-/// Takes the fast first attempt's marker out (with whatever was made from it).
+/// Takes the fast first attempt's marker out, its request back into `request`: the attempt
+/// (and the scope, if opened) made from it, if anything asked.
 #[inline]
-pub(crate) fn leave_lazy() -> Option<LazyFirst> {
+pub(crate) fn leave_lazy(
+    request: &mut Option<crate::first::Request>,
+) -> Option<(Attempt, Option<Operation>)> {
     AMBIENT
-        .try_with(|slots| slots.try_borrow_mut().ok()?.lazy.take())
+        .try_with(|slots| {
+            let first = slots.try_borrow_mut().ok()?.lazy.take()?;
+            *request = Some(first.request);
+            let made = first.made?;
+            Some((made.attempt, made.scope.ok()))
+        })
         .ok()
         .flatten()
 }

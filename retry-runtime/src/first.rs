@@ -124,35 +124,20 @@ pub(crate) struct Rest {
     pub(crate) made: Option<(Attempt, Option<Operation>)>,
 }
 
-/// Whether `upstream`'s first attempt may start without asking anything: no bulkhead to wait
-/// for, the breaker (if any) closed, and its deadline leaves time for an attempt (otherwise
-/// the full path reports that no time was left).
-#[inline]
-fn eligible(upstream: &Upstream) -> bool {
-    let config = upstream.config();
-    upstream.bulkhead().is_none()
-        && upstream.breaker().is_none_or(|b| b.is_closed())
-        && config.deadline >= config.min_attempt_budget
-        && !config.deadline.is_zero()
-}
-
 /// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs). Its
 /// request moves into the installed marker until it leaves.
 #[inline]
 pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
-    let Some(request) = lazy.request.take() else {
-        unreachable!("a lazy call's first attempt starts once")
-    };
-    let Some(slot) = hot::lend(lazy.registry, lazy.upstream, eligible) else {
-        lazy.request = Some(request);
+    // A bulkhead, a breaker not closed, or no time for an attempt: the full path waits, fails
+    // fast, or reports that no time was left.
+    let Some(slot) = hot::lend(lazy.registry, lazy.upstream) else {
         return Enter::Slow {
             held: None,
             spans: None,
         };
     };
-    if let Err(first) = ambient::install_lazy(LazyFirst::new(slot, request)) {
+    if !ambient::install_lazy(slot, &mut lazy.request) {
         // Inside a scope or an attempt: the full path joins them.
-        lazy.request = Some(first.request);
         return Enter::Slow {
             held: Some(hot::take_lent(slot)),
             spans: None,
@@ -212,14 +197,7 @@ impl Entered {
     #[inline]
     pub(crate) fn leave(mut self, lazy: &mut Lazy<'_>, succeeded: bool) -> Option<Rest> {
         self.live = false;
-        let made = match ambient::leave_lazy() {
-            Some(mut first) => {
-                let made = first.take_made();
-                lazy.request = Some(first.request);
-                made
-            }
-            None => None,
-        };
+        let made = ambient::leave_lazy(&mut lazy.request);
         if succeeded && made.is_none() {
             hot::give_back_happy(self.slot);
             lazy.succeeded = true;
@@ -244,7 +222,7 @@ impl Drop for Entered {
     /// The body panicked: nothing stays installed or lent.
     fn drop(&mut self) {
         if self.live {
-            drop(ambient::leave_lazy());
+            drop(ambient::leave_lazy(&mut None));
             hot::unlend(self.slot);
         }
     }
@@ -273,4 +251,107 @@ pub(crate) fn make(first: &LazyFirst) -> (Attempt, Unopened) {
         });
         (attempt, unopened)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::call::{Call, CallSpec, First};
+    use crate::hot::HeldUpstream;
+    use crate::{Registry, Replayability, UpstreamConfig, operation};
+
+    fn registry() -> Registry {
+        Registry::builder()
+            .upstream("free", UpstreamConfig::new())
+            .upstream("bulkhead", UpstreamConfig::new().with_bulkhead(Some(4)))
+            .upstream(
+                "no-time",
+                UpstreamConfig::new()
+                    .with_deadline(Duration::from_millis(10))
+                    .with_min_attempt_budget(Duration::from_millis(50)),
+            )
+            .build()
+            .unwrap()
+    }
+
+    fn call<'r>(registry: &'r Registry, upstream: &'r str) -> Call<'r> {
+        Call::lazy(CallSpec {
+            registry,
+            upstream,
+            method: http::Method::GET,
+            key: None,
+            replay: Replayability::Replayable,
+            operation: None,
+        })
+    }
+
+    /// Whether `upstream`'s first attempt takes the fast path; if it does, it succeeds.
+    fn fast(registry: &Registry, upstream: &str) -> bool {
+        let mut call = call(registry, upstream);
+        match call.first() {
+            Ok(First::Fast(entered)) => {
+                assert!(
+                    call.leave_first(entered, true).is_none(),
+                    "a success ends it"
+                );
+                assert_eq!(call.attempts(), 1);
+                true
+            }
+            Ok(First::Full(_)) | Err(_) => false,
+        }
+    }
+
+    fn warm(registry: &Registry, upstream: &str) {
+        drop(HeldUpstream::take(registry, upstream).unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_warm_upstream_that_asks_nothing_outside_any_scope_takes_the_fast_path() {
+        let registry = registry();
+        assert!(!fast(&registry, "free"), "cold: the full path looks it up");
+        warm(&registry, "free");
+        assert!(fast(&registry, "free"));
+        assert!(
+            fast(&registry, "free"),
+            "and again: the entry was given back"
+        );
+
+        warm(&registry, "bulkhead");
+        assert!(
+            !fast(&registry, "bulkhead"),
+            "a bulkhead is asked on the full path"
+        );
+        warm(&registry, "no-time");
+        assert!(
+            !fast(&registry, "no-time"),
+            "the full path reports no time left"
+        );
+
+        let inside = operation("enclosing")
+            .run(async { fast(&registry, "free") })
+            .await;
+        assert!(!inside, "inside a scope: the full path joins it");
+
+        let breaker = registry.upstream("free").unwrap();
+        let breaker = breaker.breaker().expect("on by default");
+        while breaker.state() == crate::breaker::BreakerState::Closed {
+            let admission = breaker.admit().unwrap();
+            breaker.record_at(admission, true, tokio::time::Instant::now());
+        }
+        assert!(
+            !fast(&registry, "free"),
+            "a breaker not closed is asked on the full path"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unknown_upstream_is_reported_by_the_first_attempt() {
+        let registry = registry();
+        let mut call = call(&registry, "nope");
+        assert!(matches!(
+            call.first(),
+            Err(crate::Error::UnknownUpstream { .. })
+        ));
+    }
 }

@@ -61,6 +61,34 @@ struct Entry {
     spare: Option<Attempt>,
     /// Lent to a fast first attempt in progress on this thread (see the module docs).
     lent: bool,
+    /// Whether a first attempt may start without waiting or asking anything of the config
+    /// (no bulkhead, time for an attempt): fixed with the upstream's config.
+    starts_free: bool,
+}
+
+impl Entry {
+    fn new(registry: u64, generation: u64, upstream: Arc<Upstream>) -> Self {
+        let config = upstream.config();
+        let starts_free = upstream.bulkhead().is_none()
+            && config.deadline >= config.min_attempt_budget
+            && !config.deadline.is_zero();
+        Entry {
+            registry,
+            generation,
+            upstream,
+            happy: 0,
+            spare: None,
+            lent: false,
+            starts_free,
+        }
+    }
+}
+
+/// `a == b`, inlined: upstream names are short, and a call to `memcmp` cost more than the
+/// comparison.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
 impl Entry {
@@ -98,29 +126,31 @@ impl Cache {
 }
 
 /// Lends `name`'s current entry in `registry` to a fast first attempt, if this thread's cache
-/// holds it and `eligible` accepts its upstream: it stays where it is, and `lent` is its slot
-/// until [`give_back_happy`] or [`take_lent`].
+/// holds it and its first attempt can start without asking anything (no bulkhead to wait for,
+/// the breaker if any closed, time for an attempt): it stays where it is, and the slot returned
+/// is its until [`give_back_happy`] or [`take_lent`].
 #[inline]
-pub(crate) fn lend(
-    registry: &Registry,
-    name: &str,
-    eligible: impl FnOnce(&Upstream) -> bool,
-) -> Option<usize> {
+pub(crate) fn lend(registry: &Registry, name: &str) -> Option<usize> {
     let (id, generation) = registry.generation();
     CACHE
         .try_with(|cache| {
             let mut cache = cache.try_borrow_mut().ok()?;
-            let slot = cache.slots.iter().position(|slot| {
-                slot.as_ref().is_some_and(|e| {
-                    e.registry == id && e.generation == generation && e.upstream.name() == name
-                })
-            })?;
-            let entry = cache.slots[slot].as_mut()?;
-            if entry.lent || !eligible(&entry.upstream) {
-                return None;
+            for (slot, entry) in cache.slots.iter_mut().enumerate() {
+                let Some(entry) = entry else { continue };
+                if entry.registry != id || !same_name(entry.upstream.name(), name) {
+                    continue;
+                }
+                let free = entry.starts_free
+                    && entry.generation == generation
+                    && !entry.lent
+                    && entry.upstream.breaker().is_none_or(|b| b.is_closed());
+                if !free {
+                    return None;
+                }
+                entry.lent = true;
+                return Some(slot);
             }
-            entry.lent = true;
-            Some(slot)
+            None
         })
         .ok()
         .flatten()
@@ -205,7 +235,9 @@ impl HeldUpstream {
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
                 cache.slots.iter_mut().find_map(|slot| {
-                    slot.take_if(|e| !e.lent && e.registry == id && e.upstream.name() == name)
+                    slot.take_if(|e| {
+                        !e.lent && e.registry == id && same_name(e.upstream.name(), name)
+                    })
                 })
             })
             .ok()
@@ -213,14 +245,7 @@ impl HeldUpstream {
         // A stale entry (the registry was reloaded since) counts what it holds as it drops.
         let entry = match cached {
             Some(entry) if entry.generation == generation => entry,
-            _ => Entry {
-                registry: id,
-                generation,
-                upstream: registry.upstream(name)?,
-                happy: 0,
-                spare: None,
-                lent: false,
-            },
+            _ => Entry::new(id, generation, registry.upstream(name)?),
         };
         Ok(HeldUpstream { entry: Some(entry) })
     }
