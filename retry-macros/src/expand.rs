@@ -16,7 +16,8 @@
 //! async fn register(&mut self, cmd: &Cmd, note: Note) -> Result<Registered, AdapterError> {
 //!     P::inventory::submit! { P::Registration::new("sber", concat!(module_path!(), "::register"), file!(), line!()) }
 //!     let __retry_key = match P::idempotency_key(cmd.key()) { Ok(k) => k, Err(e) => return Err(From::from(e)) };
-//!     let mut __retry_call = P::Call::lazy(P::CallSpec { .., key: Some(__retry_key), .. });
+//!     static __RETRY_SITE: P::CallSite = P::CallSite::new("sber", P::Method::POST, concat!(module_path!(), "::register"));
+//!     let mut __retry_call = P::Call::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key));
 //!     loop {
 //!         let __retry_attempt = match __retry_call.begin_attempt() { .. };
 //!         let __retry_result = {
@@ -299,16 +300,16 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
             #(#inner)*
             #registration
             #key_stmt
-            let mut __retry_call = #private::Call::lazy(#private::CallSpec {
-                registry: #registry,
-                upstream: #upstream,
-                method: #private::Method::#method,
-                key: #key_value,
-                replay: #private::Replayability::Replayable,
-                operation: ::core::option::Option::Some(::core::convert::From::from(
-                    ::core::concat!(::core::module_path!(), #function),
-                )),
-            });
+            static __RETRY_SITE: #private::CallSite = #private::CallSite::new(
+                #upstream,
+                #private::Method::#method,
+                ::core::concat!(::core::module_path!(), #function),
+            );
+            let mut __retry_call = #private::Call::at(
+                #registry,
+                &__RETRY_SITE,
+                #key_value,
+            );
             loop {
                 let __retry_attempt = match __retry_call.begin_attempt() {
                     ::core::result::Result::Ok(attempt) => attempt,

@@ -68,11 +68,23 @@ pin_project_lite::pin_project! {
     /// Runs one attempt of `call`: asks the breaker and the bulkhead, makes the attempt's future,
     /// and polls it with the attempt (and the call's own operation scope) installed and its
     /// span entered, until it completes or the attempt's timeout expires. The call then counts
-    /// the attempt (see [`Call::end_attempt`]).
+    /// the attempt (see `CallCore::end_attempt`).
     pub(crate) struct AttemptRun<'c, 'r, M, Fut> {
         call: &'c mut Call<'r>,
         // A lazy call's first attempt, not started yet: it may take the fast path.
         first: bool,
+        done: bool,
+        #[pin]
+        body: Body<M, Fut>,
+        // Everything but the fast path needs; `None` until then.
+        #[pin]
+        full: Option<Full>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An attempt on the full path: its admission, and once admitted its frame, span and timer.
+    struct Full {
         // Until the attempt's future is made; then in the frame.
         attempt: Option<Attempt>,
         pass: Pass,
@@ -80,9 +92,6 @@ pin_project_lite::pin_project! {
         // Installed around each poll of the attempt's future, once it is made.
         frame: Option<Frame>,
         span: tracing::Span,
-        done: bool,
-        #[pin]
-        body: Body<M, Fut>,
         // Created (and the attempt's start read, if nothing read it yet) only if the attempt
         // waits.
         #[pin]
@@ -90,24 +99,29 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
-    pub(crate) fn new(
-        call: &'c mut Call<'r>,
-        first: bool,
-        attempt: Option<Attempt>,
-        make: M,
-    ) -> Self {
-        AttemptRun {
-            call,
-            first,
+impl Full {
+    fn new(attempt: Option<Attempt>) -> Self {
+        Full {
             attempt,
             pass: Pass::default(),
             waiting: None,
             frame: None,
             span: tracing::Span::none(),
+            timer: None,
+        }
+    }
+}
+
+impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
+    /// `attempt` is `None` for a lazy call's first attempt (see `Call::begin_attempt`).
+    pub(crate) fn new(call: &'c mut Call<'r>, attempt: Option<Attempt>, make: M) -> Self {
+        let first = attempt.is_none();
+        AttemptRun {
+            call,
+            first,
             done: false,
             body: Body::Unmade { make: Some(make) },
-            timer: None,
+            full: attempt.map(|attempt| Full::new(Some(attempt))),
         }
     }
 }
@@ -144,24 +158,52 @@ where
                     // there.
                     let call = this.call.started();
                     call.adopt(opened);
-                    *this.pass = pass;
-                    *this.span = attempt.state.facts.span.clone();
-                    *this.frame = Some(Frame::attempt(attempt, call.installs()));
+                    let mut full = Full::new(None);
+                    full.pass = pass;
+                    full.span = attempt.state.facts.span.clone();
+                    full.frame = Some(Frame::attempt(attempt, call.installs()));
+                    this.full.set(Some(full));
                     polled = Some(first_poll);
                 }
-                Ok(First::Full(attempt)) => *this.attempt = Some(attempt),
+                Ok(First::Full(attempt)) => this.full.set(Some(Full::new(Some(attempt)))),
                 Err(error) => {
                     *this.done = true;
                     return Poll::Ready(Err(E::from(error)));
                 }
             }
         }
+        let Some(full) = this.full.as_pin_mut() else {
+            unreachable!("an attempt not on the fast path is on the full path")
+        };
+        let output = ready!(full.poll_full(this.call, this.body, polled, cx));
+        *this.done = true;
+        Poll::Ready(output)
+    }
+}
+
+impl Full {
+    /// Admits the attempt (once), makes its future (once), polls it inside its frame and span
+    /// under its timeout, and counts it when it ends. `polled`: the outcome of a first poll the
+    /// fast path made already.
+    fn poll_full<M, Fut, T, E>(
+        self: Pin<&mut Self>,
+        call: &mut Call<'_>,
+        mut body: Pin<&mut Body<M, Fut>>,
+        polled: Option<Poll<Result<T, E>>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<T, E>>
+    where
+        M: FnOnce(Option<&Attempt>) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: crate::Classify + From<Error>,
+    {
+        let mut this = self.project();
         if this.frame.is_none() {
             // Not started: admitted now, or once a bulkhead slot frees up.
             let Some(attempt) = this.attempt.as_mut() else {
                 unreachable!("the attempt is held until its future is made")
             };
-            let call = this.call.started();
+            let call = call.started();
             let admitted = loop {
                 if let Some((admission, wait)) = this.waiting {
                     let (permit, now) = ready!(wait.as_mut().poll(cx));
@@ -189,16 +231,13 @@ where
             };
             match admitted {
                 Ok(pass) => *this.pass = pass,
-                Err(error) => {
-                    *this.done = true;
-                    return Poll::Ready(Err(call.refused(this.attempt.take(), error)));
-                }
+                Err(error) => return Poll::Ready(Err(call.refused(this.attempt.take(), error))),
             }
             let Some(attempt) = this.attempt.take() else {
                 unreachable!("the attempt is held until its future is made")
             };
-            let fut = take_make(this.body.as_mut())(Some(&attempt));
-            this.body.set(Body::Made { fut });
+            let fut = take_make(body.as_mut())(Some(&attempt));
+            body.set(Body::Made { fut });
             *this.span = attempt.state.facts.span.clone();
             *this.frame = Some(Frame::attempt(attempt, call.installs()));
         }
@@ -210,7 +249,7 @@ where
             Some(polled) => polled,
             None => {
                 let _installed = frame.enter();
-                poll_body(this.body.as_mut(), cx)
+                poll_body(body.as_mut(), cx)
             }
         };
         let output = match polled {
@@ -235,15 +274,12 @@ where
                 }
             }
         };
-        *this.done = true;
         let attempt = frame.take_attempt();
         let opened = frame.take_operation();
-        Poll::Ready(this.call.started().end_attempt(
-            output,
-            attempt,
-            opened,
-            std::mem::take(this.pass),
-        ))
+        Poll::Ready(
+            call.started()
+                .end_attempt(output, attempt, opened, std::mem::take(this.pass)),
+        )
     }
 }
 

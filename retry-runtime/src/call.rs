@@ -3,7 +3,7 @@
 //! Both [`Retry::run`](crate::Retry::run) and the `#[retry]` macro drive a `Call`:
 //!
 //! ```text
-//! let mut call = Call::lazy(spec);                // looks nothing up yet
+//! let mut call = Call::at(registry, &SITE, key);  // looks nothing up yet
 //! loop {
 //!     let attempt = call.begin_attempt()?;          // deadline check
 //!     let result = call.run(attempt, body).await;   // breaker, bulkhead, scope, timeout, span;
@@ -23,7 +23,7 @@
 //! The loop is written out (by the macro) rather than hidden behind a closure so an attempt's
 //! body can borrow `&mut self` and the call's arguments afresh on every attempt.
 //!
-//! A call made with [`Call::lazy`] starts only when its first attempt is polled, and its first
+//! A call made with [`Call::at`] starts only when its first attempt is polled, and its first
 //! attempt may then take the fast path (`first.rs`); one made with [`Call::new`] starts at once.
 //! Either way, once started it is a `CallCore` (`call_core.rs`).
 
@@ -58,6 +58,30 @@ pub struct CallSpec<'r> {
     pub replay: Replayability,
     /// The operation name for an implicit scope (defaults to the upstream's name).
     pub operation: Option<Cow<'static, str>>,
+}
+
+/// What `#[retry]` fixes about its calls when it expands: the upstream, the method and the
+/// operation name. One `static` per annotated function, so a call carries a pointer to it.
+#[derive(Debug)]
+pub struct CallSite {
+    pub(crate) upstream: &'static str,
+    pub(crate) method: http::Method,
+    pub(crate) operation: &'static str,
+}
+
+impl CallSite {
+    /// A call site of `upstream`, sending `method`, naming its own scope `operation`.
+    pub const fn new(
+        upstream: &'static str,
+        method: http::Method,
+        operation: &'static str,
+    ) -> Self {
+        CallSite {
+            upstream,
+            method,
+            operation,
+        }
+    }
 }
 
 /// The answer of a reconcile check for a write whose outcome was ambiguous (spec 004: "an
@@ -99,7 +123,7 @@ pub struct Call<'r> {
 
 #[derive(Debug)]
 enum State<'r> {
-    /// Made by [`Call::lazy`]: nothing looked up yet.
+    /// Made by [`Call::at`]: nothing looked up yet.
     Lazy(Lazy<'r>),
     /// Started.
     Full(CallCore<'r>),
@@ -108,7 +132,7 @@ enum State<'r> {
 }
 
 /// The next attempt, as [`Call::run`] takes it: an [`Attempt`], or the first attempt of a call
-/// made with [`Call::lazy`], which is made only if something needs it.
+/// made with [`Call::at`], which is made only if something needs it.
 #[derive(Debug)]
 pub struct NextAttempt(Next);
 
@@ -142,12 +166,17 @@ impl<'r> Call<'r> {
         })
     }
 
-    /// Like [`new`](Self::new), but looks nothing up until the first attempt is polled, so a
-    /// first attempt that needs nothing of the call costs almost nothing (what `#[retry]`
-    /// uses). An unknown upstream is then reported by the first attempt, before anything runs.
-    pub fn lazy(spec: CallSpec<'r>) -> Self {
+    /// A call from `site` (with `key`) through `registry`, like [`new`](Self::new) but lazy:
+    /// nothing is looked up until the first attempt is polled, so a first attempt that needs
+    /// nothing of the call costs almost nothing (what `#[retry]` uses). An unknown upstream is
+    /// then reported by the first attempt, before anything runs.
+    pub fn at(
+        registry: &'r Registry,
+        site: &'static CallSite,
+        key: Option<IdempotencyKey>,
+    ) -> Self {
         Call {
-            state: State::Lazy(Lazy::new(spec)),
+            state: State::Lazy(Lazy::new(registry, site, key)),
             could_not_start: false,
         }
     }
@@ -226,7 +255,7 @@ impl<'r> Call<'r> {
     }
 
     /// The upstream called; `None` for a lazy call that has not started (see
-    /// [`lazy`](Self::lazy)).
+    /// [`at`](Self::at)).
     pub fn upstream(&self) -> Option<&Arc<Upstream>> {
         match &self.state {
             State::Full(core) => Some(core.upstream()),
@@ -265,11 +294,11 @@ impl<'r> Call<'r> {
         E: Classify + From<Error>,
     {
         // `run` takes no handle to the attempt: a handle is a shared count.
-        let (first, attempt) = match attempt.into().0 {
-            Next::First => (true, None),
-            Next::Ready(attempt) => (false, Some(attempt)),
+        let attempt = match attempt.into().0 {
+            Next::First => None,
+            Next::Ready(attempt) => Some(attempt),
         };
-        AttemptRun::new(self, first, attempt, move |_: Option<&Attempt>| fut)
+        AttemptRun::new(self, attempt, move |_: Option<&Attempt>| fut)
     }
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
@@ -284,15 +313,10 @@ impl<'r> Call<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        AttemptRun::new(
-            self,
-            false,
-            Some(attempt),
-            move |a: Option<&Attempt>| match a {
-                Some(a) => make(a.clone()),
-                None => unreachable!("an attempt given is an attempt made"),
-            },
-        )
+        AttemptRun::new(self, Some(attempt), move |a: Option<&Attempt>| match a {
+            Some(a) => make(a.clone()),
+            None => unreachable!("an attempt given is an attempt made"),
+        })
     }
 
     /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the

@@ -6,7 +6,7 @@
 //! (the upstream entry moved out of the thread's cache and back, the attempt's facts written,
 //! the scope, the spans, the frame swapped in and out) was most of the cost of such a call.
 //!
-//! So a call made with [`Call::lazy`](crate::Call::lazy) looks nothing up until its first
+//! So a call made with [`Call::at`](crate::Call::at) looks nothing up until its first
 //! attempt is polled. Then, if the upstream's entry is in this thread's cache, needs no
 //! admission (no bulkhead; the breaker, if any, closed), its spans are disabled and nothing is
 //! installed around the call (no enclosing operation or attempt to join), the attempt runs
@@ -28,7 +28,7 @@
 
 use crate::ambient::{self, LazyFirst};
 use crate::attempt::{Attempt, Fresh};
-use crate::call::CallSpec;
+use crate::call::{CallSite, CallSpec};
 use crate::call_core::{attempt_span, call_span};
 use crate::engine::Safety;
 use crate::hot::{self, HeldUpstream};
@@ -36,19 +36,19 @@ use crate::lazy_clock::{Deadline, Start};
 use crate::registry::Upstream;
 use crate::scope::{OpName, Operation, Unopened};
 
-/// What a lazy call sends: moved into the installed marker while its fast first attempt runs.
+/// What a lazy call sends: moved into the installed marker while its fast first attempt runs
+/// (two words: its static call site and its key).
 #[derive(Debug)]
 pub(crate) struct Request {
-    pub(crate) method: http::Method,
+    pub(crate) site: &'static CallSite,
     pub(crate) key: Option<crate::IdempotencyKey>,
-    pub(crate) operation: Option<std::borrow::Cow<'static, str>>,
 }
 
-/// A call made by [`Call::lazy`](crate::Call::lazy) and not started.
+/// A call made by [`Call::at`](crate::Call::at) and not started.
 #[derive(Debug)]
 pub(crate) struct Lazy<'r> {
     registry: &'r crate::Registry,
-    upstream: &'r str,
+    site: &'static CallSite,
     replay: crate::Replayability,
     /// `None` only while its fast first attempt runs (the marker holds it then).
     request: Option<Request>,
@@ -57,16 +57,16 @@ pub(crate) struct Lazy<'r> {
 }
 
 impl<'r> Lazy<'r> {
-    pub(crate) fn new(spec: CallSpec<'r>) -> Self {
+    pub(crate) fn new(
+        registry: &'r crate::Registry,
+        site: &'static CallSite,
+        key: Option<crate::IdempotencyKey>,
+    ) -> Self {
         Lazy {
-            registry: spec.registry,
-            upstream: spec.upstream,
-            replay: spec.replay,
-            request: Some(Request {
-                method: spec.method,
-                key: spec.key,
-                operation: spec.operation,
-            }),
+            registry,
+            site,
+            replay: crate::Replayability::Replayable,
+            request: Some(Request { site, key }),
             succeeded: false,
         }
     }
@@ -78,11 +78,11 @@ impl<'r> Lazy<'r> {
         };
         CallSpec {
             registry: self.registry,
-            upstream: self.upstream,
-            method: request.method,
+            upstream: self.site.upstream,
+            method: self.site.method.clone(),
             key: request.key,
             replay: self.replay,
-            operation: request.operation,
+            operation: Some(std::borrow::Cow::Borrowed(self.site.operation)),
         }
     }
 
@@ -90,8 +90,8 @@ impl<'r> Lazy<'r> {
         self.registry
     }
 
-    pub(crate) fn upstream(&self) -> &'r str {
-        self.upstream
+    pub(crate) fn upstream(&self) -> &'static str {
+        self.site.upstream
     }
 
     pub(crate) fn downgrade_replay(&mut self, replay: crate::Replayability) {
@@ -130,7 +130,7 @@ pub(crate) struct Rest {
 pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
     // A bulkhead, a breaker not closed, or no time for an attempt: the full path waits, fails
     // fast, or reports that no time was left.
-    let Some(slot) = hot::lend(lazy.registry, lazy.upstream) else {
+    let Some(slot) = hot::lend(lazy.registry, lazy.site.upstream) else {
         return Enter::Slow {
             held: None,
             spans: None,
@@ -171,21 +171,20 @@ fn spans_may_be_enabled() -> bool {
 /// name are read from the installed marker.
 fn spans(upstream: &Upstream) -> (tracing::Span, tracing::Span) {
     ambient::with_lazy(|first| {
-        let request = &first.request;
+        let Request { site, key } = &first.request;
         let safety = Safety::of(
-            &request.method,
-            request.key.is_some(),
+            &site.method,
+            key.is_some(),
             upstream.config().dedups_idempotency_key,
         );
-        let operation = request.operation.as_deref().unwrap_or(upstream.name());
         let call = call_span(
             upstream.name(),
-            operation,
-            &request.method,
+            site.operation,
+            &site.method,
             safety,
-            request.key.as_ref(),
+            key.as_ref(),
         );
-        let attempt = attempt_span(&call, 1, &request.method);
+        let attempt = attempt_span(&call, 1, &site.method);
         (call, attempt)
     })
     .unwrap_or_else(|| (tracing::Span::none(), tracing::Span::none()))
@@ -234,14 +233,14 @@ impl Drop for Entered {
 pub(crate) fn make(first: &LazyFirst) -> (Attempt, Unopened) {
     hot::with_lent(first.slot, |upstream, spare| {
         let config = upstream.config();
-        let request = &first.request;
-        let name = request.operation.clone().map(OpName::from);
+        let Request { site, key } = &first.request;
+        let name = Some(OpName::Static(site.operation));
         let unopened = Unopened::new(name, config.max_attempts.saturating_sub(1));
         let attempt = Attempt::fill(spare.take(), upstream, |facts| {
             facts.renew(Fresh {
                 number: 1,
-                method: &request.method,
-                key: request.key.as_ref(),
+                method: &site.method,
+                key: key.as_ref(),
                 deadline: Deadline::AfterStart(config.deadline),
                 timeout: config.attempt_timeout.min(config.deadline),
                 started: Start::unread(),
@@ -257,9 +256,9 @@ pub(crate) fn make(first: &LazyFirst) -> (Attempt, Unopened) {
 mod tests {
     use std::time::Duration;
 
-    use crate::call::{Call, CallSpec, First};
+    use crate::call::{Call, CallSite, First};
     use crate::hot::HeldUpstream;
-    use crate::{Registry, Replayability, UpstreamConfig, operation};
+    use crate::{Registry, UpstreamConfig, operation};
 
     fn registry() -> Registry {
         Registry::builder()
@@ -276,14 +275,13 @@ mod tests {
     }
 
     fn call<'r>(registry: &'r Registry, upstream: &'r str) -> Call<'r> {
-        Call::lazy(CallSpec {
-            registry,
-            upstream,
-            method: http::Method::GET,
-            key: None,
-            replay: Replayability::Replayable,
-            operation: None,
-        })
+        // Leaked: a call site is a `static` in the macro's expansion; a few per test run.
+        let site = Box::leak(Box::new(CallSite::new(
+            Box::leak(upstream.to_owned().into_boxed_str()),
+            http::Method::GET,
+            "op",
+        )));
+        Call::at(registry, site, None)
     }
 
     /// Whether `upstream`'s first attempt takes the fast path; if it does, it succeeds.

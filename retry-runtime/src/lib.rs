@@ -92,7 +92,7 @@ pub mod retry_after;
 pub mod tower;
 
 pub use attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
-pub use call::{Call, CallSpec, NextAttempt, Reconciled, Step};
+pub use call::{Call, CallSite, CallSpec, NextAttempt, Reconciled, Step};
 pub use classify::{Classify, Failure, PermanentCategory, Pushback, Rejection};
 pub use config::UpstreamConfig;
 pub use decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
@@ -116,7 +116,7 @@ pub use ::http::Method;
 pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
     pub use crate::attempt::IntoIdempotencyKey;
-    pub use crate::call::{Call, CallSpec, NextAttempt, Reconciled, Step};
+    pub use crate::call::{Call, CallSite, CallSpec, NextAttempt, Reconciled, Step};
     pub use crate::macro_support::{AttemptArg, attempt_arg, idempotency_key};
     pub use crate::registry::{Registration, Registry};
     pub use crate::{Error, Method, Replayability};
