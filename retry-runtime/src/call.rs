@@ -121,6 +121,9 @@ pub struct Call<'r> {
     could_not_start: bool,
 }
 
+// Unboxed on purpose: a call lives in its caller's future, and a call not started yet writes
+// only its small variant there; boxing the started one would allocate on every call that waits.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum State<'r> {
     /// Made by [`Call::at`]: nothing looked up yet.
