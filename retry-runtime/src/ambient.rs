@@ -27,7 +27,7 @@ use crate::attempt::Attempt;
 use crate::scope::{OpName, Operation, Unopened};
 
 #[derive(Debug)]
-struct Slots {
+pub(crate) struct Slots {
     operation: Option<Operation>,
     /// A call's own scope not opened yet: the first to ask for the operation opens it.
     unopened: Option<Unopened>,
@@ -38,6 +38,13 @@ struct Slots {
 }
 
 impl Slots {
+    pub(crate) const EMPTY: Slots = Slots {
+        operation: None,
+        unopened: None,
+        attempt: None,
+        lazy: None,
+    };
+
     /// The innermost attempt: a frame's, or below every frame a fast first attempt's (once
     /// made).
     fn attempt(&self) -> Option<&Attempt> {
@@ -49,10 +56,10 @@ impl Slots {
     }
 }
 
-thread_local! {
-    static AMBIENT: RefCell<Slots> = const {
-        RefCell::new(Slots { operation: None, unopened: None, attempt: None, lazy: None })
-    };
+/// The ambient slots of this thread (see `thread.rs`).
+#[inline]
+fn with_slots<R>(f: impl FnOnce(&RefCell<Slots>) -> R) -> Result<R, std::thread::AccessError> {
+    crate::thread::with(|thread| f(&thread.ambient))
 }
 
 /// What a fast first attempt installs: enough to make its attempt and its call's scope if
@@ -109,59 +116,56 @@ impl LazyFirst {
     }
 }
 
-/// Installs the marker of a fast first attempt holding the lent cache `slot`, moving `request`
-/// into it, if nothing at all is installed (a call inside a scope or an attempt takes the full
-/// way, to join them). `false`: nothing changed.
-#[inline]
-pub(crate) fn install_lazy(slot: usize, request: &mut Option<crate::first::Request>) -> bool {
-    AMBIENT
-        .try_with(|slots| {
-            let Ok(mut slots) = slots.try_borrow_mut() else {
-                return false;
-            };
-            let empty = slots.operation.is_none()
-                && slots.unopened.is_none()
-                && slots.attempt.is_none()
-                && slots.lazy.is_none();
-            if !empty {
-                return false;
-            }
-            let Some(request) = request.take() else {
-                return false;
-            };
-            slots.lazy = Some(LazyFirst {
-                slot,
-                request,
-                made: None,
-            });
-            true
-        })
-        .unwrap_or(false)
+impl Slots {
+    /// Whether nothing at all is installed (a call inside a scope or an attempt takes the full
+    /// path, to join them).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.operation.is_none()
+            && self.unopened.is_none()
+            && self.attempt.is_none()
+            && self.lazy.is_none()
+    }
+
+    /// Installs the marker of a fast first attempt holding the lent cache `slot`, `request`
+    /// moved into it.
+    #[inline]
+    pub(crate) fn install_lazy(&mut self, slot: usize, request: crate::first::Request) {
+        self.lazy = Some(LazyFirst {
+            slot,
+            request,
+            made: None,
+        });
+    }
+
+    /// Takes the fast first attempt's marker out, its request back into `request`: the
+    /// attempt (and the scope, if opened) made from it, if anything asked.
+    #[inline]
+    pub(crate) fn leave_lazy(
+        &mut self,
+        request: &mut Option<crate::first::Request>,
+    ) -> Option<(Attempt, Option<Operation>)> {
+        let first = self.lazy.take()?;
+        *request = Some(first.request);
+        let made = first.made?;
+        Some((made.attempt, made.scope.ok()))
+    }
 }
 
 /// Runs `f` with the fast first attempt's marker, if one is installed.
 pub(crate) fn with_lazy<R>(f: impl FnOnce(&LazyFirst) -> R) -> Option<R> {
-    AMBIENT
-        .try_with(|slots| Some(f(slots.try_borrow().ok()?.lazy.as_ref()?)))
+    with_slots(|slots| Some(f(slots.try_borrow().ok()?.lazy.as_ref()?)))
         .ok()
         .flatten()
 }
 
-/// Takes the fast first attempt's marker out, its request back into `request`: the attempt
-/// (and the scope, if opened) made from it, if anything asked.
-#[inline]
-pub(crate) fn leave_lazy(
-    request: &mut Option<crate::first::Request>,
-) -> Option<(Attempt, Option<Operation>)> {
-    AMBIENT
-        .try_with(|slots| {
-            let first = slots.try_borrow_mut().ok()?.lazy.take()?;
-            *request = Some(first.request);
-            let made = first.made?;
-            Some((made.attempt, made.scope.ok()))
-        })
-        .ok()
-        .flatten()
+/// Takes a fast first attempt's marker out, if one is installed (its attempt panicked).
+pub(crate) fn drop_lazy() {
+    let _ = with_slots(|slots| {
+        if let Ok(mut slots) = slots.try_borrow_mut() {
+            slots.lazy = None;
+        }
+    });
 }
 
 /// The scope an attempt's frame installs.
@@ -240,7 +244,7 @@ impl Frame {
     /// same operation. Outside a runtime thread's lifetime (thread-local storage being torn
     /// down) nothing is installed, and the code inside sees no operation and no attempt.
     fn swap(&mut self) {
-        let _ = AMBIENT.try_with(|slots| {
+        let _ = with_slots(|slots| {
             let mut slots = slots.try_borrow_mut().expect(
                 "a retry scope was entered while `Attempt::with_current` was running: \
                  do not poll futures inside its closure",
@@ -271,7 +275,7 @@ impl Drop for Entered<'_> {
 /// for the call that owns it (which takes it back when its attempt ends).
 #[inline]
 pub(crate) fn operation() -> Option<Operation> {
-    let installed = AMBIENT.try_with(|slots| match slots.try_borrow() {
+    let installed = with_slots(|slots| match slots.try_borrow() {
         Ok(slots)
             if slots.unopened.is_none() && (slots.operation.is_some() || slots.lazy.is_none()) =>
         {
@@ -290,33 +294,32 @@ pub(crate) fn operation() -> Option<Operation> {
 /// Opens the unopened scope installed now (see [`operation`]).
 #[cold]
 fn open_installed() -> Option<Operation> {
-    AMBIENT
-        .try_with(|slots| {
-            // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
-            let mut slots = slots.try_borrow_mut().ok()?;
-            let Some(unopened) = slots.unopened.take() else {
-                // Below every frame: a fast first attempt's own scope.
-                return slots.lazy.as_mut().map(LazyFirst::operation);
-            };
-            let attempt = slots.attempt.as_ref();
-            let opened = unopened.open(
-                || match attempt {
-                    Some(a) => OpName::Shared(a.state.upstream.name_arc().clone()),
-                    None => OpName::Static("operation"),
-                },
-                attempt.map(|a| a.state.facts.deadline()),
-            );
-            slots.operation = Some(opened.clone());
-            Some(opened)
-        })
-        .ok()
-        .flatten()
+    with_slots(|slots| {
+        // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
+        let mut slots = slots.try_borrow_mut().ok()?;
+        let Some(unopened) = slots.unopened.take() else {
+            // Below every frame: a fast first attempt's own scope.
+            return slots.lazy.as_mut().map(LazyFirst::operation);
+        };
+        let attempt = slots.attempt.as_ref();
+        let opened = unopened.open(
+            || match attempt {
+                Some(a) => OpName::Shared(a.state.upstream.name_arc().clone()),
+                None => OpName::Static("operation"),
+            },
+            attempt.map(|a| a.state.facts.deadline()),
+        );
+        slots.operation = Some(opened.clone());
+        Some(opened)
+    })
+    .ok()
+    .flatten()
 }
 
 /// Runs `f` with the attempt installed now, without cloning it.
 pub(crate) fn with_attempt<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
     let mut f = Some(f);
-    let ran = AMBIENT.try_with(|slots| {
+    let ran = with_slots(|slots| {
         // Below every frame: a fast first attempt's own attempt, made the first time it is asked.
         if slots
             .try_borrow()

@@ -284,6 +284,7 @@ impl Full {
 }
 
 /// The maker of the attempt's future, which is made once.
+#[inline]
 fn take_make<M, Fut>(body: Pin<&mut Body<M, Fut>>) -> M {
     match body.project() {
         BodyProj::Unmade { make } => match make.take() {
@@ -295,6 +296,7 @@ fn take_make<M, Fut>(body: Pin<&mut Body<M, Fut>>) -> M {
 }
 
 /// Polls the attempt's future, made already.
+#[inline]
 fn poll_body<M, Fut: Future>(
     body: Pin<&mut Body<M, Fut>>,
     cx: &mut Context<'_>,

@@ -36,7 +36,7 @@ use crate::attempt::{Attempt, IdempotencyKey};
 use crate::attempt_future::{AttemptRun, Pass};
 use crate::breaker::Admission;
 use crate::call_core::CallCore;
-use crate::first::{self, Enter, Entered, Lazy, Rest};
+use crate::first::{self, Entered, Handed, Lazy, Left};
 use crate::hot::HeldUpstream;
 use crate::observe::CallKind;
 use crate::registry::{Registry, Upstream};
@@ -324,26 +324,40 @@ impl<'r> Call<'r> {
 
     /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the
     /// full path (which may find the upstream unknown, or no time left).
+    #[inline]
     pub(crate) fn first(&mut self) -> Result<First, Error> {
-        let enter = match &mut self.state {
-            State::Lazy(lazy) if !lazy.succeeded => first::enter(lazy),
-            _ => return self.next_attempt().map(First::Full),
+        if let State::Lazy(lazy) = &mut self.state
+            && !lazy.succeeded
+            && let Some(entered) = first::enter(lazy)
+        {
+            return Ok(First::Fast(entered));
+        }
+        self.first_full().map(First::Full)
+    }
+
+    /// A first attempt on the full path.
+    #[cold]
+    #[inline(never)]
+    fn first_full(&mut self) -> Result<Attempt, Error> {
+        let handed = match &mut self.state {
+            State::Lazy(lazy) if !lazy.succeeded => lazy.handed.take(),
+            _ => return self.next_attempt(),
         };
-        let (held, spans) = match enter {
-            Enter::Fast(entered) => return Ok(First::Fast(entered)),
-            Enter::Slow { held, spans } => (held, spans),
+        let (held, (call_span, attempt_span)) = match handed {
+            Some(Handed { held, spans }) => (Some(held), spans.unzip()),
+            None => (None, (None, None)),
         };
-        let (call_span, attempt_span) = spans.unzip();
         let started = self
             .start(held, call_span)
             .and_then(|core| core.next_attempt(attempt_span));
         self.could_not_start = started.is_err();
-        started.map(First::Full)
+        started
     }
 
     /// After the fast first attempt's first poll: `None` if it `succeeded` and nothing asked
     /// for the attempt (the call is over and counted); else the call goes on the full path,
     /// with the attempt, the scope its poll opened (if any), and its admission.
+    #[inline]
     pub(crate) fn leave_first(
         &mut self,
         entered: Entered,
@@ -352,8 +366,21 @@ impl<'r> Call<'r> {
         let State::Lazy(lazy) = &mut self.state else {
             unreachable!("a fast first attempt belongs to a call not started")
         };
-        let Rest { held, made } = entered.leave(lazy, succeeded)?;
-        let core = match self.start(Some(held), None) {
+        match entered.leave(lazy, succeeded) {
+            Left::Ended => None,
+            Left::Continue { slot, made } => Some(self.continue_first(slot, made)),
+        }
+    }
+
+    /// The full path takes over a fast first attempt after its first poll.
+    #[cold]
+    #[inline(never)]
+    fn continue_first(
+        &mut self,
+        slot: usize,
+        made: Option<(Attempt, Option<Operation>)>,
+    ) -> (Attempt, Option<Operation>, Pass) {
+        let core = match self.start(Some(first::take_lent(slot)), None) {
             Ok(core) => core,
             Err(_) => unreachable!("a call starts without error from an entry it holds"),
         };
@@ -374,7 +401,7 @@ impl<'r> Call<'r> {
             admission,
             permit: None,
         };
-        Some((attempt, opened, pass))
+        (attempt, opened, pass)
     }
 
     /// Ends the call if the attempt succeeded: `Break` with the value (the call is recorded as

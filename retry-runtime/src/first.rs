@@ -35,6 +35,7 @@ use crate::hot::{self, HeldUpstream};
 use crate::lazy_clock::{Deadline, Start};
 use crate::registry::Upstream;
 use crate::scope::{OpName, Operation, Unopened};
+use crate::thread;
 
 /// What a lazy call sends: moved into the installed marker while its fast first attempt runs
 /// (two words: its static call site and its key).
@@ -54,6 +55,8 @@ pub(crate) struct Lazy<'r> {
     request: Option<Request>,
     /// Its first attempt succeeded on the fast path, which counted the call: it is over.
     pub(crate) succeeded: bool,
+    /// What the fast path found before it handed the first attempt to the full path.
+    pub(crate) handed: Option<Handed>,
 }
 
 impl<'r> Lazy<'r> {
@@ -68,6 +71,7 @@ impl<'r> Lazy<'r> {
             replay: crate::Replayability::Replayable,
             request: Some(Request { site, key }),
             succeeded: false,
+            handed: None,
         }
     }
 
@@ -107,56 +111,60 @@ pub(crate) struct Entered {
     live: bool,
 }
 
-/// Whether the first attempt takes the fast path.
-pub(crate) enum Enter {
-    Fast(Entered),
-    /// The full path, with the entry already found and the spans already made, if they were.
-    Slow {
-        held: Option<HeldUpstream>,
-        spans: Option<(tracing::Span, tracing::Span)>,
+/// What the full path takes over from a first attempt that did not take the fast path, or
+/// did not end the call on it: the entry found and the spans made, if they were.
+#[derive(Debug)]
+pub(crate) struct Handed {
+    pub(crate) held: HeldUpstream,
+    pub(crate) spans: Option<(tracing::Span, tracing::Span)>,
+}
+
+/// How a fast first attempt's first poll left.
+pub(crate) enum Left {
+    /// It succeeded and nothing asked for the attempt: the call was counted and is over.
+    Ended,
+    /// The full path takes over the lent entry in `slot`, with the attempt (and the scope, if
+    /// it was opened) made because the body asked.
+    Continue {
+        slot: usize,
+        made: Option<(Attempt, Option<Operation>)>,
     },
 }
 
-/// What the full path takes over from a fast first attempt that did not end the call.
-pub(crate) struct Rest {
-    pub(crate) held: HeldUpstream,
-    /// The attempt (and the scope, if it was opened) made because the body asked.
-    pub(crate) made: Option<(Attempt, Option<Operation>)>,
-}
-
 /// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs). Its
-/// request moves into the installed marker until it leaves.
+/// request moves into the installed marker until it leaves. `None`: the full path starts it
+/// (with what this found, in `lazy.handed`).
 #[inline]
-pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
-    // A bulkhead, a breaker not closed, or no time for an attempt: the full path waits, fails
-    // fast, or reports that no time was left.
-    let Some(slot) = hot::lend(lazy.registry, lazy.site.upstream) else {
-        return Enter::Slow {
-            held: None,
-            spans: None,
+pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Option<Entered> {
+    let registry = lazy.registry.generation();
+    let (upstream, request) = (lazy.site.upstream, &mut lazy.request);
+    // One access to this thread's state: nothing installed (else the full path joins what is),
+    // and the entry cached, free to start (else the full path waits for a bulkhead, fails
+    // fast on an open breaker, or reports that no time was left).
+    let lent = thread::with(|thread| {
+        let mut slots = thread.ambient.try_borrow_mut().ok()?;
+        if !slots.is_empty() {
+            return None;
+        }
+        let slot = thread
+            .cache
+            .try_borrow_mut()
+            .ok()?
+            .lend(registry, upstream)?;
+        let Some(request) = request.take() else {
+            unreachable!("a lazy call's first attempt starts once")
         };
+        slots.install_lazy(slot, request);
+        Some(slot)
+    });
+    let Ok(Some(slot)) = lent else {
+        return None;
     };
-    if !ambient::install_lazy(slot, &mut lazy.request) {
-        // Inside a scope or an attempt: the full path joins them.
-        return Enter::Slow {
-            held: Some(hot::take_lent(slot)),
-            spans: None,
-        };
-    }
     let entered = Entered { slot, live: true };
-    if !spans_may_be_enabled() {
-        return Enter::Fast(entered);
+    if spans_may_be_enabled() {
+        return entered.unless_spans(lazy);
     }
-    // Made only now that the call is known to open its own scope (a span names it).
-    let spans = hot::with_lent(slot, |upstream, _| spans(upstream));
-    if spans.0.is_disabled() && spans.1.is_disabled() {
-        return Enter::Fast(entered);
-    }
-    let Rest { held, .. } = entered.leave_to_full(lazy);
-    Enter::Slow {
-        held: Some(held),
-        spans: Some(spans),
-    }
+    Some(entered)
 }
 
 /// Whether any subscriber may enable an `INFO` span (one load): when none may, the call's and
@@ -191,29 +199,46 @@ fn spans(upstream: &Upstream) -> (tracing::Span, tracing::Span) {
 }
 
 impl Entered {
-    /// Leaves the first attempt's first poll. `None`: it `succeeded` and nothing asked for the
-    /// attempt, so the call was counted and is over. Otherwise the full path takes over.
+    /// Leaves the first attempt's first poll: [`Left::Ended`] if it `succeeded` and nothing
+    /// asked for the attempt (the call was counted and is over).
     #[inline]
-    pub(crate) fn leave(mut self, lazy: &mut Lazy<'_>, succeeded: bool) -> Option<Rest> {
+    pub(crate) fn leave(mut self, lazy: &mut Lazy<'_>, succeeded: bool) -> Left {
         self.live = false;
-        let made = ambient::leave_lazy(&mut lazy.request);
-        if succeeded && made.is_none() {
-            hot::give_back_happy(self.slot);
-            lazy.succeeded = true;
-            return None;
+        let (slot, request) = (self.slot, &mut lazy.request);
+        let left = thread::with(|thread| {
+            let made = thread.ambient.borrow_mut().leave_lazy(request);
+            if succeeded && made.is_none() {
+                thread.cache.borrow_mut().give_back_happy(slot);
+                return Left::Ended;
+            }
+            Left::Continue { slot, made }
+        });
+        match left {
+            Ok(Left::Ended) => {
+                lazy.succeeded = true;
+                Left::Ended
+            }
+            Ok(left) => left,
+            Err(_) => unreachable!("the thread running the attempt is not ending"),
         }
-        Some(Rest {
-            held: hot::take_lent(self.slot),
-            made,
-        })
     }
 
-    /// Leaves for the full path whatever happened.
-    fn leave_to_full(self, lazy: &mut Lazy<'_>) -> Rest {
-        match self.leave(lazy, false) {
-            Some(rest) => rest,
-            None => unreachable!("only a success ends the call"),
+    /// Spans may be enabled: made now, as the full path would make them, and if either is,
+    /// the full path takes the attempt over with them (`None`).
+    #[cold]
+    fn unless_spans(self, lazy: &mut Lazy<'_>) -> Option<Entered> {
+        let spans = hot::with_lent(self.slot, |upstream, _| spans(upstream));
+        if spans.0.is_disabled() && spans.1.is_disabled() {
+            return Some(self);
         }
+        let Left::Continue { slot, .. } = self.leave(lazy, false) else {
+            unreachable!("only a success ends the call")
+        };
+        lazy.handed = Some(Handed {
+            held: hot::take_lent(slot),
+            spans: Some(spans),
+        });
+        None
     }
 }
 
@@ -221,10 +246,15 @@ impl Drop for Entered {
     /// The body panicked: nothing stays installed or lent.
     fn drop(&mut self) {
         if self.live {
-            drop(ambient::leave_lazy(&mut None));
+            ambient::drop_lazy();
             hot::unlend(self.slot);
         }
     }
+}
+
+/// Takes the lent entry in `slot` out of this thread's cache, for the full path.
+pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
+    hot::take_lent(slot)
 }
 
 /// Makes the first attempt and the call's unopened scope from the marker, exactly as the full

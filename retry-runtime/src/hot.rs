@@ -37,14 +37,22 @@ pub(crate) const FLUSH_EVERY: u32 = 16;
 /// Entries kept per thread (a service calling more upstreams than this in turn looks some up).
 const ENTRIES: usize = 4;
 
-thread_local! {
-    static CACHE: RefCell<Cache> = const {
-        RefCell::new(Cache { slots: [const { None }; ENTRIES], evict_next: 0 })
-    };
+/// This thread's cache (see `thread.rs`).
+#[inline]
+fn with_cache<R>(f: impl FnOnce(&RefCell<Cache>) -> R) -> Result<R, std::thread::AccessError> {
+    crate::thread::with(|thread| f(&thread.cache))
+}
+
+/// The entry of a lent slot: there until given back (see the module docs).
+fn lent_entry(cache: &mut Cache, slot: usize) -> &mut Entry {
+    match cache.slots.get_mut(slot) {
+        Some(Some(entry)) if entry.lent => entry,
+        _ => unreachable!("a lent entry stays in its slot until given back"),
+    }
 }
 
 #[derive(Debug)]
-struct Cache {
+pub(crate) struct Cache {
     slots: [Option<Entry>; ENTRIES],
     /// The slot to evict next when every slot is full (round robin, skipping a lent entry).
     evict_next: usize,
@@ -113,6 +121,11 @@ impl Drop for Entry {
 }
 
 impl Cache {
+    pub(crate) const EMPTY: Cache = Cache {
+        slots: [const { None }; ENTRIES],
+        evict_next: 0,
+    };
+
     /// The slot whose entry makes room for another: round robin, never a lent one (at most
     /// one entry is lent at a time, so another is always there).
     fn victim(&mut self) -> usize {
@@ -125,35 +138,51 @@ impl Cache {
     }
 }
 
-/// Lends `name`'s current entry in `registry` to a fast first attempt, if this thread's cache
-/// holds it and its first attempt can start without asking anything (no bulkhead to wait for,
-/// the breaker if any closed, time for an attempt): it stays where it is, and the slot returned
-/// is its until [`give_back_happy`] or [`take_lent`].
-#[inline]
-pub(crate) fn lend(registry: &Registry, name: &str) -> Option<usize> {
-    let (id, generation) = registry.generation();
-    CACHE
-        .try_with(|cache| {
-            let mut cache = cache.try_borrow_mut().ok()?;
-            for (slot, entry) in cache.slots.iter_mut().enumerate() {
-                let Some(entry) = entry else { continue };
-                if entry.registry != id || !same_name(entry.upstream.name(), name) {
-                    continue;
-                }
-                let free = entry.starts_free
-                    && entry.generation == generation
-                    && !entry.lent
-                    && entry.upstream.breaker().is_none_or(|b| b.is_closed());
-                if !free {
-                    return None;
-                }
-                entry.lent = true;
-                return Some(slot);
+impl Cache {
+    /// Lends `name`'s entry in the registry `(id, generation)` to a fast first attempt, if the
+    /// cache holds it, current, and its first attempt can start without asking anything (no
+    /// bulkhead to wait for, the breaker if any closed, time for an attempt): it stays where it
+    /// is, and the slot returned is its until given back ([`give_back_happy`](Self::give_back_happy),
+    /// [`take_lent`]).
+    #[inline]
+    pub(crate) fn lend(&mut self, (id, generation): (u64, u64), name: &str) -> Option<usize> {
+        for (slot, entry) in self.slots.iter_mut().enumerate() {
+            let Some(entry) = entry else { continue };
+            if entry.registry != id || !same_name(entry.upstream.name(), name) {
+                continue;
             }
-            None
-        })
-        .ok()
-        .flatten()
+            let free = entry.starts_free
+                && entry.generation == generation
+                && !entry.lent
+                && entry.upstream.breaker().is_none_or(|b| b.is_closed());
+            if !free {
+                return None;
+            }
+            entry.lent = true;
+            return Some(slot);
+        }
+        None
+    }
+
+    /// Gives the lent entry back, counting one call whose only attempt succeeded without
+    /// reading the clock (see the module docs).
+    #[inline]
+    pub(crate) fn give_back_happy(&mut self, slot: usize) {
+        let entry = lent_entry(self, slot);
+        entry.lent = false;
+        entry.happy += 1;
+        if entry.happy >= FLUSH_EVERY {
+            entry.flush();
+        }
+        // What the full path's end of a call records.
+        if cfg!(feature = "metrics") {
+            let upstream = &entry.upstream;
+            crate::observe::call_finished(upstream.name(), crate::observe::CallKind::of(true, 1));
+            if let Some(breaker) = upstream.breaker() {
+                crate::observe::breaker_state(upstream.name(), breaker.state());
+            }
+        }
+    }
 }
 
 /// Runs `f` with the lent entry's upstream and spare attempt state.
@@ -161,56 +190,33 @@ pub(crate) fn with_lent<R>(
     slot: usize,
     f: impl FnOnce(&Arc<Upstream>, &mut Option<Attempt>) -> R,
 ) -> R {
-    CACHE.with(|cache| {
+    let lent = with_cache(|cache| {
         let mut cache = cache.borrow_mut();
-        match cache.slots.get_mut(slot) {
-            Some(Some(entry)) if entry.lent => f(&entry.upstream, &mut entry.spare),
-            _ => unreachable!("a lent entry stays in its slot until given back"),
-        }
-    })
-}
-
-/// Gives the lent entry back, counting one call whose only attempt succeeded without reading
-/// the clock (see the module docs).
-#[inline]
-pub(crate) fn give_back_happy(slot: usize) {
-    let _ = CACHE.try_with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if let Some(Some(entry)) = cache.slots.get_mut(slot) {
-            entry.lent = false;
-            entry.happy += 1;
-            if entry.happy >= FLUSH_EVERY {
-                entry.flush();
-            }
-            // What the full path's end of a call records.
-            let upstream = &entry.upstream;
-            crate::observe::call_finished(upstream.name(), crate::observe::CallKind::of(true, 1));
-            if cfg!(feature = "metrics")
-                && let Some(breaker) = upstream.breaker()
-            {
-                crate::observe::breaker_state(upstream.name(), breaker.state());
-            }
-        }
+        let entry = lent_entry(&mut cache, slot);
+        f(&entry.upstream, &mut entry.spare)
     });
+    match lent {
+        Ok(r) => r,
+        Err(_) => unreachable!("a lent entry's thread is running"),
+    }
 }
 
 /// Takes the lent entry out of the cache for a call that goes on the full way.
 pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
-    CACHE.with(|cache| {
+    let taken = with_cache(|cache| {
         let mut cache = cache.borrow_mut();
-        match cache.slots.get_mut(slot).and_then(Option::take) {
-            Some(mut entry) if entry.lent => {
-                entry.lent = false;
-                HeldUpstream { entry: Some(entry) }
-            }
-            _ => unreachable!("a lent entry stays in its slot until given back"),
-        }
-    })
+        lent_entry(&mut cache, slot).lent = false;
+        cache.slots[slot].take()
+    });
+    match taken {
+        Ok(entry @ Some(_)) => HeldUpstream { entry },
+        _ => unreachable!("a lent entry stays in its slot until given back"),
+    }
 }
 
 /// Gives the lent entry back as it is (its attempt panicked).
 pub(crate) fn unlend(slot: usize) {
-    let _ = CACHE.try_with(|cache| {
+    let _ = with_cache(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut()
             && let Some(Some(entry)) = cache.slots.get_mut(slot)
         {
@@ -231,17 +237,14 @@ impl HeldUpstream {
     /// current, else looked up.
     pub(crate) fn take(registry: &Registry, name: &str) -> Result<Self, Error> {
         let (id, generation) = registry.generation();
-        let cached = CACHE
-            .try_with(|cache| {
-                let mut cache = cache.try_borrow_mut().ok()?;
-                cache.slots.iter_mut().find_map(|slot| {
-                    slot.take_if(|e| {
-                        !e.lent && e.registry == id && same_name(e.upstream.name(), name)
-                    })
-                })
+        let cached = with_cache(|cache| {
+            let mut cache = cache.try_borrow_mut().ok()?;
+            cache.slots.iter_mut().find_map(|slot| {
+                slot.take_if(|e| !e.lent && e.registry == id && same_name(e.upstream.name(), name))
             })
-            .ok()
-            .flatten();
+        })
+        .ok()
+        .flatten();
         // A stale entry (the registry was reloaded since) counts what it holds as it drops.
         let entry = match cached {
             Some(entry) if entry.generation == generation => entry,
@@ -299,7 +302,7 @@ impl Drop for HeldUpstream {
         };
         // A free slot, or an entry not lent makes room (and counts what it holds as it drops);
         // with no cache left (the thread is ending) or one in use, the entry just drops.
-        let _ = CACHE.try_with(|cache| {
+        let _ = with_cache(|cache| {
             if let Ok(mut cache) = cache.try_borrow_mut() {
                 let slot = match cache.slots.iter().position(Option::is_none) {
                     Some(free) => free,

@@ -74,6 +74,7 @@ mod observe;
 mod replay;
 mod retry;
 mod scope;
+mod thread;
 mod window;
 
 pub mod backoff;
