@@ -67,7 +67,8 @@ fn with_slots<R>(f: impl FnOnce(&RefCell<Slots>) -> R) -> Result<R, std::thread:
 #[derive(Debug)]
 pub(crate) struct LazyFirst {
     pub(crate) slot: usize,
-    pub(crate) request: crate::first::Request,
+    /// What to make the attempt from when asked (`None`: made at once).
+    pub(crate) request: Option<crate::first::Request>,
     made: Option<Made>,
 }
 
@@ -127,36 +128,39 @@ impl Slots {
             && self.lazy.is_none()
     }
 
-    /// Installs the marker of a fast first attempt holding the lent cache `slot`, `request`
-    /// moved into it.
+    /// Installs the marker of a fast first attempt holding the lent cache `slot`: the
+    /// `request` to make its attempt from when asked, or the attempt and scope `made` already.
     #[inline]
-    pub(crate) fn install_lazy(&mut self, slot: usize, request: crate::first::Request) {
+    pub(crate) fn install_lazy(
+        &mut self,
+        slot: usize,
+        request: Option<crate::first::Request>,
+        made: Option<(Attempt, Unopened)>,
+    ) {
         self.lazy = Some(LazyFirst {
             slot,
             request,
-            made: None,
+            made: made.map(|(attempt, unopened)| Made {
+                attempt,
+                scope: Err(unopened),
+            }),
         });
     }
 
-    /// Takes the fast first attempt's marker out, its request back into `request`: the
-    /// attempt (and the scope, if opened) made from it, if anything asked.
+    /// Takes the fast first attempt's marker out, the request's key back into `key`: the
+    /// attempt (and the scope, if opened) made, if anything asked or it was made at once.
     #[inline]
     pub(crate) fn leave_lazy(
         &mut self,
-        request: &mut Option<crate::first::Request>,
+        key: &mut Option<crate::IdempotencyKey>,
     ) -> Option<(Attempt, Option<Operation>)> {
         let first = self.lazy.take()?;
-        *request = Some(first.request);
+        if let Some(request) = first.request {
+            *key = request.key;
+        }
         let made = first.made?;
         Some((made.attempt, made.scope.ok()))
     }
-}
-
-/// Runs `f` with the fast first attempt's marker, if one is installed.
-pub(crate) fn with_lazy<R>(f: impl FnOnce(&LazyFirst) -> R) -> Option<R> {
-    with_slots(|slots| Some(f(slots.try_borrow().ok()?.lazy.as_ref()?)))
-        .ok()
-        .flatten()
 }
 
 /// Takes a fast first attempt's marker out, if one is installed (its attempt panicked).

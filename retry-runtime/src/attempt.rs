@@ -303,6 +303,11 @@ impl Attempt {
         }
     }
 
+    /// Whether nothing read the attempt's start yet (so nothing read the clock for it).
+    pub(crate) fn started_unread(&self) -> bool {
+        self.state.facts.started.read().is_none()
+    }
+
     /// Whether the state holds nothing that must be let go when its call ends (an open span,
     /// a key), so it can wait for the next call as it is.
     pub(crate) fn holds_nothing(&self) -> bool {

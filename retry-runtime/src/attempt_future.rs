@@ -26,6 +26,7 @@ use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::breaker::Admission;
 use crate::call::{Call, First};
+use crate::first::Left;
 
 /// The attempt's timeout expired before its future completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +74,8 @@ pin_project_lite::pin_project! {
         call: &'c mut Call<'r>,
         // A lazy call's first attempt, not started yet: it may take the fast path.
         first: bool,
+        // The attempt's future is made from the attempt (on the fast path too).
+        needs_attempt: bool,
         done: bool,
         #[pin]
         body: Body<M, Fut>,
@@ -114,11 +117,18 @@ impl Full {
 
 impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
     /// `attempt` is `None` for a lazy call's first attempt (see `Call::begin_attempt`).
-    pub(crate) fn new(call: &'c mut Call<'r>, attempt: Option<Attempt>, make: M) -> Self {
+    /// `make` is given the attempt if it `needs_attempt`.
+    pub(crate) fn new(
+        call: &'c mut Call<'r>,
+        attempt: Option<Attempt>,
+        needs_attempt: bool,
+        make: M,
+    ) -> Self {
         let first = attempt.is_none();
         AttemptRun {
             call,
             first,
+            needs_attempt,
             done: false,
             body: Body::Unmade { make: Some(make) },
             full: attempt.map(|attempt| Full::new(Some(attempt))),
@@ -128,7 +138,7 @@ impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
 
 impl<M, Fut, T, E> Future for AttemptRun<'_, '_, M, Fut>
 where
-    M: FnOnce(Option<&Attempt>) -> Fut,
+    M: FnOnce(Option<Attempt>) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: crate::Classify + From<Error>,
 {
@@ -145,15 +155,20 @@ where
         if std::mem::take(this.first) {
             match this.call.first() {
                 Ok(First::Fast(entered)) => {
-                    let fut = take_make(this.body.as_mut())(None);
+                    let attempt = match *this.needs_attempt {
+                        true => crate::ambient::with_attempt(|a| a.cloned()),
+                        false => None,
+                    };
+                    let fut = take_make(this.body.as_mut())(attempt);
                     this.body.set(Body::Made { fut });
                     let first_poll = poll_body(this.body.as_mut(), cx);
                     let succeeded = matches!(first_poll, Poll::Ready(Ok(_)));
-                    let Some((attempt, opened, pass)) = this.call.leave_first(entered, succeeded)
+                    let Left::Continue { slot, made } = this.call.leave_first(entered, succeeded)
                     else {
                         *this.done = true;
                         return first_poll;
                     };
+                    let (attempt, opened, pass) = this.call.continue_first(slot, made);
                     // The call goes on the full path, as if this attempt had been admitted
                     // there.
                     let call = this.call.started();
@@ -175,7 +190,8 @@ where
         let Some(full) = this.full.as_pin_mut() else {
             unreachable!("an attempt not on the fast path is on the full path")
         };
-        let output = ready!(full.poll_full(this.call, this.body, polled, cx));
+        let needs_attempt = *this.needs_attempt;
+        let output = ready!(full.poll_full(this.call, this.body, polled, needs_attempt, cx));
         *this.done = true;
         Poll::Ready(output)
     }
@@ -190,10 +206,11 @@ impl Full {
         call: &mut Call<'_>,
         mut body: Pin<&mut Body<M, Fut>>,
         polled: Option<Poll<Result<T, E>>>,
+        needs_attempt: bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<T, E>>
     where
-        M: FnOnce(Option<&Attempt>) -> Fut,
+        M: FnOnce(Option<Attempt>) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: crate::Classify + From<Error>,
     {
@@ -236,7 +253,7 @@ impl Full {
             let Some(attempt) = this.attempt.take() else {
                 unreachable!("the attempt is held until its future is made")
             };
-            let fut = take_make(body.as_mut())(Some(&attempt));
+            let fut = take_make(body.as_mut())(needs_attempt.then(|| attempt.clone()));
             body.set(Body::Made { fut });
             *this.span = attempt.state.facts.span.clone();
             *this.frame = Some(Frame::attempt(attempt, call.installs()));

@@ -36,7 +36,7 @@ use crate::attempt::{Attempt, IdempotencyKey};
 use crate::attempt_future::{AttemptRun, Pass};
 use crate::breaker::Admission;
 use crate::call_core::CallCore;
-use crate::first::{self, Entered, Handed, Lazy, Left};
+use crate::first::{self, Enter, Entered, Handed, Lazy, Left};
 use crate::hot::HeldUpstream;
 use crate::observe::CallKind;
 use crate::registry::{Registry, Upstream};
@@ -173,13 +173,24 @@ impl<'r> Call<'r> {
     /// nothing is looked up until the first attempt is polled, so a first attempt that needs
     /// nothing of the call costs almost nothing (what `#[retry]` uses). An unknown upstream is
     /// then reported by the first attempt, before anything runs.
+    #[inline]
     pub fn at(
         registry: &'r Registry,
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
     ) -> Self {
         Call {
-            state: State::Lazy(Lazy::new(registry, site, key)),
+            state: State::Lazy(Lazy::at(registry, site, key)),
+            could_not_start: false,
+        }
+    }
+
+    /// Like [`new`](Self::new), but lazy like [`at`](Self::at): nothing is looked up until the
+    /// first attempt is polled (what the builder uses).
+    #[inline]
+    pub fn lazy(spec: CallSpec<'r>) -> Self {
+        Call {
+            state: State::Lazy(Lazy::new(spec)),
             could_not_start: false,
         }
     }
@@ -274,6 +285,7 @@ impl<'r> Call<'r> {
 
     /// Like [`next_attempt`](Self::next_attempt), but a lazy call's first attempt is left to
     /// [`run`](Self::run) to start, on the fast path if it can (what `#[retry]` uses).
+    #[inline]
     pub fn begin_attempt(&mut self) -> Result<NextAttempt, Error> {
         match self.state {
             State::Lazy(Lazy {
@@ -301,48 +313,53 @@ impl<'r> Call<'r> {
             Next::First => None,
             Next::Ready(attempt) => Some(attempt),
         };
-        AttemptRun::new(self, attempt, move |_: Option<&Attempt>| fut)
+        AttemptRun::new(self, attempt, false, move |_: Option<Attempt>| fut)
     }
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
     /// bulkhead have admitted it.
-    pub fn run_with<T, E, F, Fut>(
+    pub fn run_with<T, E, F, Fut, A>(
         &mut self,
-        attempt: Attempt,
+        attempt: A,
         make: F,
-    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut>
+    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut, A>
     where
+        A: Into<NextAttempt>,
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        AttemptRun::new(self, Some(attempt), move |a: Option<&Attempt>| match a {
-            Some(a) => make(a.clone()),
-            None => unreachable!("an attempt given is an attempt made"),
+        let attempt = match attempt.into().0 {
+            Next::First => None,
+            Next::Ready(attempt) => Some(attempt),
+        };
+        AttemptRun::new(self, attempt, true, move |a: Option<Attempt>| match a {
+            Some(a) => make(a),
+            None => unreachable!("an attempt is made for a body that needs it"),
         })
     }
 
-    /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the
-    /// full path (which may find the upstream unknown, or no time left).
+    /// Starts a lazy call's first attempt: on the fast path if it can take it (`Ok(Some)`),
+    /// else on the full path (which may find the upstream unknown, or no time left).
     #[inline]
     pub(crate) fn first(&mut self) -> Result<First, Error> {
-        if let State::Lazy(lazy) = &mut self.state
-            && !lazy.succeeded
-            && let Some(entered) = first::enter(lazy)
-        {
-            return Ok(First::Fast(entered));
-        }
-        self.first_full().map(First::Full)
+        let handed = match &mut self.state {
+            State::Lazy(lazy) if !lazy.succeeded => match first::enter(lazy) {
+                Enter::Fast(entered) => return Ok(First::Fast(entered)),
+                Enter::Full(handed) => handed,
+            },
+            _ => None,
+        };
+        self.first_full(handed).map(First::Full)
     }
 
-    /// A first attempt on the full path.
+    /// A first attempt on the full path, from what the fast path found.
     #[cold]
     #[inline(never)]
-    fn first_full(&mut self) -> Result<Attempt, Error> {
-        let handed = match &mut self.state {
-            State::Lazy(lazy) if !lazy.succeeded => lazy.handed.take(),
-            _ => return self.next_attempt(),
-        };
+    fn first_full(&mut self, handed: Option<Handed>) -> Result<Attempt, Error> {
+        if !matches!(&self.state, State::Lazy(lazy) if !lazy.succeeded) {
+            return self.next_attempt();
+        }
         let (held, (call_span, attempt_span)) = match handed {
             Some(Handed { held, spans }) => (Some(held), spans.unzip()),
             None => (None, (None, None)),
@@ -354,28 +371,21 @@ impl<'r> Call<'r> {
         started
     }
 
-    /// After the fast first attempt's first poll: `None` if it `succeeded` and nothing asked
-    /// for the attempt (the call is over and counted); else the call goes on the full path,
-    /// with the attempt, the scope its poll opened (if any), and its admission.
+    /// After the fast first attempt's first poll: [`Left::Ended`] if it `succeeded` and nothing
+    /// asked for the attempt (the call is over and counted); else the full path takes over
+    /// ([`continue_first`](Self::continue_first)).
     #[inline]
-    pub(crate) fn leave_first(
-        &mut self,
-        entered: Entered,
-        succeeded: bool,
-    ) -> Option<(Attempt, Option<Operation>, Pass)> {
+    pub(crate) fn leave_first(&mut self, entered: Entered, succeeded: bool) -> Left {
         let State::Lazy(lazy) = &mut self.state else {
             unreachable!("a fast first attempt belongs to a call not started")
         };
-        match entered.leave(lazy, succeeded) {
-            Left::Ended => None,
-            Left::Continue { slot, made } => Some(self.continue_first(slot, made)),
-        }
+        entered.leave(lazy, succeeded)
     }
 
     /// The full path takes over a fast first attempt after its first poll.
     #[cold]
     #[inline(never)]
-    fn continue_first(
+    pub(crate) fn continue_first(
         &mut self,
         slot: usize,
         made: Option<(Attempt, Option<Operation>)>,

@@ -1,4 +1,5 @@
-//! The first attempt of a lazy call (the one `#[retry]` makes), on the fast path.
+//! The first attempt of a lazy call (the ones `#[retry]` and the builder make), on the fast
+//! path.
 //!
 //! Most calls succeed at their first attempt, and most such attempts need almost nothing of
 //! what the full attempt loop prepares: nobody reads the attempt's number, key or deadline, no
@@ -6,87 +7,162 @@
 //! (the upstream entry moved out of the thread's cache and back, the attempt's facts written,
 //! the scope, the spans, the frame swapped in and out) was most of the cost of such a call.
 //!
-//! So a call made with [`Call::at`](crate::Call::at) looks nothing up until its first
-//! attempt is polled. Then, if the upstream's entry is in this thread's cache, needs no
-//! admission (no bulkhead; the breaker, if any, closed), its spans are disabled and nothing is
-//! installed around the call (no enclosing operation or attempt to join), the attempt runs
-//! *lazily*:
+//! So a call made with [`Call::at`](crate::Call::at) or [`Call::lazy`](crate::Call::lazy)
+//! looks nothing up until its first attempt is polled. Then, if the upstream's entry is in
+//! this thread's cache, needs no admission (no bulkhead; the breaker, if any, closed), its
+//! spans are disabled and nothing is installed around the call (no enclosing operation or
+//! attempt to join), the attempt runs *lazily*:
 //!
 //! - the cache entry is lent in place (`hot.rs`), not moved;
-//! - a marker holding the call's method, key and operation name is installed (`ambient.rs`),
-//!   from which the attempt and the call's scope are made the first time anything asks for
-//!   either ([`make`]); the HTTP integration always asks, so a real request gets exactly the
-//!   attempt the full path would have given it;
-//! - if the body completes in that first poll, successfully, and nothing asked, the call is
-//!   counted in the entry's batch (as the full path counts such a call) and is over.
+//! - a marker is installed (`ambient.rs`) from which the attempt and the call's scope are made
+//!   the first time anything asks for either ([`make`]): for `#[retry]`, two words (its static
+//!   call site and its key); the HTTP integration always asks, so a real request gets exactly
+//!   the attempt the full path would have given it. The builder's closure takes the attempt as
+//!   an argument, so its attempt is made at once;
+//! - if the body completes in that first poll, successfully, and nothing read the attempt's
+//!   time or opened the scope, the call is counted in the entry's batch (as the full path
+//!   counts such a call) and is over.
 //!
-//! Anything else (the body waits, fails, or asked for the attempt) continues on the full path
-//! from where the first poll left it, with the attempt that was made, if one was: the same
-//! attempt, deadline, timeout, scope and counting as a call that took the full path from the
-//! start. Every other case (a cache miss, a bulkhead, a breaker not closed, spans enabled, an
+//! Anything else (the body waits, fails, or read the time) continues on the full path from
+//! where the first poll left it, with the attempt that was made, if one was: the same attempt,
+//! deadline, timeout, scope and counting as a call that took the full path from the start.
+//! Every other case (a cache miss, a bulkhead, a breaker not closed, spans enabled, an
 //! enclosing scope) takes the full path from the start.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::IdempotencyKey;
 use crate::ambient::{self, LazyFirst};
 use crate::attempt::{Attempt, Fresh};
 use crate::call::{CallSite, CallSpec};
 use crate::call_core::{attempt_span, call_span};
 use crate::engine::Safety;
-use crate::hot::{self, HeldUpstream};
+use crate::hot::{self, Cache, HeldUpstream};
 use crate::lazy_clock::{Deadline, Start};
 use crate::registry::Upstream;
 use crate::scope::{OpName, Operation, Unopened};
 use crate::thread;
 
-/// What a lazy call sends: moved into the installed marker while its fast first attempt runs
-/// (two words: its static call site and its key).
+/// What `#[retry]`'s marker holds until something asks for the attempt.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) site: &'static CallSite,
-    pub(crate) key: Option<crate::IdempotencyKey>,
+    pub(crate) key: Option<IdempotencyKey>,
 }
 
-/// A call made by [`Call::at`](crate::Call::at) and not started.
+/// A lazy call's method and operation name: `#[retry]`'s static call site, or the builder's
+/// own.
+#[derive(Debug)]
+pub(crate) enum What {
+    Site(&'static CallSite),
+    Owned {
+        method: http::Method,
+        operation: Option<Cow<'static, str>>,
+    },
+}
+
+impl What {
+    fn method(&self) -> &http::Method {
+        match self {
+            What::Site(site) => &site.method,
+            What::Owned { method, .. } => method,
+        }
+    }
+
+    /// The name of the call's own scope, if it is not named after its upstream.
+    fn operation(&self) -> Option<&str> {
+        match self {
+            What::Site(site) => Some(site.operation),
+            What::Owned { operation, .. } => operation.as_deref(),
+        }
+    }
+}
+
+/// A call made by [`Call::at`](crate::Call::at) or [`Call::lazy`](crate::Call::lazy) and not
+/// started.
 #[derive(Debug)]
 pub(crate) struct Lazy<'r> {
     registry: &'r crate::Registry,
-    site: &'static CallSite,
+    upstream: &'r str,
     replay: crate::Replayability,
-    /// `None` only while its fast first attempt runs (the marker holds it then).
-    request: Option<Request>,
+    what: What,
+    /// `None` while `#[retry]`'s fast first attempt runs (its marker holds the key then).
+    key: Option<IdempotencyKey>,
     /// Its first attempt succeeded on the fast path, which counted the call: it is over.
     pub(crate) succeeded: bool,
-    /// What the fast path found before it handed the first attempt to the full path.
-    pub(crate) handed: Option<Handed>,
+    /// The attempt made for a body that succeeded on the fast path, kept to be recycled when
+    /// the call ends (see [`Entered::leave`]).
+    made: Option<Recycled>,
+}
+
+/// An attempt recycled when dropped (once its body's future, which may hold a handle to it,
+/// is gone).
+#[derive(Debug)]
+struct Recycled(Option<Attempt>);
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        if let Some(attempt) = self.0.take() {
+            attempt.recycle();
+        }
+    }
 }
 
 impl<'r> Lazy<'r> {
-    pub(crate) fn new(
+    #[inline]
+    pub(crate) fn at(
         registry: &'r crate::Registry,
         site: &'static CallSite,
-        key: Option<crate::IdempotencyKey>,
+        key: Option<IdempotencyKey>,
     ) -> Self {
         Lazy {
             registry,
-            site,
+            upstream: site.upstream,
             replay: crate::Replayability::Replayable,
-            request: Some(Request { site, key }),
+            what: What::Site(site),
+            key,
             succeeded: false,
-            handed: None,
+            made: None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn new(spec: CallSpec<'r>) -> Self {
+        Lazy {
+            registry: spec.registry,
+            upstream: spec.upstream,
+            replay: spec.replay,
+            what: What::Owned {
+                method: spec.method,
+                operation: spec.operation,
+            },
+            key: spec.key,
+            succeeded: false,
+            made: None,
         }
     }
 
     /// The call's spec, to start it.
-    pub(crate) fn into_spec(self) -> CallSpec<'r> {
-        let Some(request) = self.request else {
-            unreachable!("the request is back once the fast first attempt left")
+    pub(crate) fn into_spec(mut self) -> CallSpec<'r> {
+        let what = std::mem::replace(
+            &mut self.what,
+            What::Owned {
+                method: http::Method::GET,
+                operation: None,
+            },
+        );
+        let (method, operation) = match what {
+            What::Site(site) => (site.method.clone(), Some(Cow::Borrowed(site.operation))),
+            What::Owned { method, operation } => (method, operation),
         };
         CallSpec {
             registry: self.registry,
-            upstream: self.site.upstream,
-            method: self.site.method.clone(),
-            key: request.key,
+            upstream: self.upstream,
+            method,
+            key: self.key.take(),
             replay: self.replay,
-            operation: Some(std::borrow::Cow::Borrowed(self.site.operation)),
+            operation,
         }
     }
 
@@ -94,8 +170,8 @@ impl<'r> Lazy<'r> {
         self.registry
     }
 
-    pub(crate) fn upstream(&self) -> &'static str {
-        self.site.upstream
+    pub(crate) fn upstream(&self) -> &'r str {
+        self.upstream
     }
 
     pub(crate) fn downgrade_replay(&mut self, replay: crate::Replayability) {
@@ -111,17 +187,26 @@ pub(crate) struct Entered {
     live: bool,
 }
 
-/// What the full path takes over from a first attempt that did not take the fast path, or
-/// did not end the call on it: the entry found and the spans made, if they were.
+/// What the full path takes over from a first attempt that did not take the fast path: the
+/// entry found and the spans made, if they were.
 #[derive(Debug)]
 pub(crate) struct Handed {
     pub(crate) held: HeldUpstream,
     pub(crate) spans: Option<(tracing::Span, tracing::Span)>,
 }
 
+/// How a lazy call's first attempt starts.
+pub(crate) enum Enter {
+    /// On the fast path: poll the body, then leave.
+    Fast(Entered),
+    /// On the full path, from what the fast path found (if anything).
+    Full(Option<Handed>),
+}
+
 /// How a fast first attempt's first poll left.
 pub(crate) enum Left {
-    /// It succeeded and nothing asked for the attempt: the call was counted and is over.
+    /// It succeeded and nothing read its time or opened its scope: the call was counted and
+    /// is over.
     Ended,
     /// The full path takes over the lent entry in `slot`, with the attempt (and the scope, if
     /// it was opened) made because the body asked.
@@ -129,42 +214,6 @@ pub(crate) enum Left {
         slot: usize,
         made: Option<(Attempt, Option<Operation>)>,
     },
-}
-
-/// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs). Its
-/// request moves into the installed marker until it leaves. `None`: the full path starts it
-/// (with what this found, in `lazy.handed`).
-#[inline]
-pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Option<Entered> {
-    let registry = lazy.registry.generation();
-    let (upstream, request) = (lazy.site.upstream, &mut lazy.request);
-    // One access to this thread's state: nothing installed (else the full path joins what is),
-    // and the entry cached, free to start (else the full path waits for a bulkhead, fails
-    // fast on an open breaker, or reports that no time was left).
-    let lent = thread::with(|thread| {
-        let mut slots = thread.ambient.try_borrow_mut().ok()?;
-        if !slots.is_empty() {
-            return None;
-        }
-        let slot = thread
-            .cache
-            .try_borrow_mut()
-            .ok()?
-            .lend(registry, upstream)?;
-        let Some(request) = request.take() else {
-            unreachable!("a lazy call's first attempt starts once")
-        };
-        slots.install_lazy(slot, request);
-        Some(slot)
-    });
-    let Ok(Some(slot)) = lent else {
-        return None;
-    };
-    let entered = Entered { slot, live: true };
-    if spans_may_be_enabled() {
-        return entered.unless_spans(lazy);
-    }
-    Some(entered)
 }
 
 /// Whether any subscriber may enable an `INFO` span (one load): when none may, the call's and
@@ -175,70 +224,132 @@ fn spans_may_be_enabled() -> bool {
     STATIC_MAX_LEVEL >= LevelFilter::INFO && LevelFilter::current() >= LevelFilter::INFO
 }
 
-/// The call's and its first attempt's spans, as the full path makes them. The method, key and
-/// name are read from the installed marker.
-fn spans(upstream: &Upstream) -> (tracing::Span, tracing::Span) {
-    ambient::with_lazy(|first| {
-        let Request { site, key } = &first.request;
+/// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs).
+#[inline]
+pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
+    let registry = lazy.registry.generation();
+    // One access to this thread's state: nothing installed (else the full path joins what is),
+    // and the entry cached, free to start (else the full path waits for a bulkhead, fails
+    // fast on an open breaker, or reports that no time was left).
+    let entered = thread::with(|thread| {
+        let mut slots = thread.ambient.try_borrow_mut().ok()?;
+        if !slots.is_empty() {
+            return None;
+        }
+        let mut cache = thread.cache.try_borrow_mut().ok()?;
+        let slot = cache.lend(registry, lazy.upstream)?;
+        if spans_may_be_enabled()
+            && let Some(handed) = spans_enabled(&mut cache, slot, lazy)
+        {
+            return Some(Enter::Full(Some(handed)));
+        }
+        match &lazy.what {
+            What::Site(site) => {
+                let request = Request {
+                    site,
+                    key: lazy.key.take(),
+                };
+                slots.install_lazy(slot, Some(request), None);
+            }
+            // The builder's closure is given the attempt: made now.
+            What::Owned { method, operation } => {
+                let name = operation.clone().map(OpName::from);
+                let made = cache.with_lent(slot, |upstream, spare| {
+                    fill_first(upstream, spare, method, lazy.key.as_ref(), name)
+                });
+                slots.install_lazy(slot, None, Some(made));
+            }
+        }
+        Some(Enter::Fast(Entered { slot, live: true }))
+    });
+    match entered {
+        Ok(Some(enter)) => enter,
+        _ => Enter::Full(None),
+    }
+}
+
+/// Spans may be enabled: made now, as the full path would make them, and if either is, the
+/// full path takes the attempt over with them and the entry.
+#[cold]
+fn spans_enabled(cache: &mut Cache, slot: usize, lazy: &Lazy<'_>) -> Option<Handed> {
+    let spans = cache.with_lent(slot, |upstream, _| {
+        let method = lazy.what.method();
         let safety = Safety::of(
-            &site.method,
-            key.is_some(),
+            method,
+            lazy.key.is_some(),
             upstream.config().dedups_idempotency_key,
         );
+        let operation = lazy.what.operation().unwrap_or(upstream.name());
         let call = call_span(
             upstream.name(),
-            site.operation,
-            &site.method,
+            operation,
+            method,
             safety,
-            key.as_ref(),
+            lazy.key.as_ref(),
         );
-        let attempt = attempt_span(&call, 1, &site.method);
+        let attempt = attempt_span(&call, 1, method);
         (call, attempt)
+    });
+    if spans.0.is_disabled() && spans.1.is_disabled() {
+        return None;
+    }
+    Some(Handed {
+        held: cache.take_lent(slot),
+        spans: Some(spans),
     })
-    .unwrap_or_else(|| (tracing::Span::none(), tracing::Span::none()))
 }
 
 impl Entered {
     /// Leaves the first attempt's first poll: [`Left::Ended`] if it `succeeded` and nothing
-    /// asked for the attempt (the call was counted and is over).
+    /// read its time or opened its scope (the call was counted and is over).
     #[inline]
     pub(crate) fn leave(mut self, lazy: &mut Lazy<'_>, succeeded: bool) -> Left {
         self.live = false;
-        let (slot, request) = (self.slot, &mut lazy.request);
+        let (slot, key) = (self.slot, &mut lazy.key);
         let left = thread::with(|thread| {
-            let made = thread.ambient.borrow_mut().leave_lazy(request);
+            let made = thread.ambient.borrow_mut().leave_lazy(key);
             if succeeded && made.is_none() {
                 thread.cache.borrow_mut().give_back_happy(slot);
-                return Left::Ended;
+                return None;
             }
-            Left::Continue { slot, made }
+            Some(made)
         });
         match left {
-            Ok(Left::Ended) => {
+            Ok(None) => {
                 lazy.succeeded = true;
                 Left::Ended
             }
-            Ok(left) => left,
+            Ok(Some(made)) => Self::leave_made(lazy, slot, made, succeeded),
             Err(_) => unreachable!("the thread running the attempt is not ending"),
         }
     }
 
-    /// Spans may be enabled: made now, as the full path would make them, and if either is,
-    /// the full path takes the attempt over with them (`None`).
+    /// Leaves a first poll that made the attempt: the call still ends here if the attempt
+    /// succeeded and nothing read its time or opened its scope, as the full path would count
+    /// it the same way; its state is kept for the next call (or recycled when this one ends).
     #[cold]
-    fn unless_spans(self, lazy: &mut Lazy<'_>) -> Option<Entered> {
-        let spans = hot::with_lent(self.slot, |upstream, _| spans(upstream));
-        if spans.0.is_disabled() && spans.1.is_disabled() {
-            return Some(self);
-        }
-        let Left::Continue { slot, .. } = self.leave(lazy, false) else {
-            unreachable!("only a success ends the call")
+    fn leave_made(
+        lazy: &mut Lazy<'_>,
+        slot: usize,
+        made: Option<(Attempt, Option<Operation>)>,
+        succeeded: bool,
+    ) -> Left {
+        let attempt = match made {
+            Some((attempt, None)) if succeeded && attempt.started_unread() => attempt,
+            made => return Left::Continue { slot, made },
         };
-        lazy.handed = Some(Handed {
-            held: hot::take_lent(slot),
-            spans: Some(spans),
+        let unparked = thread::with(|thread| {
+            let mut cache = thread.cache.borrow_mut();
+            let unparked = cache.park_lent(slot, attempt);
+            cache.give_back_happy(slot);
+            unparked
         });
-        None
+        lazy.succeeded = true;
+        lazy.made = match unparked {
+            Ok(unparked) => unparked.map(|attempt| Recycled(Some(attempt))),
+            Err(_) => unreachable!("the thread running the attempt is not ending"),
+        };
+        Left::Ended
     }
 }
 
@@ -257,29 +368,42 @@ pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
     hot::take_lent(slot)
 }
 
-/// Makes the first attempt and the call's unopened scope from the marker, exactly as the full
-/// path would have made them: attempt 1, the whole deadline after a start not read yet, the
-/// attempt timeout within it, the upstream's retries.
+/// Makes `#[retry]`'s first attempt and the call's unopened scope from its marker.
 pub(crate) fn make(first: &LazyFirst) -> (Attempt, Unopened) {
+    let Some(Request { site, key }) = &first.request else {
+        unreachable!("a marker without a request has its attempt made already")
+    };
     hot::with_lent(first.slot, |upstream, spare| {
-        let config = upstream.config();
-        let Request { site, key } = &first.request;
         let name = Some(OpName::Static(site.operation));
-        let unopened = Unopened::new(name, config.max_attempts.saturating_sub(1));
-        let attempt = Attempt::fill(spare.take(), upstream, |facts| {
-            facts.renew(Fresh {
-                number: 1,
-                method: &site.method,
-                key: key.as_ref(),
-                deadline: Deadline::AfterStart(config.deadline),
-                timeout: config.attempt_timeout.min(config.deadline),
-                started: Start::unread(),
-                retries_left: Some(unopened.retries_left()),
-                span: tracing::Span::none(),
-            })
-        });
-        (attempt, unopened)
+        fill_first(upstream, spare, &site.method, key.as_ref(), name)
     })
+}
+
+/// A first attempt and its call's unopened scope, exactly as the full path would have made
+/// them: attempt 1, the whole deadline after a start not read yet, the attempt timeout within
+/// it, the upstream's retries.
+fn fill_first(
+    upstream: &Arc<Upstream>,
+    spare: &mut Option<Attempt>,
+    method: &http::Method,
+    key: Option<&IdempotencyKey>,
+    name: Option<OpName>,
+) -> (Attempt, Unopened) {
+    let config = upstream.config();
+    let unopened = Unopened::new(name, config.max_attempts.saturating_sub(1));
+    let attempt = Attempt::fill(spare.take(), upstream, |facts| {
+        facts.renew(Fresh {
+            number: 1,
+            method,
+            key,
+            deadline: Deadline::AfterStart(config.deadline),
+            timeout: config.attempt_timeout.min(config.deadline),
+            started: Start::unread(),
+            retries_left: Some(unopened.retries_left()),
+            span: tracing::Span::none(),
+        })
+    });
+    (attempt, unopened)
 }
 
 #[cfg(test)]
@@ -320,7 +444,7 @@ mod tests {
         match call.first() {
             Ok(First::Fast(entered)) => {
                 assert!(
-                    call.leave_first(entered, true).is_none(),
+                    matches!(call.leave_first(entered, true), super::Left::Ended),
                     "a success ends it"
                 );
                 assert_eq!(call.attempts(), 1);

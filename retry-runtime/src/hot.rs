@@ -164,6 +164,35 @@ impl Cache {
         None
     }
 
+    /// Runs `f` with the lent entry's upstream and spare attempt state.
+    pub(crate) fn with_lent<R>(
+        &mut self,
+        slot: usize,
+        f: impl FnOnce(&Arc<Upstream>, &mut Option<Attempt>) -> R,
+    ) -> R {
+        let entry = lent_entry(self, slot);
+        f(&entry.upstream, &mut entry.spare)
+    }
+
+    /// Takes the lent entry out, for a call that goes on the full path.
+    pub(crate) fn take_lent(&mut self, slot: usize) -> HeldUpstream {
+        lent_entry(self, slot).lent = false;
+        HeldUpstream {
+            entry: self.slots[slot].take(),
+        }
+    }
+
+    /// Keeps `attempt`, made for the lent entry's call, for its next call if it holds nothing
+    /// (else it comes back: its call recycles it when it ends).
+    pub(crate) fn park_lent(&mut self, slot: usize, attempt: Attempt) -> Option<Attempt> {
+        let entry = lent_entry(self, slot);
+        if entry.spare.is_none() && attempt.holds_nothing() {
+            entry.spare = Some(attempt);
+            return None;
+        }
+        Some(attempt)
+    }
+
     /// Gives the lent entry back, counting one call whose only attempt succeeded without
     /// reading the clock (see the module docs).
     #[inline]
@@ -190,11 +219,7 @@ pub(crate) fn with_lent<R>(
     slot: usize,
     f: impl FnOnce(&Arc<Upstream>, &mut Option<Attempt>) -> R,
 ) -> R {
-    let lent = with_cache(|cache| {
-        let mut cache = cache.borrow_mut();
-        let entry = lent_entry(&mut cache, slot);
-        f(&entry.upstream, &mut entry.spare)
-    });
+    let lent = with_cache(|cache| cache.borrow_mut().with_lent(slot, f));
     match lent {
         Ok(r) => r,
         Err(_) => unreachable!("a lent entry's thread is running"),
@@ -203,14 +228,9 @@ pub(crate) fn with_lent<R>(
 
 /// Takes the lent entry out of the cache for a call that goes on the full way.
 pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
-    let taken = with_cache(|cache| {
-        let mut cache = cache.borrow_mut();
-        lent_entry(&mut cache, slot).lent = false;
-        cache.slots[slot].take()
-    });
-    match taken {
-        Ok(entry @ Some(_)) => HeldUpstream { entry },
-        _ => unreachable!("a lent entry stays in its slot until given back"),
+    match with_cache(|cache| cache.borrow_mut().take_lent(slot)) {
+        Ok(held) => held,
+        Err(_) => unreachable!("a lent entry's thread is running"),
     }
 }
 

@@ -122,13 +122,15 @@ impl<'r> RetryCall<'r> {
         self
     }
 
-    fn start<E: From<Error>>(self) -> Result<Call<'r>, E> {
+    /// The call's spec (a small value: the call itself is made in place, in the caller's
+    /// future, and lazily, so a first attempt that needs nothing of it takes the fast path).
+    fn spec<E: From<Error>>(self) -> Result<CallSpec<'r>, E> {
         let key = match self.key {
             Some(Ok(key)) => Some(key),
             Some(Err(e)) => return Err(E::from(Error::InvalidIdempotencyKey(e))),
             None => None,
         };
-        Call::new(CallSpec {
+        Ok(CallSpec {
             registry: self.registry,
             upstream: self.upstream,
             method: self.method,
@@ -136,7 +138,6 @@ impl<'r> RetryCall<'r> {
             replay: self.replay,
             operation: self.operation,
         })
-        .map_err(E::from)
     }
 
     /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error
@@ -147,9 +148,9 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.start::<E>()?;
+        let mut call = Call::lazy(self.spec::<E>()?);
         loop {
-            let a = call.next_attempt()?;
+            let a = call.begin_attempt()?;
             let result = call.run_with(a, &mut attempt).await;
             let error = match call.succeeded(result) {
                 ControlFlow::Break(value) => return Ok(value),
@@ -179,9 +180,9 @@ impl<'r> RetryCall<'r> {
         RFut: Future<Output = Reconciled<T>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.start::<E>()?;
+        let mut call = Call::lazy(self.spec::<E>()?);
         loop {
-            let a = call.next_attempt()?;
+            let a = call.begin_attempt()?;
             let result = call.run_with(a, &mut attempt).await;
             let mut step = call.settle(result).await;
             if let Step::Ambiguous { error, ambiguous } = step {

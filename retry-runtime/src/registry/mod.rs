@@ -345,6 +345,7 @@ impl Registry {
 
     /// This registry's identity and the generation of its upstream entries, read before an
     /// entry is looked up (so an entry is never tagged newer than it is).
+    #[inline]
     pub(crate) fn generation(&self) -> (u64, u64) {
         (self.id, self.generation.load(Ordering::Acquire))
     }
