@@ -33,8 +33,13 @@ pub(crate) struct Slots {
     unopened: Option<Unopened>,
     attempt: Option<Attempt>,
     /// A fast first attempt in progress: installed when nothing else was, so whatever is
-    /// installed above it (a frame of a call or an operation inside) comes first.
+    /// installed above it (a frame of a call or an operation inside) comes first. `Copy`, and
+    /// its key and what is made from it apart, so installing and leaving drop nothing.
     lazy: Option<LazyFirst>,
+    /// Its key, moved in from `#[retry]`'s call until it leaves.
+    lazy_key: Option<crate::IdempotencyKey>,
+    /// Its attempt and scope, once made.
+    lazy_made: Option<Made>,
 }
 
 impl Slots {
@@ -43,6 +48,8 @@ impl Slots {
         unopened: None,
         attempt: None,
         lazy: None,
+        lazy_key: None,
+        lazy_made: None,
     };
 
     /// The innermost attempt: a frame's, or below every frame a fast first attempt's (once
@@ -50,7 +57,7 @@ impl Slots {
     fn attempt(&self) -> Option<&Attempt> {
         match (&self.attempt, &self.lazy) {
             (Some(attempt), _) => Some(attempt),
-            (None, Some(lazy)) => lazy.made.as_ref().map(|m| &m.attempt),
+            (None, Some(_)) => self.lazy_made.as_ref().map(|m| &m.attempt),
             (None, None) => None,
         }
     }
@@ -62,14 +69,13 @@ fn with_slots<R>(f: impl FnOnce(&RefCell<Slots>) -> R) -> Result<R, std::thread:
     crate::thread::with(|thread| f(&thread.ambient))
 }
 
-/// What a fast first attempt installs: enough to make its attempt and its call's scope if
-/// anything asks (the upstream is the thread's cache entry lent to it).
-#[derive(Debug)]
+/// What a fast first attempt installs: the lent cache slot (its upstream), and for `#[retry]`
+/// its static call site, from which (with the key) the attempt and the call's scope are made
+/// the first time anything asks. The builder's attempt is made at once (`site` is `None`).
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct LazyFirst {
     pub(crate) slot: usize,
-    /// What to make the attempt from when asked (`None`: made at once).
-    pub(crate) request: Option<crate::first::Request>,
-    made: Option<Made>,
+    pub(crate) site: Option<&'static crate::CallSite>,
 }
 
 /// The attempt and the scope made from a [`LazyFirst`].
@@ -79,17 +85,26 @@ struct Made {
     scope: Result<Operation, Unopened>,
 }
 
-impl LazyFirst {
-    /// The attempt, made now if nothing asked before.
-    fn attempt(&mut self) -> &Attempt {
-        &self.made().attempt
+impl Slots {
+    /// What was made from the fast first attempt's marker, made now if nothing asked before.
+    #[cold]
+    fn lazy_made(&mut self) -> Option<&mut Made> {
+        let first = self.lazy?;
+        if self.lazy_made.is_none() {
+            let (attempt, unopened) = crate::first::make(first, self.lazy_key.as_ref());
+            self.lazy_made = Some(Made {
+                attempt,
+                scope: Err(unopened),
+            });
+        }
+        self.lazy_made.as_mut()
     }
 
-    /// The call's scope, made and opened now if nothing asked before.
-    fn operation(&mut self) -> Operation {
-        let made = self.made();
+    /// The fast first attempt's call scope, made and opened now if nothing asked before.
+    fn lazy_operation(&mut self) -> Option<Operation> {
+        let made = self.lazy_made()?;
         let unopened = match &made.scope {
-            Ok(opened) => return opened.clone(),
+            Ok(opened) => return Some(opened.clone()),
             Err(unopened) => unopened.clone(),
         };
         let attempt = &made.attempt;
@@ -98,22 +113,7 @@ impl LazyFirst {
             Some(attempt.state.facts.deadline()),
         );
         made.scope = Ok(opened.clone());
-        opened
-    }
-
-    #[cold]
-    fn made(&mut self) -> &mut Made {
-        if self.made.is_none() {
-            let (attempt, unopened) = crate::first::make(self);
-            self.made = Some(Made {
-                attempt,
-                scope: Err(unopened),
-            });
-        }
-        match &mut self.made {
-            Some(made) => made,
-            None => unreachable!("made above"),
-        }
+        Some(opened)
     }
 }
 
@@ -128,38 +128,43 @@ impl Slots {
             && self.lazy.is_none()
     }
 
-    /// Installs the marker of a fast first attempt holding the lent cache `slot`: the
-    /// `request` to make its attempt from when asked, or the attempt and scope `made` already.
+    /// Installs the marker of a fast first attempt holding the lent cache `slot`: for
+    /// `#[retry]`, its `site` and `key` to make its attempt from when asked; for the builder,
+    /// the attempt and scope `made` already.
     #[inline]
     pub(crate) fn install_lazy(
         &mut self,
-        slot: usize,
-        request: Option<crate::first::Request>,
+        first: LazyFirst,
+        key: Option<crate::IdempotencyKey>,
         made: Option<(Attempt, Unopened)>,
     ) {
-        self.lazy = Some(LazyFirst {
-            slot,
-            request,
-            made: made.map(|(attempt, unopened)| Made {
+        self.lazy = Some(first);
+        if key.is_some() {
+            self.lazy_key = key;
+        }
+        if let Some((attempt, unopened)) = made {
+            self.lazy_made = Some(Made {
                 attempt,
                 scope: Err(unopened),
-            }),
-        });
+            });
+        }
     }
 
-    /// Takes the fast first attempt's marker out, the request's key back into `key`: the
-    /// attempt (and the scope, if opened) made, if anything asked or it was made at once.
+    /// Takes the fast first attempt's marker out, a key it holds back into `key`: the attempt
+    /// (and the scope, if opened) made, if anything asked or it was made at once.
     #[inline]
     pub(crate) fn leave_lazy(
         &mut self,
         key: &mut Option<crate::IdempotencyKey>,
     ) -> Option<(Attempt, Option<Operation>)> {
-        let first = self.lazy.take()?;
-        if let Some(request) = first.request {
-            *key = request.key;
+        self.lazy.take()?;
+        if self.lazy_key.is_some() {
+            *key = self.lazy_key.take();
         }
-        let made = first.made?;
-        Some((made.attempt, made.scope.ok()))
+        match self.lazy_made.take() {
+            Some(made) => Some((made.attempt, made.scope.ok())),
+            None => None,
+        }
     }
 }
 
@@ -168,6 +173,8 @@ pub(crate) fn drop_lazy() {
     let _ = with_slots(|slots| {
         if let Ok(mut slots) = slots.try_borrow_mut() {
             slots.lazy = None;
+            slots.lazy_key = None;
+            slots.lazy_made = None;
         }
     });
 }
@@ -303,7 +310,7 @@ fn open_installed() -> Option<Operation> {
         let mut slots = slots.try_borrow_mut().ok()?;
         let Some(unopened) = slots.unopened.take() else {
             // Below every frame: a fast first attempt's own scope.
-            return slots.lazy.as_mut().map(LazyFirst::operation);
+            return slots.lazy_operation();
         };
         let attempt = slots.attempt.as_ref();
         let opened = unopened.open(
@@ -327,11 +334,10 @@ pub(crate) fn with_attempt<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
         // Below every frame: a fast first attempt's own attempt, made the first time it is asked.
         if slots
             .try_borrow()
-            .is_ok_and(|s| s.attempt.is_none() && s.lazy.as_ref().is_some_and(|l| l.made.is_none()))
+            .is_ok_and(|s| s.attempt.is_none() && s.lazy.is_some() && s.lazy_made.is_none())
             && let Ok(mut slots) = slots.try_borrow_mut()
-            && let Some(lazy) = &mut slots.lazy
         {
-            lazy.attempt();
+            slots.lazy_made();
         }
         let slots = slots.try_borrow().ok();
         f.take()

@@ -161,12 +161,20 @@ where
                     };
                     let fut = take_make(this.body.as_mut())(attempt);
                     this.body.set(Body::Made { fut });
-                    let first_poll = poll_body(this.body.as_mut(), cx);
-                    let succeeded = matches!(first_poll, Poll::Ready(Ok(_)));
-                    let Left::Continue { slot, made } = this.call.leave_first(entered, succeeded)
-                    else {
-                        *this.done = true;
-                        return first_poll;
+                    // On success only the value is held across leaving (the whole poll result,
+                    // kept on the stack and copied out, stalled the core reading it back).
+                    let (first_poll, left) = match poll_body(this.body.as_mut(), cx) {
+                        Poll::Ready(Ok(value)) => match this.call.leave_first(entered, true) {
+                            Left::Ended => {
+                                *this.done = true;
+                                return Poll::Ready(Ok(value));
+                            }
+                            left => (Poll::Ready(Ok(value)), left),
+                        },
+                        other => (other, this.call.leave_first(entered, false)),
+                    };
+                    let Left::Continue { slot, made } = left else {
+                        unreachable!("only a success ends the call")
                     };
                     let (attempt, opened, pass) = this.call.continue_first(slot, made);
                     // The call goes on the full path, as if this attempt had been admitted

@@ -44,13 +44,6 @@ use crate::registry::Upstream;
 use crate::scope::{OpName, Operation, Unopened};
 use crate::thread;
 
-/// What `#[retry]`'s marker holds until something asks for the attempt.
-#[derive(Debug)]
-pub(crate) struct Request {
-    pub(crate) site: &'static CallSite,
-    pub(crate) key: Option<IdempotencyKey>,
-}
-
 /// A lazy call's method and operation name: `#[retry]`'s static call site, or the builder's
 /// own.
 #[derive(Debug)]
@@ -237,7 +230,11 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
             return None;
         }
         let mut cache = thread.cache.try_borrow_mut().ok()?;
-        let slot = cache.lend(registry, lazy.upstream)?;
+        let site = match &lazy.what {
+            What::Site(site) => Some(*site),
+            What::Owned { .. } => None,
+        };
+        let slot = cache.lend(registry, lazy.upstream, site)?;
         if spans_may_be_enabled()
             && let Some(handed) = spans_enabled(&mut cache, slot, lazy)
         {
@@ -245,11 +242,11 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
         }
         match &lazy.what {
             What::Site(site) => {
-                let request = Request {
-                    site,
-                    key: lazy.key.take(),
+                let first = LazyFirst {
+                    slot,
+                    site: Some(site),
                 };
-                slots.install_lazy(slot, Some(request), None);
+                slots.install_lazy(first, lazy.key.take(), None);
             }
             // The builder's closure is given the attempt: made now.
             What::Owned { method, operation } => {
@@ -257,7 +254,7 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
                 let made = cache.with_lent(slot, |upstream, spare| {
                     fill_first(upstream, spare, method, lazy.key.as_ref(), name)
                 });
-                slots.install_lazy(slot, None, Some(made));
+                slots.install_lazy(LazyFirst { slot, site: None }, None, Some(made));
             }
         }
         Some(Enter::Fast(Entered { slot, live: true }))
@@ -355,11 +352,19 @@ impl Entered {
 
 impl Drop for Entered {
     /// The body panicked: nothing stays installed or lent.
+    #[inline]
     fn drop(&mut self) {
         if self.live {
-            ambient::drop_lazy();
-            hot::unlend(self.slot);
+            self.clean_up();
         }
+    }
+}
+
+impl Entered {
+    #[cold]
+    fn clean_up(&mut self) {
+        ambient::drop_lazy();
+        hot::unlend(self.slot);
     }
 }
 
@@ -368,14 +373,14 @@ pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
     hot::take_lent(slot)
 }
 
-/// Makes `#[retry]`'s first attempt and the call's unopened scope from its marker.
-pub(crate) fn make(first: &LazyFirst) -> (Attempt, Unopened) {
-    let Some(Request { site, key }) = &first.request else {
-        unreachable!("a marker without a request has its attempt made already")
+/// Makes `#[retry]`'s first attempt and the call's unopened scope from its marker and key.
+pub(crate) fn make(first: LazyFirst, key: Option<&IdempotencyKey>) -> (Attempt, Unopened) {
+    let Some(site) = first.site else {
+        unreachable!("a marker without a call site has its attempt made already")
     };
     hot::with_lent(first.slot, |upstream, spare| {
         let name = Some(OpName::Static(site.operation));
-        fill_first(upstream, spare, &site.method, key.as_ref(), name)
+        fill_first(upstream, spare, &site.method, key, name)
     })
 }
 

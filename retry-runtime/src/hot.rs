@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::attempt::Attempt;
+use crate::call::CallSite;
 use crate::registry::{Registry, Upstream};
 
 /// Happy calls counted per clock read.
@@ -44,6 +45,7 @@ fn with_cache<R>(f: impl FnOnce(&RefCell<Cache>) -> R) -> Result<R, std::thread:
 }
 
 /// The entry of a lent slot: there until given back (see the module docs).
+#[inline]
 fn lent_entry(cache: &mut Cache, slot: usize) -> &mut Entry {
     match cache.slots.get_mut(slot) {
         Some(Some(entry)) if entry.lent => entry,
@@ -72,6 +74,8 @@ struct Entry {
     /// Whether a first attempt may start without waiting or asking anything of the config
     /// (no bulkhead, time for an attempt): fixed with the upstream's config.
     starts_free: bool,
+    /// The address of the `#[retry]` call site that found this entry last (0: none).
+    site: usize,
 }
 
 impl Entry {
@@ -88,6 +92,7 @@ impl Entry {
             spare: None,
             lent: false,
             starts_free,
+            site: 0,
         }
     }
 }
@@ -145,11 +150,25 @@ impl Cache {
     /// is, and the slot returned is its until given back ([`give_back_happy`](Self::give_back_happy),
     /// [`take_lent`]).
     #[inline]
-    pub(crate) fn lend(&mut self, (id, generation): (u64, u64), name: &str) -> Option<usize> {
+    pub(crate) fn lend(
+        &mut self,
+        (id, generation): (u64, u64),
+        name: &str,
+        site: Option<&'static CallSite>,
+    ) -> Option<usize> {
+        // A `static` call site's address names it for the life of the process: the entry
+        // that matched it last is found without comparing names.
+        let site = site.map_or(0, |site| std::ptr::from_ref(site) as usize);
         for (slot, entry) in self.slots.iter_mut().enumerate() {
             let Some(entry) = entry else { continue };
-            if entry.registry != id || !same_name(entry.upstream.name(), name) {
+            if entry.registry != id {
                 continue;
+            }
+            if site == 0 || entry.site != site {
+                if !same_name(entry.upstream.name(), name) {
+                    continue;
+                }
+                entry.site = site;
             }
             let free = entry.starts_free
                 && entry.generation == generation
