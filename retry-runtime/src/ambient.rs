@@ -131,7 +131,7 @@ impl Slots {
     /// Installs the marker of a fast first attempt holding the lent cache `slot`: for
     /// `#[retry]`, its `site` and `key` to make its attempt from when asked; for the builder,
     /// the attempt and scope `made` already.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn install_lazy(
         &mut self,
         first: LazyFirst,

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use retry_runtime::budget::HAPPY_BATCH;
 use retry_runtime::{Attempt, Operation, Registry, UpstreamConfig, operation, retry};
 use retry_tests::AdapterError;
 use tokio::time::Instant;
@@ -144,17 +145,17 @@ fn budget(adapter: &Adapter) -> u64 {
 async fn a_first_attempt_that_completes_at_once_is_counted_in_the_budget() {
     let adapter = Adapter::new(config());
     warm(&adapter).await;
-    // Counted in batches of 16 per thread: the cached entry holds the warm call's count.
+    // Counted in batches per thread: the cached entry holds the warm call's count.
     let before = budget(&adapter);
-    for _ in 0..31 {
+    let calls = 2 * HAPPY_BATCH;
+    for _ in 1..calls {
         adapter.ready().await.unwrap();
     }
-    // 32 calls counted in all (the warm one and these 31): 20 % of them, 6 tokens, of which
-    // 16 calls' worth (3 tokens) are counted so far.
-    assert_eq!(budget(&adapter), before + 6);
+    // Two whole batches counted (the warm call and these): 20 % of them, in whole tokens.
+    assert_eq!(budget(&adapter), before + u64::from(calls) / 5);
     assert_eq!(
         adapter.attempts.load(Ordering::SeqCst),
-        31,
+        calls - 1,
         "one attempt each"
     );
 }
@@ -252,7 +253,7 @@ async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
     assert!(Attempt::current().is_none(), "no attempt left installed");
     // The entry is usable again (not left lent): the next calls run and are counted.
     let before = budget(&adapter);
-    for _ in 0..16 {
+    for _ in 0..HAPPY_BATCH {
         adapter.ready().await.unwrap();
     }
     assert!(budget(&adapter) > before, "counted");

@@ -238,6 +238,11 @@ impl Upstream {
         self.breaker.as_deref()
     }
 
+    /// Its circuit breaker, shared.
+    pub(crate) fn breaker_arc(&self) -> Option<&Arc<CircuitBreaker>> {
+        self.breaker.as_ref()
+    }
+
     /// Its bulkhead, if limited.
     pub(crate) fn bulkhead(&self) -> Option<&Arc<tokio::sync::Semaphore>> {
         self.bulkhead.as_ref()
