@@ -154,7 +154,7 @@ where
         let mut polled = None;
         if std::mem::take(this.first) {
             match this.call.first() {
-                Ok(First::Fast(entered)) => {
+                First::Fast(entered) => {
                     let attempt = match *this.needs_attempt {
                         true => crate::ambient::with_attempt(|a| a.cloned()),
                         false => None,
@@ -173,10 +173,10 @@ where
                         },
                         other => (other, this.call.leave_first(entered, false)),
                     };
-                    let Left::Continue { slot, made } = left else {
+                    let Left::Continue { slot } = left else {
                         unreachable!("only a success ends the call")
                     };
-                    let (attempt, opened, pass) = this.call.continue_first(slot, made);
+                    let (attempt, opened, pass) = this.call.continue_first(slot);
                     // The call goes on the full path, as if this attempt had been admitted
                     // there.
                     let call = this.call.started();
@@ -188,10 +188,10 @@ where
                     this.full.set(Some(full));
                     polled = Some(first_poll);
                 }
-                Ok(First::Full(attempt)) => this.full.set(Some(Full::new(Some(attempt)))),
-                Err(error) => {
+                First::Full(attempt) => this.full.set(Some(Full::new(Some(attempt)))),
+                First::Failed(error) => {
                     *this.done = true;
-                    return Poll::Ready(Err(E::from(error)));
+                    return Poll::Ready(Err(E::from(*error)));
                 }
             }
         }

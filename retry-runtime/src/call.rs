@@ -157,6 +157,8 @@ pub(crate) enum First {
     Fast(Entered),
     /// On the full path, with this attempt.
     Full(Attempt),
+    /// The call could not start (boxed: this is returned on every call, and is rare).
+    Failed(Box<Error>),
 }
 
 impl<'r> Call<'r> {
@@ -342,25 +344,28 @@ impl<'r> Call<'r> {
     /// Starts a lazy call's first attempt: on the fast path if it can take it (`Ok(Some)`),
     /// else on the full path (which may find the upstream unknown, or no time left).
     #[inline]
-    pub(crate) fn first(&mut self) -> Result<First, Error> {
+    pub(crate) fn first(&mut self) -> First {
         let handed = match &mut self.state {
             State::Lazy(lazy) if !lazy.succeeded => match first::enter(lazy) {
-                Enter::Fast(entered) => return Ok(First::Fast(entered)),
+                Enter::Fast(entered) => return First::Fast(entered),
                 Enter::Full(handed) => handed,
             },
             _ => None,
         };
-        self.first_full(handed).map(First::Full)
+        match self.first_full(handed) {
+            Ok(attempt) => First::Full(attempt),
+            Err(error) => First::Failed(Box::new(error)),
+        }
     }
 
     /// A first attempt on the full path, from what the fast path found.
     #[cold]
     #[inline(never)]
-    fn first_full(&mut self, handed: Option<Handed>) -> Result<Attempt, Error> {
+    fn first_full(&mut self, handed: Option<Box<Handed>>) -> Result<Attempt, Error> {
         if !matches!(&self.state, State::Lazy(lazy) if !lazy.succeeded) {
             return self.next_attempt();
         }
-        let (held, (call_span, attempt_span)) = match handed {
+        let (held, (call_span, attempt_span)) = match handed.map(|handed| *handed) {
             Some(Handed { held, spans }) => (Some(held), spans.unzip()),
             None => (None, (None, None)),
         };
@@ -385,11 +390,11 @@ impl<'r> Call<'r> {
     /// The full path takes over a fast first attempt after its first poll.
     #[cold]
     #[inline(never)]
-    pub(crate) fn continue_first(
-        &mut self,
-        slot: usize,
-        made: Option<(Attempt, Option<Operation>)>,
-    ) -> (Attempt, Option<Operation>, Pass) {
+    pub(crate) fn continue_first(&mut self, slot: u32) -> (Attempt, Option<Operation>, Pass) {
+        let made = match &mut self.state {
+            State::Lazy(lazy) => lazy.take_continued(),
+            _ => None,
+        };
         let core = match self.start(Some(first::take_lent(slot)), None) {
             Ok(core) => core,
             Err(_) => unreachable!("a call starts without error from an entry it holds"),

@@ -84,9 +84,18 @@ pub(crate) struct Lazy<'r> {
     key: Option<IdempotencyKey>,
     /// Its first attempt succeeded on the fast path, which counted the call: it is over.
     pub(crate) succeeded: bool,
-    /// The attempt made for a body that succeeded on the fast path, kept to be recycled when
-    /// the call ends (see [`Entered::leave`]).
-    made: Option<Recycled>,
+    /// What a fast first attempt made and left behind (see [`Entered::leave`]).
+    made: Made,
+}
+
+/// What a fast first attempt made and left behind.
+#[derive(Debug)]
+enum Made {
+    Nothing,
+    /// The attempt of a body that succeeded, to recycle when the call ends.
+    Recycle(#[allow(dead_code, reason = "held for what its drop does")] Recycled),
+    /// The attempt (and the scope, if opened) for the full path, which takes the attempt over.
+    Continue(Attempt, Option<Operation>),
 }
 
 /// An attempt recycled when dropped (once its body's future, which may hold a handle to it,
@@ -116,7 +125,7 @@ impl<'r> Lazy<'r> {
             what: What::Site(site),
             key,
             succeeded: false,
-            made: None,
+            made: Made::Nothing,
         }
     }
 
@@ -132,7 +141,7 @@ impl<'r> Lazy<'r> {
             },
             key: spec.key,
             succeeded: false,
-            made: None,
+            made: Made::Nothing,
         }
     }
 
@@ -170,13 +179,25 @@ impl<'r> Lazy<'r> {
     pub(crate) fn downgrade_replay(&mut self, replay: crate::Replayability) {
         self.replay = self.replay.min(replay);
     }
+
+    /// What the fast first attempt made for the full path to take over.
+    pub(crate) fn take_continued(&mut self) -> Option<(Attempt, Option<Operation>)> {
+        match std::mem::replace(&mut self.made, Made::Nothing) {
+            Made::Continue(attempt, opened) => Some((attempt, opened)),
+            made => {
+                self.made = made;
+                None
+            }
+        }
+    }
 }
 
 /// A fast first attempt in progress: the cache slot lent to it and the marker installed,
 /// until [`leave`](Entered::leave) (or a panic in its body) takes them back.
 #[derive(Debug)]
 pub(crate) struct Entered {
-    slot: usize,
+    // Small enough, with `live`, that `First` comes back from `Call::first` in registers.
+    slot: u32,
     live: bool,
 }
 
@@ -192,8 +213,9 @@ pub(crate) struct Handed {
 pub(crate) enum Enter {
     /// On the fast path: poll the body, then leave.
     Fast(Entered),
-    /// On the full path, from what the fast path found (if anything).
-    Full(Option<Handed>),
+    /// On the full path, from what the fast path found (if anything: only when spans are
+    /// enabled, which costs more than this allocation).
+    Full(Option<Box<Handed>>),
 }
 
 /// How a fast first attempt's first poll left.
@@ -202,11 +224,9 @@ pub(crate) enum Left {
     /// is over.
     Ended,
     /// The full path takes over the lent entry in `slot`, with the attempt (and the scope, if
-    /// it was opened) made because the body asked.
-    Continue {
-        slot: usize,
-        made: Option<(Attempt, Option<Operation>)>,
-    },
+    /// it was opened) made because the body asked, if it asked: waiting in the lazy call (so
+    /// this comes back in registers).
+    Continue { slot: u32 },
 }
 
 /// Whether any subscriber may enable an `INFO` span (one load): when none may, the call's and
@@ -257,7 +277,10 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
                 slots.install_lazy(LazyFirst { slot, site: None }, None, Some(made));
             }
         }
-        Some(Enter::Fast(Entered { slot, live: true }))
+        Some(Enter::Fast(Entered {
+            slot: slot as u32,
+            live: true,
+        }))
     });
     match entered {
         Ok(Some(enter)) => enter,
@@ -268,7 +291,8 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
 /// Spans may be enabled: made now, as the full path would make them, and if either is, the
 /// full path takes the attempt over with them and the entry.
 #[cold]
-fn spans_enabled(cache: &mut Cache, slot: usize, lazy: &Lazy<'_>) -> Option<Handed> {
+#[inline(never)]
+fn spans_enabled(cache: &mut Cache, slot: usize, lazy: &Lazy<'_>) -> Option<Box<Handed>> {
     let spans = cache.with_lent(slot, |upstream, _| {
         let method = lazy.what.method();
         let safety = Safety::of(
@@ -290,10 +314,10 @@ fn spans_enabled(cache: &mut Cache, slot: usize, lazy: &Lazy<'_>) -> Option<Hand
     if spans.0.is_disabled() && spans.1.is_disabled() {
         return None;
     }
-    Some(Handed {
+    Some(Box::new(Handed {
         held: cache.take_lent(slot),
         spans: Some(spans),
-    })
+    }))
 }
 
 impl Entered {
@@ -302,7 +326,7 @@ impl Entered {
     #[inline]
     pub(crate) fn leave(mut self, lazy: &mut Lazy<'_>, succeeded: bool) -> Left {
         self.live = false;
-        let (slot, key) = (self.slot, &mut lazy.key);
+        let (slot, key) = (self.slot as usize, &mut lazy.key);
         let left = thread::with(|thread| {
             let made = thread.ambient.borrow_mut().leave_lazy(key);
             if succeeded && made.is_none() {
@@ -333,7 +357,12 @@ impl Entered {
     ) -> Left {
         let attempt = match made {
             Some((attempt, None)) if succeeded && attempt.started_unread() => attempt,
-            made => return Left::Continue { slot, made },
+            made => {
+                if let Some((attempt, opened)) = made {
+                    lazy.made = Made::Continue(attempt, opened);
+                }
+                return Left::Continue { slot: slot as u32 };
+            }
         };
         let unparked = thread::with(|thread| {
             let mut cache = thread.cache.borrow_mut();
@@ -343,7 +372,8 @@ impl Entered {
         });
         lazy.succeeded = true;
         lazy.made = match unparked {
-            Ok(unparked) => unparked.map(|attempt| Recycled(Some(attempt))),
+            Ok(Some(attempt)) => Made::Recycle(Recycled(Some(attempt))),
+            Ok(None) => Made::Nothing,
             Err(_) => unreachable!("the thread running the attempt is not ending"),
         };
         Left::Ended
@@ -364,13 +394,13 @@ impl Entered {
     #[cold]
     fn clean_up(&mut self) {
         ambient::drop_lazy();
-        hot::unlend(self.slot);
+        hot::unlend(self.slot as usize);
     }
 }
 
 /// Takes the lent entry in `slot` out of this thread's cache, for the full path.
-pub(crate) fn take_lent(slot: usize) -> HeldUpstream {
-    hot::take_lent(slot)
+pub(crate) fn take_lent(slot: u32) -> HeldUpstream {
+    hot::take_lent(slot as usize)
 }
 
 /// Makes `#[retry]`'s first attempt and the call's unopened scope from its marker and key.
@@ -447,7 +477,7 @@ mod tests {
     fn fast(registry: &Registry, upstream: &str) -> bool {
         let mut call = call(registry, upstream);
         match call.first() {
-            Ok(First::Fast(entered)) => {
+            First::Fast(entered) => {
                 assert!(
                     matches!(call.leave_first(entered, true), super::Left::Ended),
                     "a success ends it"
@@ -455,7 +485,7 @@ mod tests {
                 assert_eq!(call.attempts(), 1);
                 true
             }
-            Ok(First::Full(_)) | Err(_) => false,
+            First::Full(_) | First::Failed(_) => false,
         }
     }
 
@@ -506,9 +536,9 @@ mod tests {
     async fn an_unknown_upstream_is_reported_by_the_first_attempt() {
         let registry = registry();
         let mut call = call(&registry, "nope");
-        assert!(matches!(
-            call.first(),
-            Err(crate::Error::UnknownUpstream { .. })
-        ));
+        let crate::call::First::Failed(error) = call.first() else {
+            panic!("an unknown upstream fails the first attempt")
+        };
+        assert!(matches!(*error, crate::Error::UnknownUpstream { .. }));
     }
 }
