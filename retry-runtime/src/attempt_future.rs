@@ -102,6 +102,13 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// The error of a call that could not start, as the body's error type (out of line: rare).
+#[cold]
+#[inline(never)]
+fn failed<E: From<Error>>(error: Error) -> E {
+    E::from(error)
+}
+
 impl Full {
     fn new(attempt: Option<Attempt>) -> Self {
         Full {
@@ -112,6 +119,25 @@ impl Full {
             span: tracing::Span::none(),
             timer: None,
         }
+    }
+
+    /// The full path taking over a fast first attempt that did not end the call, after its
+    /// first poll: as if the attempt had been admitted there (out of line, so the fast path's
+    /// `poll` stays small).
+    #[cold]
+    #[inline(never)]
+    fn continued(call: &mut Call<'_>, left: Left) -> Self {
+        let Left::Continue { slot } = left else {
+            unreachable!("only a success ends the call")
+        };
+        let (attempt, opened, pass) = call.continue_first(slot);
+        let call = call.started();
+        call.adopt(opened);
+        let mut full = Full::new(None);
+        full.pass = pass;
+        full.span = attempt.state.facts.span.clone();
+        full.frame = Some(Frame::attempt(attempt, call.installs()));
+        full
     }
 }
 
@@ -173,25 +199,13 @@ where
                         },
                         other => (other, this.call.leave_first(entered, false)),
                     };
-                    let Left::Continue { slot } = left else {
-                        unreachable!("only a success ends the call")
-                    };
-                    let (attempt, opened, pass) = this.call.continue_first(slot);
-                    // The call goes on the full path, as if this attempt had been admitted
-                    // there.
-                    let call = this.call.started();
-                    call.adopt(opened);
-                    let mut full = Full::new(None);
-                    full.pass = pass;
-                    full.span = attempt.state.facts.span.clone();
-                    full.frame = Some(Frame::attempt(attempt, call.installs()));
-                    this.full.set(Some(full));
+                    this.full.set(Some(Full::continued(this.call, left)));
                     polled = Some(first_poll);
                 }
                 First::Full(attempt) => this.full.set(Some(Full::new(Some(attempt)))),
                 First::Failed(error) => {
                     *this.done = true;
-                    return Poll::Ready(Err(E::from(*error)));
+                    return Poll::Ready(Err(failed(*error)));
                 }
             }
         }
@@ -208,7 +222,8 @@ where
 impl Full {
     /// Admits the attempt (once), makes its future (once), polls it inside its frame and span
     /// under its timeout, and counts it when it ends. `polled`: the outcome of a first poll the
-    /// fast path made already.
+    /// fast path made already. Out of line: the fast path's `poll` stays small.
+    #[inline(never)]
     fn poll_full<M, Fut, T, E>(
         self: Pin<&mut Self>,
         call: &mut Call<'_>,
