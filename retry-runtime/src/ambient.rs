@@ -17,7 +17,7 @@
 //! marker, from which the attempt and the call's scope are made the first time anything asks
 //! for either. A body that never asks costs nothing more than the marker moved in and out.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
@@ -32,14 +32,42 @@ pub(crate) struct Slots {
     /// A call's own scope not opened yet: the first to ask for the operation opens it.
     unopened: Option<Unopened>,
     attempt: Option<Attempt>,
-    /// A fast first attempt in progress: installed when nothing else was, so whatever is
-    /// installed above it (a frame of a call or an operation inside) comes first. `Copy`, and
-    /// its key and what is made from it apart, so installing and leaving drop nothing.
-    lazy: Option<LazyFirst>,
-    /// Its key, moved in from `#[retry]`'s call until it leaves.
-    lazy_key: Option<crate::IdempotencyKey>,
-    /// Its attempt and scope, once made.
+    /// The attempt and scope made from the fast first attempt's [`Marker`], once made (only
+    /// while the marker is installed).
     lazy_made: Option<Made>,
+}
+
+/// A fast first attempt in progress, beside the [`Slots`] (in the same thread-local): installed
+/// when nothing else was, so whatever is installed above it (a frame of a call or an operation
+/// inside) comes first.
+///
+/// In cells rather than in the slots' `RefCell`: a happy call installs it and takes it out
+/// again without borrowing the slots, whose borrow flag, written and read back at once, was a
+/// measurable part of such a call. The marker is `Copy` and its key apart, so installing and
+/// leaving drop nothing.
+pub(crate) struct Marker {
+    first: Cell<Option<LazyFirst>>,
+    /// Its key, moved in from `#[retry]`'s call until it leaves.
+    key: Cell<Option<crate::IdempotencyKey>>,
+    /// Whether `Slots::lazy_made` holds what was made from it.
+    made: Cell<bool>,
+}
+
+impl Marker {
+    /// No fast first attempt in progress.
+    pub(crate) const fn empty() -> Marker {
+        Marker {
+            first: Cell::new(None),
+            key: Cell::new(None),
+            made: Cell::new(false),
+        }
+    }
+
+    /// Whether a fast first attempt is in progress.
+    #[inline]
+    pub(crate) fn is_installed(&self) -> bool {
+        self.first.get().is_some()
+    }
 }
 
 impl Slots {
@@ -47,26 +75,25 @@ impl Slots {
         operation: None,
         unopened: None,
         attempt: None,
-        lazy: None,
-        lazy_key: None,
         lazy_made: None,
     };
 
     /// The innermost attempt: a frame's, or below every frame a fast first attempt's (once
-    /// made).
+    /// made; `lazy_made` is empty whenever no marker is installed).
     fn attempt(&self) -> Option<&Attempt> {
-        match (&self.attempt, &self.lazy) {
-            (Some(attempt), _) => Some(attempt),
-            (None, Some(_)) => self.lazy_made.as_ref().map(|m| &m.attempt),
-            (None, None) => None,
+        match &self.attempt {
+            Some(attempt) => Some(attempt),
+            None => self.lazy_made.as_ref().map(|m| &m.attempt),
         }
     }
 }
 
-/// The ambient slots of this thread (see `thread.rs`).
+/// The ambient slots of this thread, and the marker beside them (see `thread.rs`).
 #[inline]
-fn with_slots<R>(f: impl FnOnce(&RefCell<Slots>) -> R) -> Result<R, std::thread::AccessError> {
-    crate::thread::with(|thread| f(&thread.ambient))
+fn with_slots<R>(
+    f: impl FnOnce(&RefCell<Slots>, &Marker) -> R,
+) -> Result<R, std::thread::AccessError> {
+    crate::thread::with(|thread| f(&thread.ambient, &thread.marker))
 }
 
 /// What a fast first attempt installs: the lent cache slot (its upstream), and for `#[retry]`
@@ -88,21 +115,24 @@ struct Made {
 impl Slots {
     /// What was made from the fast first attempt's marker, made now if nothing asked before.
     #[cold]
-    fn lazy_made(&mut self) -> Option<&mut Made> {
-        let first = self.lazy?;
+    fn lazy_made(&mut self, marker: &Marker) -> Option<&mut Made> {
+        let first = marker.first.get()?;
         if self.lazy_made.is_none() {
-            let (attempt, unopened) = crate::first::make(first, self.lazy_key.as_ref());
+            let key = marker.key.take();
+            let (attempt, unopened) = crate::first::make(first, key.as_ref());
+            marker.key.set(key);
             self.lazy_made = Some(Made {
                 attempt,
                 scope: Err(unopened),
             });
+            marker.made.set(true);
         }
         self.lazy_made.as_mut()
     }
 
     /// The fast first attempt's call scope, made and opened now if nothing asked before.
-    fn lazy_operation(&mut self) -> Option<Operation> {
-        let made = self.lazy_made()?;
+    fn lazy_operation(&mut self, marker: &Marker) -> Option<Operation> {
+        let made = self.lazy_made(marker)?;
         let unopened = match &made.scope {
             Ok(opened) => return Some(opened.clone()),
             Err(unopened) => unopened.clone(),
@@ -118,14 +148,11 @@ impl Slots {
 }
 
 impl Slots {
-    /// Whether nothing at all is installed (a call inside a scope or an attempt takes the full
-    /// path, to join them).
+    /// Whether no operation, scope or attempt is installed (a call inside one takes the full
+    /// path, to join it; the [`Marker`] is checked apart).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.operation.is_none()
-            && self.unopened.is_none()
-            && self.attempt.is_none()
-            && self.lazy.is_none()
+        self.operation.is_none() && self.unopened.is_none() && self.attempt.is_none()
     }
 
     /// Installs the marker of a fast first attempt holding the lent cache `slot`: for
@@ -134,46 +161,61 @@ impl Slots {
     #[inline(always)]
     pub(crate) fn install_lazy(
         &mut self,
+        marker: &Marker,
         first: LazyFirst,
         key: Option<crate::IdempotencyKey>,
         made: Option<(Attempt, Unopened)>,
     ) {
-        self.lazy = Some(first);
+        marker.first.set(Some(first));
         if key.is_some() {
-            self.lazy_key = key;
+            marker.key.set(key);
         }
         if let Some((attempt, unopened)) = made {
             self.lazy_made = Some(Made {
                 attempt,
                 scope: Err(unopened),
             });
-        }
-    }
-
-    /// Takes the fast first attempt's marker out, a key it holds back into `key`: the attempt
-    /// (and the scope, if opened) made, if anything asked or it was made at once.
-    #[inline]
-    pub(crate) fn leave_lazy(
-        &mut self,
-        key: &mut Option<crate::IdempotencyKey>,
-    ) -> Option<(Attempt, Option<Operation>)> {
-        self.lazy.take()?;
-        if self.lazy_key.is_some() {
-            *key = self.lazy_key.take();
-        }
-        match self.lazy_made.take() {
-            Some(made) => Some((made.attempt, made.scope.ok())),
-            None => None,
+            marker.made.set(true);
         }
     }
 }
 
+impl Marker {
+    /// Takes the fast first attempt's marker out, a key it holds back into `key`: the attempt
+    /// (and the scope, if opened) made, if anything asked or it was made at once. Borrows
+    /// `slots` only if something was made.
+    #[inline]
+    pub(crate) fn leave(
+        &self,
+        slots: &RefCell<Slots>,
+        key: &mut Option<crate::IdempotencyKey>,
+    ) -> Option<(Attempt, Option<Operation>)> {
+        self.first.take()?;
+        if let Some(held) = self.key.take() {
+            *key = Some(held);
+        }
+        if !self.made.replace(false) {
+            return None;
+        }
+        take_made(slots)
+    }
+}
+
+/// What a fast first attempt made, taken out of the slots as it leaves.
+#[cold]
+#[inline(never)]
+fn take_made(slots: &RefCell<Slots>) -> Option<(Attempt, Option<Operation>)> {
+    let made = slots.borrow_mut().lazy_made.take()?;
+    Some((made.attempt, made.scope.ok()))
+}
+
 /// Takes a fast first attempt's marker out, if one is installed (its attempt panicked).
 pub(crate) fn drop_lazy() {
-    let _ = with_slots(|slots| {
+    let _ = with_slots(|slots, marker| {
+        marker.first.set(None);
+        marker.key.set(None);
+        marker.made.set(false);
         if let Ok(mut slots) = slots.try_borrow_mut() {
-            slots.lazy = None;
-            slots.lazy_key = None;
             slots.lazy_made = None;
         }
     });
@@ -255,7 +297,7 @@ impl Frame {
     /// same operation. Outside a runtime thread's lifetime (thread-local storage being torn
     /// down) nothing is installed, and the code inside sees no operation and no attempt.
     fn swap(&mut self) {
-        let _ = with_slots(|slots| {
+        let _ = with_slots(|slots, _| {
             let mut slots = slots.try_borrow_mut().expect(
                 "a retry scope was entered while `Attempt::with_current` was running: \
                  do not poll futures inside its closure",
@@ -286,9 +328,10 @@ impl Drop for Entered<'_> {
 /// for the call that owns it (which takes it back when its attempt ends).
 #[inline]
 pub(crate) fn operation() -> Option<Operation> {
-    let installed = with_slots(|slots| match slots.try_borrow() {
+    let installed = with_slots(|slots, marker| match slots.try_borrow() {
         Ok(slots)
-            if slots.unopened.is_none() && (slots.operation.is_some() || slots.lazy.is_none()) =>
+            if slots.unopened.is_none()
+                && (slots.operation.is_some() || !marker.is_installed()) =>
         {
             Some(slots.operation.clone())
         }
@@ -305,12 +348,12 @@ pub(crate) fn operation() -> Option<Operation> {
 /// Opens the unopened scope installed now (see [`operation`]).
 #[cold]
 fn open_installed() -> Option<Operation> {
-    with_slots(|slots| {
+    with_slots(|slots, marker| {
         // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
         let mut slots = slots.try_borrow_mut().ok()?;
         let Some(unopened) = slots.unopened.take() else {
             // Below every frame: a fast first attempt's own scope.
-            return slots.lazy_operation();
+            return slots.lazy_operation(marker);
         };
         let attempt = slots.attempt.as_ref();
         let opened = unopened.open(
@@ -330,14 +373,14 @@ fn open_installed() -> Option<Operation> {
 /// Runs `f` with the attempt installed now, without cloning it.
 pub(crate) fn with_attempt<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
     let mut f = Some(f);
-    let ran = with_slots(|slots| {
+    let ran = with_slots(|slots, marker| {
         // Below every frame: a fast first attempt's own attempt, made the first time it is asked.
-        if slots
-            .try_borrow()
-            .is_ok_and(|s| s.attempt.is_none() && s.lazy.is_some() && s.lazy_made.is_none())
+        if marker.is_installed()
+            && !marker.made.get()
             && let Ok(mut slots) = slots.try_borrow_mut()
+            && slots.attempt.is_none()
         {
-            slots.lazy_made();
+            slots.lazy_made(marker);
         }
         let slots = slots.try_borrow().ok();
         f.take()

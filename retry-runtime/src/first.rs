@@ -246,7 +246,7 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
     // fast on an open breaker, or reports that no time was left).
     let entered = thread::with(|thread| {
         let mut slots = thread.ambient.try_borrow_mut().ok()?;
-        if !slots.is_empty() {
+        if !slots.is_empty() || thread.marker.is_installed() {
             return None;
         }
         let mut cache = thread.cache.try_borrow_mut().ok()?;
@@ -266,7 +266,7 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
                     slot,
                     site: Some(site),
                 };
-                slots.install_lazy(first, lazy.key.take(), None);
+                slots.install_lazy(&thread.marker, first, lazy.key.take(), None);
             }
             // The builder's closure is given the attempt: made now.
             What::Owned { method, operation } => {
@@ -274,7 +274,8 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
                 let made = cache.with_lent(slot, |upstream, spare| {
                     fill_first(upstream, spare, method, lazy.key.as_ref(), name)
                 });
-                slots.install_lazy(LazyFirst { slot, site: None }, None, Some(made));
+                let first = LazyFirst { slot, site: None };
+                slots.install_lazy(&thread.marker, first, None, Some(made));
             }
         }
         Some(Enter::Fast(Entered {
@@ -328,7 +329,7 @@ impl Entered {
         self.live = false;
         let (slot, key) = (self.slot as usize, &mut lazy.key);
         let left = thread::with(|thread| {
-            let made = thread.ambient.borrow_mut().leave_lazy(key);
+            let made = thread.marker.leave(&thread.ambient, key);
             if succeeded && made.is_none() {
                 thread.cache.borrow_mut().give_back_happy(slot);
                 return None;
