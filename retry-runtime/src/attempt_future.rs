@@ -79,9 +79,10 @@ pin_project_lite::pin_project! {
         done: bool,
         #[pin]
         body: Body<M, Fut>,
-        // Everything but the fast path needs; `None` until then.
-        #[pin]
-        full: Option<Full>,
+        // Everything but the fast path needs; `None` until then. Boxed: one allocation for an
+        // attempt that leaves the fast path, so that a call that stays on it neither writes nor
+        // drops this state (its drop glue, not inlined, was a measurable part of such a call).
+        full: Option<Pin<Box<Full>>>,
     }
 }
 
@@ -157,7 +158,7 @@ impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
             needs_attempt,
             done: false,
             body: Body::Unmade { make: Some(make) },
-            full: attempt.map(|attempt| Full::new(Some(attempt))),
+            full: attempt.map(|attempt| Box::pin(Full::new(Some(attempt)))),
         }
     }
 }
@@ -199,17 +200,17 @@ where
                         },
                         other => (other, this.call.leave_first(entered, false)),
                     };
-                    this.full.set(Some(Full::continued(this.call, left)));
+                    *this.full = Some(Box::pin(Full::continued(this.call, left)));
                     polled = Some(first_poll);
                 }
-                First::Full(attempt) => this.full.set(Some(Full::new(Some(attempt)))),
+                First::Full(attempt) => *this.full = Some(Box::pin(Full::new(Some(attempt)))),
                 First::Failed(error) => {
                     *this.done = true;
                     return Poll::Ready(Err(failed(*error)));
                 }
             }
         }
-        let Some(full) = this.full.as_pin_mut() else {
+        let Some(full) = this.full.as_mut().map(Pin::as_mut) else {
             unreachable!("an attempt not on the fast path is on the full path")
         };
         let needs_attempt = *this.needs_attempt;
