@@ -18,6 +18,9 @@ fn happy_path(c: &mut Criterion) {
     g.bench_function("retry_runtime_builder", |b| {
         b.to_async(&rt).iter(|| happy::ours(&registry))
     });
+    g.bench_function("retry_runtime_builder_call", |b| {
+        b.to_async(&rt).iter(|| happy::ours_call(&registry))
+    });
     g.bench_function("retry_runtime_macro", |b| {
         b.to_async(&rt).iter(|| happy::ours_macro(&registry))
     });

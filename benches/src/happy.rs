@@ -35,6 +35,15 @@ pub async fn ours(registry: &Registry) -> u64 {
         .unwrap()
 }
 
+/// Through our builder's `call`, whose closure is not given its attempt (made only if asked).
+pub async fn ours_call(registry: &Registry) -> u64 {
+    Retry::in_registry(registry, UPSTREAM)
+        .method(Method::GET)
+        .call(work)
+        .await
+        .unwrap()
+}
+
 /// Through `#[retry]` on an adapter method, with the registry injected.
 pub struct Adapter<'r> {
     /// The registry holding [`UPSTREAM`].

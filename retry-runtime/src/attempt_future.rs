@@ -180,7 +180,7 @@ where
         // The first poll's outcome, when the fast path polled already.
         let mut polled = None;
         if std::mem::take(this.first) {
-            match this.call.first() {
+            match this.call.first(*this.needs_attempt) {
                 First::Fast(entered) => {
                     let attempt = match *this.needs_attempt {
                         true => crate::ambient::with_attempt(|a| a.cloned()),

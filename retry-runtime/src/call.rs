@@ -341,12 +341,34 @@ impl<'r> Call<'r> {
         })
     }
 
-    /// Starts a lazy call's first attempt: on the fast path if it can take it (`Ok(Some)`),
-    /// else on the full path (which may find the upstream unknown, or no time left).
+    /// Like [`run_with`](Self::run_with), for a future made without the attempt (only once the
+    /// breaker and the bulkhead have admitted it): the attempt is made only if something asks
+    /// for it (the builder's [`call`](crate::RetryCall::call)).
+    pub(crate) fn run_made<T, E, F, Fut, A>(
+        &mut self,
+        attempt: A,
+        make: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut, A>
+    where
+        A: Into<NextAttempt>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        let attempt = match attempt.into().0 {
+            Next::First => None,
+            Next::Ready(attempt) => Some(attempt),
+        };
+        AttemptRun::new(self, attempt, false, move |_: Option<Attempt>| make())
+    }
+
+    /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the full
+    /// path (which may find the upstream unknown, or no time left). `needs_attempt`: the
+    /// attempt's future is made from the attempt.
     #[inline]
-    pub(crate) fn first(&mut self) -> First {
+    pub(crate) fn first(&mut self, needs_attempt: bool) -> First {
         let handed = match &mut self.state {
-            State::Lazy(lazy) if !lazy.succeeded => match first::enter(lazy) {
+            State::Lazy(lazy) if !lazy.succeeded => match first::enter(lazy, needs_attempt) {
                 Enter::Fast(entered) => return First::Fast(entered),
                 Enter::Full(handed) => handed,
             },

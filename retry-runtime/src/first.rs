@@ -237,9 +237,39 @@ fn spans_may_be_enabled() -> bool {
     STATIC_MAX_LEVEL >= LevelFilter::INFO && LevelFilter::current() >= LevelFilter::INFO
 }
 
+/// The call sites of the builder's `call` (its closure is not given the attempt) for the
+/// standard methods, its scope named after its upstream (an empty operation name, see
+/// [`make`]): such a call's marker points at one of these, as `#[retry]`'s points at its own.
+/// Only the marker uses them: the cache entry is still found by the upstream's name.
+static BUILDER_SITES: [CallSite; 9] = [
+    CallSite::new("", http::Method::GET, ""),
+    CallSite::new("", http::Method::HEAD, ""),
+    CallSite::new("", http::Method::OPTIONS, ""),
+    CallSite::new("", http::Method::POST, ""),
+    CallSite::new("", http::Method::PUT, ""),
+    CallSite::new("", http::Method::PATCH, ""),
+    CallSite::new("", http::Method::DELETE, ""),
+    CallSite::new("", http::Method::TRACE, ""),
+    CallSite::new("", http::Method::CONNECT, ""),
+];
+
+/// The static site of a builder call that can make its attempt lazily: a standard method and
+/// no operation name of its own (else the attempt is made at once).
+fn builder_site(
+    method: &http::Method,
+    operation: Option<&Cow<'static, str>>,
+) -> Option<&'static CallSite> {
+    if operation.is_some() {
+        return None;
+    }
+    BUILDER_SITES.iter().find(|site| site.method == *method)
+}
+
 /// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs).
+/// `needs_attempt`: the body is made from the attempt (the builder's `run`), which is then
+/// made at once.
 #[inline]
-pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
+pub(crate) fn enter(lazy: &mut Lazy<'_>, needs_attempt: bool) -> Enter {
     let registry = lazy.registry.generation();
     // One access to this thread's state: nothing installed (else the full path joins what is),
     // and the entry cached, free to start (else the full path waits for a bulkhead, fails
@@ -268,7 +298,18 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>) -> Enter {
                 };
                 slots.install_lazy(&thread.marker, first, lazy.key.take(), None);
             }
-            // The builder's closure is given the attempt: made now.
+            // The builder's `call`: made when asked, from a static site.
+            What::Owned { method, operation }
+                if !needs_attempt && let Some(site) = builder_site(method, operation.as_ref()) =>
+            {
+                let first = LazyFirst {
+                    slot,
+                    site: Some(site),
+                };
+                slots.install_lazy(&thread.marker, first, lazy.key.take(), None);
+            }
+            // The builder's `run`, whose closure is given the attempt (or a call with its own
+            // operation name or an extension method): made now.
             What::Owned { method, operation } => {
                 let name = operation.clone().map(OpName::from);
                 let made = cache.with_lent(slot, |upstream, spare| {
@@ -404,13 +445,14 @@ pub(crate) fn take_lent(slot: u32) -> HeldUpstream {
     hot::take_lent(slot as usize)
 }
 
-/// Makes `#[retry]`'s first attempt and the call's unopened scope from its marker and key.
+/// Makes a lazy call's first attempt and the call's unopened scope from its marker and key. An
+/// empty operation name (the builder's sites) names the scope after the upstream.
 pub(crate) fn make(first: LazyFirst, key: Option<&IdempotencyKey>) -> (Attempt, Unopened) {
     let Some(site) = first.site else {
         unreachable!("a marker without a call site has its attempt made already")
     };
     hot::with_lent(first.slot, |upstream, spare| {
-        let name = Some(OpName::Static(site.operation));
+        let name = (!site.operation.is_empty()).then_some(OpName::Static(site.operation));
         fill_first(upstream, spare, &site.method, key, name)
     })
 }
@@ -477,7 +519,7 @@ mod tests {
     /// Whether `upstream`'s first attempt takes the fast path; if it does, it succeeds.
     fn fast(registry: &Registry, upstream: &str) -> bool {
         let mut call = call(registry, upstream);
-        match call.first() {
+        match call.first(false) {
             First::Fast(entered) => {
                 assert!(
                     matches!(call.leave_first(entered, true), super::Left::Ended),
@@ -537,7 +579,7 @@ mod tests {
     async fn an_unknown_upstream_is_reported_by_the_first_attempt() {
         let registry = registry();
         let mut call = call(&registry, "nope");
-        let crate::call::First::Failed(error) = call.first() else {
+        let crate::call::First::Failed(error) = call.first(false) else {
             panic!("an unknown upstream fails the first attempt")
         };
         assert!(matches!(*error, crate::Error::UnknownUpstream { .. }));

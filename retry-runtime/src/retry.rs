@@ -164,6 +164,50 @@ impl<'r> RetryCall<'r> {
         }
     }
 
+    /// Like [`run`](Self::run), for an attempt that is not given its [`Attempt`]: the attempt is
+    /// made only if something asks for it ([`Attempt::current`], which the HTTP integration
+    /// calls to send the key and the deadline), so a first attempt that completes at once and
+    /// asks for nothing costs what `#[retry]`'s does (see `BENCHMARKS.md`). The closure is
+    /// called once per attempt, after the breaker and the bulkhead have admitted it.
+    ///
+    /// ```
+    /// # use retry_runtime::{Method, Registry, UpstreamConfig, Retry, Error};
+    /// # async fn fetch(id: u64) -> Result<String, Error> { Ok(id.to_string()) }
+    /// # async fn demo() -> Result<(), Error> {
+    /// # let registry = Registry::builder().upstream("catalog", UpstreamConfig::new()).build()
+    /// #     .expect("valid");
+    /// let item = Retry::in_registry(&registry, "catalog")
+    ///     .method(Method::GET)
+    ///     .call(|| fetch(42))
+    ///     .await?;
+    /// # assert_eq!(item, "42");
+    /// # Ok(())
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
+    /// #     .block_on(demo()).unwrap();
+    /// ```
+    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        let mut call = Call::lazy(self.spec::<E>()?);
+        loop {
+            let a = call.begin_attempt()?;
+            let result = call.run_made(a, &mut attempt).await;
+            let error = match call.succeeded(result) {
+                ControlFlow::Break(value) => return Ok(value),
+                ControlFlow::Continue(error) => error,
+            };
+            match call.settle(Err(error)).await {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
+            }
+        }
+    }
+
     /// Like [`run`](Self::run), for a write without a key that has a reliable way to check its
     /// result: before any retry of an ambiguous attempt, `reconcile` is asked. `Happened`
     /// returns its value, `NotHappened` permits the retry, `Unknown` returns the ambiguous

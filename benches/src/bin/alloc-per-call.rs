@@ -51,6 +51,10 @@ fn main() {
             "retry-runtime builder",
             measure(&rt, || happy::ours(&registry)),
         ),
+        (
+            "retry-runtime builder, `call`",
+            measure(&rt, || happy::ours_call(&registry)),
+        ),
         ("`#[retry]`", measure(&rt, || happy::ours_macro(&registry))),
         ("backon", measure(&rt, happy::backon)),
         (

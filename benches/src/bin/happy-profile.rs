@@ -1,6 +1,8 @@
-//! A profiling aid, not a benchmark: the builder's (or, with `macro` as the second argument,
-//! `#[retry]`'s; `backon` or `bare` for comparison) happy path in a tight loop, to run under `perf record` or callgrind. Prints the size of one call's future (each `.await` moves it) and a rough time
-//! per call; quote criterion's `happy_path` bench for time, not this.
+//! A profiling aid, not a benchmark: the builder's `run` (or, with the second argument,
+//! `macro` for `#[retry]`, `call` for the builder's `call`; `backon` or `bare` for comparison)
+//! happy path in a tight loop, to run under `perf record` or callgrind. Prints the size of one
+//! call's future (each `.await` moves it) and a rough time per call; quote criterion's
+//! `happy_path` bench (or `happy-ratio`) for time, not this.
 //!
 //! ```sh
 //! cargo build --release -p retry-benches --bin happy-profile
@@ -30,6 +32,7 @@ fn main() {
     rt.block_on(async {
         let call = async || match contender.as_str() {
             "macro" => happy::ours_macro(&registry).await,
+            "call" => happy::ours_call(&registry).await,
             "backon" => happy::backon().await,
             "bare" => happy::bare().await,
             _ => happy::ours(&registry).await,

@@ -14,7 +14,14 @@ use retry_runtime::UpstreamConfig;
 
 const ROUNDS: usize = 61;
 const PER_ROUND: u32 = 200_000;
-const NAMES: [&str; 4] = ["bare", "#[retry]", "builder", "backon"];
+const NAMES: [&str; 5] = [
+    "bare",
+    "#[retry]",
+    "builder `run`",
+    "builder `call`",
+    "backon",
+];
+const BACKON: usize = 4;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -38,7 +45,7 @@ fn main() {
         .build()
         .expect("runtime");
     let registry = retry_benches::registry(&[UPSTREAM], UpstreamConfig::new());
-    let mut times: [Vec<f64>; 4] = Default::default();
+    let mut times: [Vec<f64>; NAMES.len()] = Default::default();
     rt.block_on(async {
         // Round 0 warms caches and the per-thread upstream entry.
         for round in 0..=ROUNDS {
@@ -48,6 +55,7 @@ fn main() {
                     0 => time(happy::bare).await,
                     1 => time(|| happy::ours_macro(&registry)).await,
                     2 => time(|| happy::ours(&registry)).await,
+                    3 => time(|| happy::ours_call(&registry)).await,
                     _ => time(happy::backon).await,
                 };
                 if round > 0 {
@@ -66,7 +74,7 @@ fn main() {
             .map(|(t, bare)| t - bare)
             .collect()
     };
-    let backon = overhead(3);
+    let backon = overhead(BACKON);
     for (who, name) in NAMES.iter().enumerate() {
         let ratio = match who {
             0 => "-".to_string(),

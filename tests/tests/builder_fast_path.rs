@@ -1,0 +1,290 @@
+//! The builder's `call` (a closure that is not given its attempt) takes the same fast first
+//! attempt as `#[retry]`: with a standard method and no operation name of its own, its marker
+//! points at a static call site for its method, and the attempt is made only when asked (with
+//! an operation name, the attempt is made at once). These tests warm the upstream's entry
+//! first, then check that such a call behaves exactly as on the full path: counted in the
+//! budget, the attempt and scope made when asked (with the builder's method, key and scope
+//! name), failures and waits carried on by the full loop, nothing left behind by a panic, and
+//! `run` (given its attempt) unaffected beside it.
+//!
+//! Each test has its own registry, on tokio's paused clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use retry_runtime::budget::HAPPY_BATCH;
+use retry_runtime::{Attempt, Method, Operation, Registry, Retry, UpstreamConfig};
+use retry_tests::AdapterError;
+use tokio::time::Instant;
+
+/// What a body saw of its attempt and scope.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    number: u32,
+    method: Method,
+    key: Option<String>,
+    remaining: Duration,
+    retries_left: Option<u32>,
+    operation: String,
+}
+
+fn seen() -> Seen {
+    let attempt = Attempt::current().expect("an attempt is installed");
+    Seen {
+        number: attempt.number(),
+        method: attempt.method().clone(),
+        key: attempt.idempotency_key().map(|k| k.as_str().to_owned()),
+        remaining: attempt.remaining(),
+        retries_left: attempt.retries_left(),
+        operation: Operation::current().expect("a scope").name().to_owned(),
+    }
+}
+
+fn registry(config: UpstreamConfig) -> Registry {
+    Registry::builder()
+        .upstream("fast", config)
+        .build()
+        .expect("valid test upstream")
+}
+
+fn config() -> UpstreamConfig {
+    UpstreamConfig::new()
+        .with_max_attempts(3)
+        .with_deadline(Duration::from_secs(7))
+        // Keyed writes are retried only where the upstream deduplicates on the key.
+        .with_dedups_idempotency_key(true)
+}
+
+/// A read through `call` that completes at once.
+async fn ready(registry: &Registry) -> Result<u32, AdapterError> {
+    Retry::in_registry(registry, "fast")
+        .method(Method::GET)
+        .call(|| async { Ok(1) })
+        .await
+}
+
+/// Puts the upstream's entry in this thread's cache.
+async fn warm(registry: &Registry) {
+    ready(registry).await.expect("warm");
+}
+
+fn budget(registry: &Registry) -> u64 {
+    registry.upstream("fast").unwrap().budget().available()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_that_completes_at_once_is_counted_in_the_budget() {
+    let registry = registry(config());
+    warm(&registry).await;
+    let before = budget(&registry);
+    let attempts = AtomicU32::new(0);
+    let calls = 2 * HAPPY_BATCH;
+    for _ in 1..calls {
+        let value = Retry::in_registry(&registry, "fast")
+            .method(Method::GET)
+            .call(|| async {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, AdapterError>(7)
+            })
+            .await
+            .unwrap();
+        assert_eq!(value, 7);
+    }
+    // Two whole batches counted (the warm call and these): 20 % of them, in whole tokens.
+    assert_eq!(budget(&registry), before + u64::from(calls) / 5);
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        calls - 1,
+        "one attempt each"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_asks_gets_the_attempt_made_with_the_builders_method_and_key() {
+    let registry = registry(config());
+    warm(&registry).await;
+    for method in [Method::POST, Method::DELETE, Method::GET] {
+        let seen = Retry::in_registry(&registry, "fast")
+            .method(method.clone())
+            .idempotency("order-1:pay")
+            .call(|| async { Ok::<_, AdapterError>(seen()) })
+            .await
+            .unwrap();
+        assert_eq!(
+            seen,
+            Seen {
+                number: 1,
+                method,
+                key: Some("order-1:pay".into()),
+                remaining: Duration::from_secs(7),
+                retries_left: Some(2),
+                operation: "fast".into(),
+            }
+        );
+    }
+    assert!(Attempt::current().is_none(), "nothing left installed");
+    assert!(Operation::current().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_with_its_own_operation_name_gets_it() {
+    let registry = registry(config());
+    warm(&registry).await;
+    let seen = Retry::in_registry(&registry, "fast")
+        .operation("checkout")
+        .method(Method::POST)
+        .idempotency("order-1:pay")
+        .call(|| async { Ok::<_, AdapterError>(seen()) })
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        Seen {
+            number: 1,
+            method: Method::POST,
+            key: Some("order-1:pay".into()),
+            remaining: Duration::from_secs(7),
+            retries_left: Some(2),
+            operation: "checkout".into(),
+        }
+    );
+    assert!(Attempt::current().is_none(), "nothing left installed");
+    assert!(Operation::current().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_a_fast_first_attempt_keeps_the_builders_spec() {
+    let registry = registry(config());
+    warm(&registry).await;
+    let attempts = AtomicU32::new(0);
+    let seen = Retry::in_registry(&registry, "fast")
+        .method(Method::PUT)
+        .idempotency("order-2:put")
+        .call(|| async {
+            match attempts.fetch_add(1, Ordering::SeqCst) {
+                // Fails at once, asking nothing: the full loop takes over and makes the
+                // second attempt from the call's own spec.
+                0 => Err(AdapterError::status(503)),
+                _ => Ok(seen()),
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(seen.number, 2, "the second attempt");
+    assert_eq!(seen.method, Method::PUT);
+    assert_eq!(seen.key.as_deref(), Some("order-2:put"));
+    assert_eq!(seen.operation, "fast");
+    assert_eq!(seen.retries_left, Some(1), "one retry spent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_that_waits_is_timed_out_from_its_start() {
+    let registry = registry(
+        config()
+            .with_max_attempts(1)
+            .with_attempt_timeout(Duration::from_millis(300)),
+    );
+    warm(&registry).await;
+    let start = Instant::now();
+    let error = Retry::in_registry(&registry, "fast")
+        .method(Method::GET)
+        .call(|| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, AdapterError>(())
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            AdapterError::Runtime(retry_runtime::Error::AttemptTimeout { attempt: 1, .. })
+        ),
+        "{error:?}"
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_closure_is_not_called_when_the_upstream_is_unknown() {
+    let registry = registry(config());
+    let calls = AtomicU32::new(0);
+    let error = Retry::in_registry(&registry, "missing")
+        .method(Method::GET)
+        .call(|| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, AdapterError>(()) }
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            AdapterError::Runtime(retry_runtime::Error::UnknownUpstream { name, .. }) if name == "missing"
+        ),
+        "{error:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing ran");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
+    let registry = Arc::new(registry(config()));
+    warm(&registry).await;
+    let task = {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            Retry::in_registry(&registry, "fast")
+                .method(Method::DELETE)
+                .idempotency("doomed")
+                .call(|| async {
+                    if Attempt::current().is_some() {
+                        panic!("the body panicked");
+                    }
+                    Ok::<_, AdapterError>(())
+                })
+                .await
+        })
+    };
+    assert!(task.await.unwrap_err().is_panic());
+    assert!(Operation::current().is_none(), "no scope left installed");
+    assert!(Attempt::current().is_none(), "no attempt left installed");
+    // The entry is usable again, and what the panicked call installed is gone: the next call
+    // sees its own method and no key.
+    let seen = Retry::in_registry(&registry, "fast")
+        .method(Method::GET)
+        .call(|| async { Ok::<_, AdapterError>(seen()) })
+        .await
+        .unwrap();
+    assert_eq!(seen.method, Method::GET);
+    assert_eq!(seen.key, None);
+    assert_eq!(seen.operation, "fast", "named after its upstream");
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_and_call_side_by_side_each_see_their_own_attempt() {
+    let registry = registry(config());
+    warm(&registry).await;
+    for round in 0..3 {
+        let given = Retry::in_registry(&registry, "fast")
+            .method(Method::PATCH)
+            .idempotency(format!("run-{round}"))
+            .run(|attempt| async move {
+                let current = seen();
+                assert_eq!(current.method, *attempt.method(), "the same attempt");
+                Ok::<_, AdapterError>(current)
+            })
+            .await
+            .unwrap();
+        assert_eq!(given.method, Method::PATCH);
+        assert_eq!(given.key, Some(format!("run-{round}")));
+
+        let asked = Retry::in_registry(&registry, "fast")
+            .method(Method::GET)
+            .call(|| async { Ok::<_, AdapterError>(seen()) })
+            .await
+            .unwrap();
+        assert_eq!(asked.method, Method::GET);
+        assert_eq!(asked.key, None, "nothing carried over from `run`");
+    }
+}
