@@ -262,7 +262,19 @@ fn builder_site(
     if operation.is_some() {
         return None;
     }
-    BUILDER_SITES.iter().find(|site| site.method == *method)
+    let index = match *method {
+        http::Method::GET => 0,
+        http::Method::HEAD => 1,
+        http::Method::OPTIONS => 2,
+        http::Method::POST => 3,
+        http::Method::PUT => 4,
+        http::Method::PATCH => 5,
+        http::Method::DELETE => 6,
+        http::Method::TRACE => 7,
+        http::Method::CONNECT => 8,
+        _ => return None,
+    };
+    BUILDER_SITES.get(index)
 }
 
 /// Enters `lazy`'s first attempt on the fast path if it can take it (see the module docs).
