@@ -17,8 +17,10 @@
 //! - a marker is installed (`ambient.rs`) from which the attempt and the call's scope are made
 //!   the first time anything asks for either ([`make`]): for `#[retry]`, two words (its static
 //!   call site and its key); the HTTP integration always asks, so a real request gets exactly
-//!   the attempt the full path would have given it. The builder's closure takes the attempt as
-//!   an argument, so its attempt is made at once;
+//!   the attempt the full path would have given it. The builder's `call` (whose closure is not
+//!   given the attempt) does the same from a static site for its method ([`BUILDER_SITES`]);
+//!   its `run` hands the attempt to its closure, so that attempt is made at once (as is one
+//!   of a builder call with its own operation name);
 //! - if the body completes in that first poll, successfully, and nothing read the attempt's
 //!   time or opened the scope, the call is counted in the entry's batch (as the full path
 //!   counts such a call) and is over.

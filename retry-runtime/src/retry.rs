@@ -1,4 +1,6 @@
-//! The attempt loop without the macro: `Retry::upstream("sber").method(..).run(..)`.
+//! The attempt loop without the macro: `Retry::upstream("sber").method(..).run(..)` (the
+//! closure is given its attempt) or `.call(..)` (it is not, and the attempt is made only if
+//! something asks for it).
 
 use std::borrow::Cow;
 use std::fmt::Display;
