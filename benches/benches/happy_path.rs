@@ -3,15 +3,10 @@
 //! `cargo bench -p retry-benches --bench happy_path`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use retry_benches::happy::{self, UPSTREAM};
-use retry_runtime::UpstreamConfig;
+use retry_benches::happy;
 
 fn happy_path(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let registry = retry_benches::registry(&[UPSTREAM], UpstreamConfig::new());
+    let (rt, registry) = happy::setup();
     let tower = happy::tower_service();
     let mut g = c.benchmark_group("happy_path");
     g.bench_function("bare", |b| b.to_async(&rt).iter(happy::bare));

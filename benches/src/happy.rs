@@ -15,6 +15,17 @@ use crate::BenchError;
 /// The upstream name used by the happy-path benches.
 pub const UPSTREAM: &str = "up";
 
+/// What every happy-path measurement runs on: a current-thread runtime with time, and a
+/// registry holding [`UPSTREAM`] with the default config.
+pub fn setup() -> (tokio::runtime::Runtime, Registry) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let registry = crate::registry(&[UPSTREAM], retry_runtime::UpstreamConfig::new());
+    (rt, registry)
+}
+
 /// The work of one attempt: nothing but returning a value.
 #[inline(never)]
 async fn work() -> Result<u64, BenchError> {

@@ -151,6 +151,14 @@ impl From<Attempt> for NextAttempt {
     }
 }
 
+/// The attempt [`Call::run_attempt`] gives a maker that needs it.
+pub(crate) fn given(attempt: Option<Attempt>) -> Attempt {
+    match attempt {
+        Some(attempt) => attempt,
+        None => unreachable!("an attempt is made for a body that needs it"),
+    }
+}
+
 /// How a lazy call's first attempt starts (see `first.rs`).
 pub(crate) enum First {
     /// On the fast path: poll the body, then [`Call::leave_first`].
@@ -311,11 +319,7 @@ impl<'r> Call<'r> {
         E: Classify + From<Error>,
     {
         // `run` takes no handle to the attempt: a handle is a shared count.
-        let attempt = match attempt.into().0 {
-            Next::First => None,
-            Next::Ready(attempt) => Some(attempt),
-        };
-        AttemptRun::new(self, attempt, false, move |_: Option<Attempt>| fut)
+        self.run_attempt(attempt, false, move |_| fut)
     }
 
     /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
@@ -331,27 +335,21 @@ impl<'r> Call<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        let attempt = match attempt.into().0 {
-            Next::First => None,
-            Next::Ready(attempt) => Some(attempt),
-        };
-        AttemptRun::new(self, attempt, true, move |a: Option<Attempt>| match a {
-            Some(a) => make(a),
-            None => unreachable!("an attempt is made for a body that needs it"),
-        })
+        self.run_attempt(attempt, true, move |a| make(given(a)))
     }
 
-    /// Like [`run_with`](Self::run_with), for a future made without the attempt (only once the
-    /// breaker and the bulkhead have admitted it): the attempt is made only if something asks
-    /// for it (the builder's [`call`](crate::RetryCall::call)).
-    pub(crate) fn run_made<T, E, F, Fut, A>(
+    /// What [`run`](Self::run) and [`run_with`](Self::run_with) (and the builder) share: the
+    /// attempt's future is made by `make` once admitted, and given the attempt if it
+    /// `needs_attempt` (else the attempt is made only if something asks for it).
+    pub(crate) fn run_attempt<T, E, F, Fut, A>(
         &mut self,
         attempt: A,
+        needs_attempt: bool,
         make: F,
     ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut, A>
     where
         A: Into<NextAttempt>,
-        F: FnOnce() -> Fut,
+        F: FnOnce(Option<Attempt>) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
@@ -359,7 +357,7 @@ impl<'r> Call<'r> {
             Next::First => None,
             Next::Ready(attempt) => Some(attempt),
         };
-        AttemptRun::new(self, attempt, false, move |_: Option<Attempt>| make())
+        AttemptRun::new(self, attempt, needs_attempt, make)
     }
 
     /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the full

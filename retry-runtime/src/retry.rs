@@ -8,7 +8,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 
 use crate::attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
-use crate::call::{Call, CallSpec, Reconciled, Step};
+use crate::call::{self, Call, CallSpec, Reconciled, Step};
 use crate::registry::Registry;
 use crate::{Classify, Error, Replayability};
 
@@ -144,26 +144,14 @@ impl<'r> RetryCall<'r> {
 
     /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error
     /// (retry denied), or `E::from(Error::Ambiguous(..))` when a write's outcome is unknown.
-    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::lazy(self.spec::<E>()?);
-        loop {
-            let a = call.begin_attempt()?;
-            let result = call.run_with(a, &mut attempt).await;
-            let error = match call.succeeded(result) {
-                ControlFlow::Break(value) => return Ok(value),
-                ControlFlow::Continue(error) => error,
-            };
-            match call.settle(Err(error)).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        // Not an `async fn`: the loop's future is returned as is, not wrapped in another.
+        self.drive(true, move |a| attempt(call::given(a)))
     }
 
     /// Like [`run`](Self::run), for an attempt that is not given its [`Attempt`]: the attempt is
@@ -188,16 +176,27 @@ impl<'r> RetryCall<'r> {
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
     /// #     .block_on(demo()).unwrap();
     /// ```
-    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn call<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        self.drive(false, move |_| attempt())
+    }
+
+    /// The attempt loop of [`run`](Self::run) and [`call`](Self::call): `make` builds each
+    /// attempt's future once admitted, given the attempt if it `needs_attempt`.
+    async fn drive<T, E, F, Fut>(self, needs_attempt: bool, mut make: F) -> Result<T, E>
+    where
+        F: FnMut(Option<Attempt>) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
         let mut call = Call::lazy(self.spec::<E>()?);
         loop {
             let a = call.begin_attempt()?;
-            let result = call.run_made(a, &mut attempt).await;
+            let result = call.run_attempt(a, needs_attempt, &mut make).await;
             let error = match call.succeeded(result) {
                 ControlFlow::Break(value) => return Ok(value),
                 ControlFlow::Continue(error) => error,

@@ -6,8 +6,7 @@
 use std::future::Future;
 
 use retry_benches::alloc::{self, Counting};
-use retry_benches::happy::{self, UPSTREAM};
-use retry_runtime::UpstreamConfig;
+use retry_benches::happy;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -39,11 +38,7 @@ where
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let registry = retry_benches::registry(&[UPSTREAM], UpstreamConfig::new());
+    let (rt, registry) = happy::setup();
     let tower = happy::tower_service();
     let rows = [
         ("bare async call", measure(&rt, happy::bare)),

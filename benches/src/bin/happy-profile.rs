@@ -10,8 +10,7 @@
 //! valgrind --tool=callgrind target/release/happy-profile 100000 macro
 //! ```
 
-use retry_benches::happy::{self, UPSTREAM};
-use retry_runtime::UpstreamConfig;
+use retry_benches::happy;
 
 fn main() {
     let calls: u64 = std::env::args()
@@ -19,11 +18,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3_000_000);
     let contender = std::env::args().nth(2).unwrap_or_default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let registry = retry_benches::registry(&[UPSTREAM], UpstreamConfig::new());
+    let (rt, registry) = happy::setup();
     println!(
         "one call's future: {} bytes (builder), {} bytes (#[retry])",
         std::mem::size_of_val(&happy::ours(&registry)),

@@ -9,8 +9,7 @@
 use std::future::Future;
 use std::time::Instant;
 
-use retry_benches::happy::{self, UPSTREAM};
-use retry_runtime::UpstreamConfig;
+use retry_benches::happy;
 
 const ROUNDS: usize = 61;
 const PER_ROUND: u32 = 200_000;
@@ -40,11 +39,7 @@ async fn time<F: Future<Output = u64>>(call: impl Fn() -> F) -> f64 {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let registry = retry_benches::registry(&[UPSTREAM], UpstreamConfig::new());
+    let (rt, registry) = happy::setup();
     let mut times: [Vec<f64>; NAMES.len()] = Default::default();
     rt.block_on(async {
         // Round 0 warms caches and the per-thread upstream entry.
