@@ -144,6 +144,12 @@ impl<'r> RetryCall<'r> {
 
     /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error
     /// (retry denied), or `E::from(Error::Ambiguous(..))` when a write's outcome is unknown.
+    ///
+    /// The closure is given its [`Attempt`], so the attempt is made, written and handed over on
+    /// every call: a call whose first attempt succeeds at once costs about three times what it
+    /// costs through [`call`](Self::call) or `#[retry]` (tens of nanoseconds; see
+    /// `BENCHMARKS.md`). Prefer `call` when the closure does not need the attempt (the HTTP
+    /// integration finds it by itself).
     pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
