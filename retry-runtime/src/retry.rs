@@ -163,7 +163,7 @@ impl<'r> RetryCall<'r> {
     /// Like [`run`](Self::run), for an attempt that is not given its [`Attempt`]: the attempt is
     /// made only if something asks for it ([`Attempt::current`], which the HTTP integration
     /// calls to send the key and the deadline), so a first attempt that completes at once and
-    /// asks for nothing costs what `#[retry]`'s does (see `BENCHMARKS.md`). The closure is
+    /// asks for nothing takes `#[retry]`'s fast path (see `BENCHMARKS.md`). The closure is
     /// called once per attempt, after the breaker and the bulkhead have admitted it.
     ///
     /// ```
