@@ -64,6 +64,15 @@ async fn ready(registry: &Registry) -> Result<u32, AdapterError> {
         .await
 }
 
+/// What a plain read through `call` (GET, no key, no name of its own) sees when it asks.
+async fn seen_by_a_read(registry: &Registry) -> Seen {
+    Retry::in_registry(registry, "fast")
+        .method(Method::GET)
+        .call(|| async { Ok::<_, AdapterError>(seen()) })
+        .await
+        .expect("a read that succeeds at once")
+}
+
 /// Puts the upstream's entry in this thread's cache.
 async fn warm(registry: &Registry) {
     ready(registry).await.expect("warm");
@@ -238,11 +247,7 @@ async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
     assert!(Attempt::current().is_none(), "no attempt left installed");
     // The entry is usable again, and what the panicked call installed is gone: the next call
     // sees its own method and no key.
-    let seen = Retry::in_registry(&registry, "fast")
-        .method(Method::GET)
-        .call(|| async { Ok::<_, AdapterError>(seen()) })
-        .await
-        .unwrap();
+    let seen = seen_by_a_read(&registry).await;
     assert_eq!(seen.method, Method::GET);
     assert_eq!(seen.key, None);
     assert_eq!(seen.operation, "fast", "named after its upstream");
@@ -266,11 +271,7 @@ async fn run_and_call_side_by_side_each_see_their_own_attempt() {
         assert_eq!(given.method, Method::PATCH);
         assert_eq!(given.key, Some(format!("run-{round}")));
 
-        let asked = Retry::in_registry(&registry, "fast")
-            .method(Method::GET)
-            .call(|| async { Ok::<_, AdapterError>(seen()) })
-            .await
-            .unwrap();
+        let asked = seen_by_a_read(&registry).await;
         assert_eq!(asked.method, Method::GET);
         assert_eq!(asked.key, None, "nothing carried over from `run`");
     }
