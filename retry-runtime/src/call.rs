@@ -199,8 +199,14 @@ impl<'r> Call<'r> {
     /// first attempt is polled (what the builder uses).
     #[inline]
     pub fn lazy(spec: CallSpec<'r>) -> Self {
+        Call::from_lazy(Lazy::new(spec))
+    }
+
+    /// A lazy call (the builder's).
+    #[inline]
+    pub(crate) fn from_lazy(lazy: Lazy<'r>) -> Self {
         Call {
-            state: State::Lazy(Lazy::new(spec)),
+            state: State::Lazy(lazy),
             could_not_start: false,
         }
     }

@@ -18,7 +18,8 @@
 //!   the first time anything asks for either ([`make`]): for `#[retry]`, two words (its static
 //!   call site and its key); the HTTP integration always asks, so a real request gets exactly
 //!   the attempt the full path would have given it. The builder's `call` (whose closure is not
-//!   given the attempt) does the same from a static site for its method ([`BUILDER_SITES`]);
+//!   given the attempt) does the same from a static site for its method ([`BUILDER_SITES`],
+//!   chosen when the builder names the method, where a constant method folds to its site);
 //!   its `run` hands the attempt to its closure, so that attempt is made at once (as is one
 //!   of a builder call with its own operation name);
 //! - if the body completes in that first poll, successfully, and nothing read the attempt's
@@ -46,9 +47,10 @@ use crate::registry::Upstream;
 use crate::scope::{OpName, Operation, Unopened};
 use crate::thread;
 
-/// A lazy call's method and operation name: `#[retry]`'s static call site, or the builder's
-/// own.
-#[derive(Debug)]
+/// A lazy call's method and operation name: a static call site (`#[retry]`'s own, or one of
+/// [`BUILDER_SITES`] for a builder call with a standard method and no operation name), or the
+/// builder's own.
+#[derive(Debug, Clone)]
 pub(crate) enum What {
     Site(&'static CallSite),
     Owned {
@@ -58,18 +60,49 @@ pub(crate) enum What {
 }
 
 impl What {
-    fn method(&self) -> &http::Method {
+    /// A builder call's: one of [`BUILDER_SITES`] if it can be (chosen here, where a constant
+    /// method folds to its site, rather than on every first attempt).
+    #[inline]
+    pub(crate) fn of(method: http::Method, operation: Option<Cow<'static, str>>) -> What {
+        match builder_site(&method, operation.as_ref()) {
+            Some(site) => What::Site(site),
+            None => What::Owned { method, operation },
+        }
+    }
+
+    pub(crate) fn method(&self) -> &http::Method {
         match self {
             What::Site(site) => &site.method,
             What::Owned { method, .. } => method,
         }
     }
 
-    /// The name of the call's own scope, if it is not named after its upstream.
+    /// The name of the call's own scope, if it is not named after its upstream (a site's empty
+    /// name is not one).
     fn operation(&self) -> Option<&str> {
         match self {
-            What::Site(site) => Some(site.operation),
+            What::Site(site) => (!site.operation.is_empty()).then_some(site.operation),
             What::Owned { operation, .. } => operation.as_deref(),
+        }
+    }
+
+    /// [`operation`](Self::operation), owned.
+    fn op_name(&self) -> Option<OpName> {
+        match self {
+            What::Site(site) => {
+                (!site.operation.is_empty()).then_some(OpName::Static(site.operation))
+            }
+            What::Owned { operation, .. } => operation.clone().map(OpName::from),
+        }
+    }
+
+    /// The static site that names its upstream, whose address keys the thread's cache: never
+    /// one of [`BUILDER_SITES`], which every upstream shares.
+    #[inline]
+    fn keyed_site(&self) -> Option<&'static CallSite> {
+        match self {
+            What::Site(site) if !site.upstream.is_empty() => Some(*site),
+            _ => None,
         }
     }
 }
@@ -133,15 +166,25 @@ impl<'r> Lazy<'r> {
 
     #[inline]
     pub(crate) fn new(spec: CallSpec<'r>) -> Self {
+        let what = What::of(spec.method, spec.operation);
+        Lazy::builder(spec.registry, spec.upstream, what, spec.key, spec.replay)
+    }
+
+    /// A builder call's.
+    #[inline]
+    pub(crate) fn builder(
+        registry: &'r crate::Registry,
+        upstream: &'r str,
+        what: What,
+        key: Option<IdempotencyKey>,
+        replay: crate::Replayability,
+    ) -> Self {
         Lazy {
-            registry: spec.registry,
-            upstream: spec.upstream,
-            replay: spec.replay,
-            what: What::Owned {
-                method: spec.method,
-                operation: spec.operation,
-            },
-            key: spec.key,
+            registry,
+            upstream,
+            replay,
+            what,
+            key,
             succeeded: false,
             made: Made::Nothing,
         }
@@ -157,7 +200,11 @@ impl<'r> Lazy<'r> {
             },
         );
         let (method, operation) = match what {
-            What::Site(site) => (site.method.clone(), Some(Cow::Borrowed(site.operation))),
+            What::Site(site) => {
+                let operation =
+                    (!site.operation.is_empty()).then_some(Cow::Borrowed(site.operation));
+                (site.method.clone(), operation)
+            }
             What::Owned { method, operation } => (method, operation),
         };
         CallSpec {
@@ -242,7 +289,8 @@ fn spans_may_be_enabled() -> bool {
 /// The call sites of the builder's `call` (its closure is not given the attempt) for the
 /// standard methods, its scope named after its upstream (an empty operation name, see
 /// [`make`]): such a call's marker points at one of these, as `#[retry]`'s points at its own.
-/// Only the marker uses them: the cache entry is still found by the upstream's name.
+/// Only the marker uses them: every upstream shares them, so the cache entry is still found by
+/// the upstream's name (see [`What::keyed_site`]).
 static BUILDER_SITES: [CallSite; 9] = [
     CallSite::new("", http::Method::GET, ""),
     CallSite::new("", http::Method::HEAD, ""),
@@ -257,6 +305,7 @@ static BUILDER_SITES: [CallSite; 9] = [
 
 /// The static site of a builder call that can make its attempt lazily: a standard method and
 /// no operation name of its own (else the attempt is made at once).
+#[inline]
 fn builder_site(
     method: &http::Method,
     operation: Option<&Cow<'static, str>>,
@@ -294,40 +343,27 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>, needs_attempt: bool) -> Enter {
             return None;
         }
         let mut cache = thread.cache.try_borrow_mut().ok()?;
-        let site = match &lazy.what {
-            What::Site(site) => Some(*site),
-            What::Owned { .. } => None,
-        };
-        let slot = cache.lend(registry, lazy.upstream, site)?;
+        let slot = cache.lend(registry, lazy.upstream, lazy.what.keyed_site())?;
         if spans_may_be_enabled()
             && let Some(handed) = spans_enabled(&mut cache, slot, lazy)
         {
             return Some(Enter::Full(Some(handed)));
         }
         match &lazy.what {
-            What::Site(site) => {
+            // `#[retry]`, and the builder's `call`: made when asked, from the static site.
+            What::Site(site) if !needs_attempt => {
                 let first = LazyFirst {
                     slot,
                     site: Some(site),
                 };
                 slots.install_lazy(&thread.marker, first, lazy.key.take(), None);
             }
-            // The builder's `call`: made when asked, from a static site.
-            What::Owned { method, operation }
-                if !needs_attempt && let Some(site) = builder_site(method, operation.as_ref()) =>
-            {
-                let first = LazyFirst {
-                    slot,
-                    site: Some(site),
-                };
-                slots.install_lazy(&thread.marker, first, lazy.key.take(), None);
-            }
-            // The builder's `run`, whose closure is given the attempt (or a call with its own
-            // operation name or an extension method): made now.
-            What::Owned { method, operation } => {
-                let name = operation.clone().map(OpName::from);
+            // The builder's `run`, whose closure is given the attempt (or a builder call with
+            // its own operation name or an extension method): made now.
+            what => {
+                let name = what.op_name();
                 let made = cache.with_lent(slot, |upstream, spare| {
-                    fill_first(upstream, spare, method, lazy.key.as_ref(), name)
+                    fill_first(upstream, spare, what.method(), lazy.key.as_ref(), name)
                 });
                 let first = LazyFirst { slot, site: None };
                 slots.install_lazy(&thread.marker, first, None, Some(made));

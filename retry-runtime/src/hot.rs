@@ -78,6 +78,9 @@ struct Entry {
     starts_free: bool,
     /// The address of the `#[retry]` call site that found this entry last (0: none).
     site: usize,
+    /// The upstream's name, copied here when short, so a call that finds its entry by name
+    /// (the builder's) reads nothing outside the cache.
+    name: ShortName,
     /// The upstream's breaker, held here too so the fast path reaches its state in one step
     /// less.
     breaker: Option<Arc<CircuitBreaker>>,
@@ -86,6 +89,7 @@ struct Entry {
 impl Entry {
     fn new(registry: u64, generation: u64, upstream: Arc<Upstream>) -> Self {
         let upstream_breaker = upstream.breaker_arc().cloned();
+        let name = ShortName::of(upstream.name());
         let config = upstream.config();
         let starts_free = upstream.bulkhead().is_none()
             && config.deadline >= config.min_attempt_budget
@@ -99,6 +103,7 @@ impl Entry {
             lent: false,
             starts_free,
             site: 0,
+            name,
             breaker: upstream_breaker,
         }
     }
@@ -107,8 +112,53 @@ impl Entry {
 /// `a == b`, inlined: upstream names are short, and a call to `memcmp` cost more than the
 /// comparison.
 #[inline]
-fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// The longest name an entry holds a copy of.
+const SHORT: usize = 24;
+
+/// An upstream's name as its cache entry holds it: copied in when short (most are), else only
+/// its length (the name is then read from the upstream). Comparing a copy waits for no chain of
+/// loads (entry, upstream, name, bytes), which was a tenth of a builder call's time.
+#[derive(Debug)]
+struct ShortName {
+    len: usize,
+    bytes: Option<[u8; SHORT]>,
+}
+
+impl ShortName {
+    fn of(name: &str) -> Self {
+        let bytes = name.as_bytes();
+        let short = bytes.len() <= SHORT;
+        let copy = short.then(|| {
+            let mut copy = [0; SHORT];
+            copy.iter_mut()
+                .zip(bytes)
+                .for_each(|(to, from)| *to = *from);
+            copy
+        });
+        ShortName {
+            len: bytes.len(),
+            bytes: copy,
+        }
+    }
+}
+
+impl Entry {
+    /// Whether this is `name`'s entry.
+    #[inline]
+    fn is_named(&self, name: &str) -> bool {
+        let name = name.as_bytes();
+        if name.len() != self.name.len {
+            return false;
+        }
+        match &self.name.bytes {
+            Some(copy) => same_name(copy.get(..name.len()).unwrap_or_default(), name),
+            None => same_name(self.upstream.name().as_bytes(), name),
+        }
+    }
 }
 
 impl Entry {
@@ -172,7 +222,7 @@ impl Cache {
                 continue;
             }
             if site == 0 || entry.site != site {
-                if !same_name(entry.upstream.name(), name) {
+                if !entry.is_named(name) {
                     continue;
                 }
                 entry.site = site;
@@ -285,9 +335,10 @@ impl HeldUpstream {
         let (id, generation) = registry.generation();
         let cached = with_cache(|cache| {
             let mut cache = cache.try_borrow_mut().ok()?;
-            cache.slots.iter_mut().find_map(|slot| {
-                slot.take_if(|e| !e.lent && e.registry == id && same_name(e.upstream.name(), name))
-            })
+            cache
+                .slots
+                .iter_mut()
+                .find_map(|slot| slot.take_if(|e| !e.lent && e.registry == id && e.is_named(name)))
         })
         .ok()
         .flatten();
@@ -455,6 +506,38 @@ mod tests {
             HeldUpstream::take(&registry, "nope"),
             Err(Error::UnknownUpstream { .. })
         ));
+    }
+
+    #[test]
+    fn each_upstream_is_found_by_its_whole_name_short_or_long() {
+        let long = "x".repeat(SHORT);
+        let names = [
+            "a".to_owned(),
+            "b".to_owned(),
+            format!("{long}1"),
+            format!("{long}2"),
+        ];
+        let mut builder = Registry::builder();
+        for name in &names {
+            builder = builder.upstream(name, UpstreamConfig::new());
+        }
+        let registry = builder.build().unwrap();
+        for _ in 0..3 {
+            for name in &names {
+                let held = HeldUpstream::take(&registry, name).unwrap();
+                assert_eq!(
+                    held.get().name(),
+                    name,
+                    "the entry named so, from the cache"
+                );
+            }
+        }
+        for unknown in ["c", "", &long, &format!("{long}3"), &format!("{long}10")] {
+            assert!(
+                HeldUpstream::take(&registry, unknown).is_err(),
+                "{unknown:?} is not an upstream here"
+            );
+        }
     }
 
     fn registry_with(name: &str) -> Registry {

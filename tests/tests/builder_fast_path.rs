@@ -253,6 +253,41 @@ async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
     assert_eq!(seen.operation, "fast", "named after its upstream");
 }
 
+/// Builder calls with the same method share one static call site, so the site must not be what
+/// finds an upstream's entry (as `#[retry]`'s own site does): each call finds its own by name.
+#[tokio::test(start_paused = true)]
+async fn calls_to_two_upstreams_with_one_method_each_find_their_own_entry() {
+    let registry = Registry::builder()
+        .upstream("fast", config())
+        .upstream(
+            "other",
+            UpstreamConfig::new()
+                .with_max_attempts(2)
+                .with_deadline(Duration::from_secs(2)),
+        )
+        .build()
+        .expect("valid test upstreams");
+    let read = |upstream: &'static str| {
+        Retry::in_registry(&registry, upstream)
+            .method(Method::GET)
+            .call(|| async { Ok::<_, AdapterError>(seen()) })
+    };
+    for _ in 0..3 {
+        let fast = read("fast").await.unwrap();
+        assert_eq!(
+            (fast.operation.as_str(), fast.retries_left),
+            ("fast", Some(2))
+        );
+        assert_eq!(fast.remaining, Duration::from_secs(7));
+        let other = read("other").await.unwrap();
+        assert_eq!(
+            (other.operation.as_str(), other.retries_left),
+            ("other", Some(1))
+        );
+        assert_eq!(other.remaining, Duration::from_secs(2));
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_and_call_side_by_side_each_see_their_own_attempt() {
     let registry = registry(config());
