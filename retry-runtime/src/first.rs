@@ -87,6 +87,7 @@ impl What {
     }
 
     /// [`operation`](Self::operation), owned.
+    #[inline]
     fn op_name(&self) -> Option<OpName> {
         match self {
             What::Site(site) => {
@@ -361,9 +362,8 @@ pub(crate) fn enter(lazy: &mut Lazy<'_>, needs_attempt: bool) -> Enter {
             // The builder's `run`, whose closure is given the attempt (or a builder call with
             // its own operation name or an extension method): made now.
             what => {
-                let name = what.op_name();
                 let made = cache.with_lent(slot, |upstream, spare| {
-                    fill_first(upstream, spare, what.method(), lazy.key.as_ref(), name)
+                    fill_first(upstream, spare, what, lazy.key.as_ref())
                 });
                 let first = LazyFirst { slot, site: None };
                 slots.install_lazy(&thread.marker, first, None, Some(made));
@@ -502,23 +502,27 @@ pub(crate) fn make(first: LazyFirst, key: Option<&IdempotencyKey>) -> (Attempt, 
         unreachable!("a marker without a call site has its attempt made already")
     };
     hot::with_lent(first.slot, |upstream, spare| {
-        let name = (!site.operation.is_empty()).then_some(OpName::Static(site.operation));
-        fill_first(upstream, spare, &site.method, key, name)
+        fill_first(upstream, spare, &What::Site(site), key)
     })
 }
 
 /// A first attempt and its call's unopened scope, exactly as the full path would have made
 /// them: attempt 1, the whole deadline after a start not read yet, the attempt timeout within
 /// it, the upstream's retries.
+///
+/// Takes the call's [`What`] rather than its method and name: a name made by the caller and
+/// passed in went through memory written in parts and read back whole, which stalled; so did
+/// the pair returned, when this was not inlined.
+#[inline]
 fn fill_first(
     upstream: &Arc<Upstream>,
     spare: &mut Option<Attempt>,
-    method: &http::Method,
+    what: &What,
     key: Option<&IdempotencyKey>,
-    name: Option<OpName>,
 ) -> (Attempt, Unopened) {
     let config = upstream.config();
-    let unopened = Unopened::new(name, config.max_attempts.saturating_sub(1));
+    let method = what.method();
+    let unopened = Unopened::new(what.op_name(), config.max_attempts.saturating_sub(1));
     let attempt = Attempt::fill(spare.take(), upstream, |facts| {
         facts.renew(Fresh {
             number: 1,
