@@ -14,6 +14,7 @@
 //! poll, this future goes on exactly as if the attempt had been admitted the full way.
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -81,8 +82,17 @@ pin_project_lite::pin_project! {
         body: Body<M, Fut>,
         // Everything but the fast path needs; `None` until then. Boxed: one allocation for an
         // attempt that leaves the fast path, so that a call that stays on it neither writes nor
-        // drops this state (its drop glue, not inlined, was a measurable part of such a call).
-        full: Option<Pin<Box<Full>>>,
+        // drops this state (its drop glue, not inlined, was a measurable part of such a call:
+        // so it is dropped by hand, below, after an inline check).
+        full: ManuallyDrop<Option<Pin<Box<Full>>>>,
+    }
+    impl<'c, 'r, M, Fut> PinnedDrop for AttemptRun<'c, 'r, M, Fut> {
+        fn drop(this: Pin<&mut Self>) {
+            let full = this.project().full;
+            if full.is_some() {
+                drop(full.take());
+            }
+        }
     }
 }
 
@@ -158,7 +168,7 @@ impl<'c, 'r, M, Fut> AttemptRun<'c, 'r, M, Fut> {
             needs_attempt,
             done: false,
             body: Body::Unmade { make: Some(make) },
-            full: attempt.map(|attempt| Box::pin(Full::new(Some(attempt)))),
+            full: ManuallyDrop::new(attempt.map(|attempt| Box::pin(Full::new(Some(attempt))))),
         }
     }
 }
@@ -200,10 +210,10 @@ where
                         },
                         other => (other, this.call.leave_first(entered, false)),
                     };
-                    *this.full = Some(Box::pin(Full::continued(this.call, left)));
+                    **this.full = Some(Box::pin(Full::continued(this.call, left)));
                     polled = Some(first_poll);
                 }
-                First::Full(attempt) => *this.full = Some(Box::pin(Full::new(Some(attempt)))),
+                First::Full(attempt) => **this.full = Some(Box::pin(Full::new(Some(attempt)))),
                 First::Failed(error) => {
                     *this.done = true;
                     return Poll::Ready(Err(failed(*error)));

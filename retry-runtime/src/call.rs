@@ -29,6 +29,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -113,6 +114,9 @@ pub enum Step<T, E> {
 }
 
 /// The state of one retrying call.
+///
+/// A started call's state is dropped by `Call`'s own `Drop`, which checks inline whether the
+/// call started: a call that ended on the fast path then calls no drop glue (see [`Lazy`]).
 #[derive(Debug)]
 pub struct Call<'r> {
     state: State<'r>,
@@ -128,8 +132,8 @@ pub struct Call<'r> {
 enum State<'r> {
     /// Made by [`Call::at`]: nothing looked up yet.
     Lazy(Lazy<'r>),
-    /// Started.
-    Full(CallCore<'r>),
+    /// Started (dropped by [`Call`]'s `Drop`).
+    Full(ManuallyDrop<CallCore<'r>>),
     /// Only while the state changes.
     Moving,
 }
@@ -169,12 +173,30 @@ pub(crate) enum First {
     Failed(Box<Error>),
 }
 
+impl Drop for Call<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if matches!(self.state, State::Full(_)) {
+            self.drop_started();
+        }
+    }
+}
+
+impl Call<'_> {
+    #[inline(never)]
+    fn drop_started(&mut self) {
+        if let State::Full(core) = std::mem::replace(&mut self.state, State::Moving) {
+            drop(ManuallyDrop::into_inner(core));
+        }
+    }
+}
+
 impl<'r> Call<'r> {
     /// Looks up the upstream and opens (or joins) the operation scope now.
     pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
         let held = HeldUpstream::take(spec.registry, spec.upstream)?;
         Ok(Call {
-            state: State::Full(CallCore::build(spec, held, None)),
+            state: State::Full(ManuallyDrop::new(CallCore::build(spec, held, None))),
             could_not_start: false,
         })
     }
@@ -240,7 +262,7 @@ impl<'r> Call<'r> {
             if succeeded {
                 core.first_succeeded();
             }
-            self.state = State::Full(core);
+            self.state = State::Full(ManuallyDrop::new(core));
         }
         match &mut self.state {
             State::Full(core) => Ok(core),
@@ -453,7 +475,8 @@ impl<'r> Call<'r> {
         match result {
             Ok(value) => {
                 if let State::Full(core) = &mut self.state {
-                    core.finish(CallKind::of(true, core.attempts()));
+                    let attempts = core.attempts();
+                    core.finish(CallKind::of(true, attempts));
                 }
                 ControlFlow::Break(value)
             }
