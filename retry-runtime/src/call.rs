@@ -114,9 +114,8 @@ pub enum Step<T, E> {
 }
 
 /// The state of one retrying call.
-///
-/// A started call's state is dropped by `Call`'s own `Drop`, which checks inline whether the
-/// call started: a call that ended on the fast path then calls no drop glue (see [`Lazy`]).
+// A started call's state is dropped by `Call`'s own `Drop`, which checks inline whether the
+// call started: a call that ended on the fast path then calls no drop glue (see `Lazy`).
 #[derive(Debug)]
 pub struct Call<'r> {
     state: State<'r>,
