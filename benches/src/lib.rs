@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod happy;
 pub mod loopback;
+pub mod processes;
 pub mod server;
 pub mod sim;
 

@@ -1,0 +1,136 @@
+//! Measuring in several processes: what `happy-ratio` and `http-ratio` share.
+//!
+//! A contender's time moves from one process to the next by more than the differences these
+//! programs measure (where the stack and the heap land changes how futures' copies meet the
+//! cache; backon's happy path moved by up to a third on our VM, plain reqwest from 54 to 67 µs
+//! per request), and stays put within a process. So a program measures in `N` fresh
+//! processes (itself, re-executed with an environment variable set), each printing one line of
+//! numbers, and reports every process's figures and their median.
+
+use std::process::Command;
+
+/// The median of `values` (the upper one of an even count); `NaN` for none.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `median (each, ...)`, with `digits` decimals.
+pub fn median_and_each(values: Vec<f64>, digits: usize) -> String {
+    let each: Vec<String> = values.iter().map(|v| format!("{v:.digits$}")).collect();
+    format!("{:.digits$} ({})", median(values), each.join(", "))
+}
+
+/// How many processes to measure in: the program's first argument, at least 1 (1 measures in
+/// place), else `default`. A bad argument prints a usage message naming `program` and exits
+/// with code 2.
+pub fn count_from_args(program: &str, default: usize) -> usize {
+    match std::env::args().nth(1) {
+        None => default,
+        Some(arg) => match arg.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!(
+                    "usage: {program} [PROCESSES]\n  PROCESSES: how many measuring processes \
+                     to run, at least 1 (default {default}); got {arg:?}"
+                );
+                std::process::exit(2);
+            }
+        },
+    }
+}
+
+/// Runs `measure` in `processes` processes and returns each one's numbers. In a child (the
+/// environment variable `child` set) it measures once, prints the numbers on one line and
+/// exits; with `processes == 1` it measures in place. A child that fails or prints something
+/// else is reported, and the program exits with code 1.
+pub fn measure_in<const N: usize>(
+    child: &str,
+    processes: usize,
+    measure: impl Fn() -> [f64; N],
+) -> Vec<[f64; N]> {
+    if std::env::var_os(child).is_some() {
+        let line: Vec<String> = measure().iter().map(f64::to_string).collect();
+        println!("{}", line.join(" "));
+        std::process::exit(0);
+    }
+    if processes == 1 {
+        return vec![measure()];
+    }
+    let mut runs = Vec::with_capacity(processes);
+    for i in 0..processes {
+        eprint!("\rprocess {}/{processes}", i + 1);
+        match run_child(child) {
+            Ok(run) => runs.push(run),
+            Err(e) => {
+                eprintln!("\n{e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    eprintln!();
+    runs
+}
+
+/// Runs one child process and reads its line back.
+fn run_child<const N: usize>(child: &str) -> Result<[f64; N], String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let out = Command::new(exe)
+        .env(child, "1")
+        .output()
+        .map_err(|e| format!("cannot run a measuring process: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "a measuring process failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    parse_line(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// A child's line: exactly `N` numbers.
+fn parse_line<const N: usize>(line: &str) -> Result<[f64; N], String> {
+    let numbers: Vec<f64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("a measuring process printed {line:?}: {e}"))?;
+    <[f64; N]>::try_from(numbers).map_err(|numbers| {
+        format!(
+            "a measuring process printed {} numbers, not {N}",
+            numbers.len()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_childs_line_is_exactly_its_numbers() {
+        assert_eq!(parse_line::<3>("1 2.5 NaN\n").map(|n| n[1]), Ok(2.5));
+        assert!(
+            parse_line::<3>("1 2")
+                .unwrap_err()
+                .contains("2 numbers, not 3")
+        );
+        assert!(
+            parse_line::<2>("1 x")
+                .unwrap_err()
+                .contains("printed \"1 x\"")
+        );
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_and_nan_for_none() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(Vec::new()).is_nan());
+        assert_eq!(
+            median_and_each(vec![2.0, 1.0, 3.0], 1),
+            "2.0 (2.0, 1.0, 3.0)"
+        );
+    }
+}
