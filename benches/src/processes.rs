@@ -21,6 +21,40 @@ pub fn median_and_each(values: Vec<f64>, digits: usize) -> String {
     format!("{:.digits$} ({})", median(values), each.join(", "))
 }
 
+/// The columns of [`print_table`].
+#[derive(Debug, Clone, Copy)]
+pub struct Columns<'a> {
+    /// What the time column measures, e.g. `ns / call`.
+    pub time: &'a str,
+    /// Decimals of the times.
+    pub time_digits: usize,
+    /// What the ratio column measures.
+    pub ratio: &'a str,
+    /// The contender the ratios are taken against, and what its ratio column reads.
+    pub reference: (usize, &'a str),
+}
+
+/// Prints a Markdown table, a row per contender in `names`: its time and its ratio, each as the
+/// median process and every process's figure. `runs[p]` holds process `p`'s figures, per
+/// contender its time then its ratio.
+pub fn print_table<const N: usize>(names: &[&str], runs: &[[f64; N]], columns: Columns<'_>) {
+    println!(
+        "| contender | {}, median process (each process's median round) | {}, median process \
+         (each process's median over rounds) |",
+        columns.time, columns.ratio
+    );
+    println!("|---|---|---|");
+    for (who, name) in names.iter().enumerate() {
+        let column = |i: usize| runs.iter().map(|run| run[2 * who + i]).collect();
+        let time = median_and_each(column(0), columns.time_digits);
+        let ratio = match columns.reference {
+            (reference, reads) if reference == who => reads.to_string(),
+            _ => median_and_each(column(1), 3),
+        };
+        println!("| {name} | {time} | {ratio} |");
+    }
+}
+
 /// How many processes to measure in: the program's first argument, at least 1 (1 measures in
 /// place), else `default`. A bad argument prints a usage message naming `program` and exits
 /// with code 2.

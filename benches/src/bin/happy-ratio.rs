@@ -14,7 +14,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use retry_benches::happy;
-use retry_benches::processes::{self, median, median_and_each};
+use retry_benches::processes::{self, Columns, median};
 
 const ROUNDS: usize = 61;
 const PER_ROUND: u32 = 200_000;
@@ -42,9 +42,9 @@ async fn time<F: Future<Output = u64>>(call: impl Fn() -> F) -> f64 {
     start.elapsed().as_nanos() as f64 / f64::from(PER_ROUND)
 }
 
-/// One process's figures per contender: its median round (ns per call) and the median over
-/// rounds of its overhead relative to backon's (`NaN` for the bare call).
-fn measure() -> [(f64, f64); NAMES.len()] {
+/// One process's figures, per contender: its median round (ns per call) and the median over
+/// rounds of its overhead relative to backon's (`NaN` for the bare call), one after the other.
+fn measure() -> [f64; 2 * NAMES.len()] {
     let (rt, registry) = happy::setup();
     let mut times: [Vec<f64>; NAMES.len()] = Default::default();
     rt.block_on(async {
@@ -73,9 +73,11 @@ fn measure() -> [(f64, f64); NAMES.len()] {
             .collect()
     };
     let backon = overhead(BACKON);
-    std::array::from_fn(|who| {
-        let ratio = match who {
-            BARE => f64::NAN,
+    std::array::from_fn(|i| {
+        let who = i / 2;
+        match (i % 2, who) {
+            (0, _) => median(times[who].clone()),
+            (_, BARE) => f64::NAN,
             _ => median(
                 overhead(who)
                     .iter()
@@ -83,35 +85,25 @@ fn measure() -> [(f64, f64); NAMES.len()] {
                     .map(|(o, b)| o / b)
                     .collect(),
             ),
-        };
-        (median(times[who].clone()), ratio)
+        }
     })
 }
 
 fn main() {
     let processes = processes::count_from_args("happy-ratio", DEFAULT_PROCESSES);
-    let runs = processes::measure_in(CHILD, processes, || {
-        let figures = measure();
-        std::array::from_fn::<f64, { 2 * NAMES.len() }, _>(|i| match i % 2 {
-            0 => figures[i / 2].0,
-            _ => figures[i / 2].1,
-        })
-    });
+    let runs = processes::measure_in(CHILD, processes, measure);
     println!(
         "happy path: {} process(es), each {ROUNDS} interleaved rounds x {PER_ROUND} calls\n",
         runs.len()
     );
-    println!(
-        "| contender | ns / call, median process (each process's median round) | \
-         overhead (less bare) / backon's, median process (each process's median round) |"
+    processes::print_table(
+        &NAMES,
+        &runs,
+        Columns {
+            time: "ns / call",
+            time_digits: 2,
+            ratio: "overhead (less bare) / backon's",
+            reference: (BARE, "-"),
+        },
     );
-    println!("|---|---|---|");
-    for (who, name) in NAMES.iter().enumerate() {
-        let ns = median_and_each(runs.iter().map(|run| run[2 * who]).collect(), 2);
-        let ratio = match who {
-            BARE => "-".to_string(),
-            _ => median_and_each(runs.iter().map(|run| run[2 * who + 1]).collect(), 3),
-        };
-        println!("| {name} | {ns} | {ratio} |");
-    }
 }

@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use retry_benches::loopback::Loopback;
-use retry_benches::processes::{self, median, median_and_each};
+use retry_benches::processes::{self, Columns, median};
 
 const ROUNDS: usize = 41;
 const PER_ROUND: u32 = 200;
@@ -90,17 +90,14 @@ fn main() {
         "loopback GET: {} process(es), each {ROUNDS} interleaved rounds x {PER_ROUND} requests\n",
         runs.len()
     );
-    println!(
-        "| contender | µs / request, median process (each process's median round) | \
-         ratio to plain, median process (each process's median of per-round ratios) |"
+    processes::print_table(
+        &NAMES,
+        &runs,
+        Columns {
+            time: "µs / request",
+            time_digits: 1,
+            ratio: "ratio to plain",
+            reference: (PLAIN, "1"),
+        },
     );
-    println!("|---|---|---|");
-    for (who, name) in NAMES.iter().enumerate() {
-        let us = median_and_each(runs.iter().map(|run| run[2 * who]).collect(), 1);
-        let ratio = match who {
-            PLAIN => "1".to_string(),
-            _ => median_and_each(runs.iter().map(|run| run[2 * who + 1]).collect(), 3),
-        };
-        println!("| {name} | {us} | {ratio} |");
-    }
 }
