@@ -90,6 +90,11 @@ impl Kind {
 /// The key [`call`] sends for [`Kind::PostWithKey`].
 pub const KEY: &str = "order-42-capture";
 
+/// [`call`] through a fresh [`registry`] with [`fast_config`] and a fresh [`client`].
+pub async fn call_fast(kind: Kind, url: &str) -> Result<String, Error> {
+    call(&registry(fast_config()), &client(), kind, url).await
+}
+
 /// One retrying call through the builder API: sends `kind` to `url`, buffers the body as text
 /// inside the attempt.
 pub async fn call(

@@ -12,20 +12,14 @@ use retry_tests::fault::dns::{FakeDns, Resolution};
 use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
 use retry_tests::fault::h2::{H2Fault, H2Server, code};
 use retry_tests::fault::{SeenRequest, dead_port};
-use retry_tests::support::{self, KEY, Kind, UPSTREAM, call, fast_config, http_error};
+use retry_tests::support::{self, KEY, Kind, UPSTREAM, call, call_fast, fast_config, http_error};
 
 #[tokio::test]
 async fn post_without_key_read_then_reset_is_ambiguous_executed_once_never_resent() {
     let server = H1Server::start([H1Fault::ReadThenReset]).await;
-    let registry = support::registry(fast_config());
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::PostWithoutKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect_err("ambiguous");
+    let error = call_fast(Kind::PostWithoutKey, &server.url("/pay"))
+        .await
+        .expect_err("ambiguous");
     let ambiguous = error.as_ambiguous().expect("an ambiguous outcome");
     assert_eq!(ambiguous.evidence, Evidence::SentNoResponse);
     assert_eq!(ambiguous.attempts, 1);
@@ -37,15 +31,9 @@ async fn post_without_key_read_then_reset_is_ambiguous_executed_once_never_resen
 #[tokio::test]
 async fn post_with_key_is_retried_with_the_same_key_and_executes_once_logically() {
     let server = H1Server::start([H1Fault::ReadThenReset, H1Fault::ReadThenClose]).await;
-    let registry = support::registry(fast_config());
-    let body = call(
-        &registry,
-        &support::client(),
-        Kind::PostWithKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect("the third attempt succeeds");
+    let body = call_fast(Kind::PostWithKey, &server.url("/pay"))
+        .await
+        .expect("the third attempt succeeds");
     assert_eq!(body, "ok");
     let seen = server.truth().requests();
     assert_eq!(seen.len(), 3);
@@ -170,15 +158,9 @@ async fn a_503_storm_against_a_get_stops_at_max_attempts() {
     let server =
         H1Server::start_with_default([], H1Fault::Respond(Reply::status(503).retry_after("0")))
             .await;
-    let registry = support::registry(fast_config());
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::Get,
-        &server.url("/item"),
-    )
-    .await
-    .expect_err("always 503");
+    let error = call_fast(Kind::Get, &server.url("/item"))
+        .await
+        .expect_err("always 503");
     assert_eq!(Classify::status(&error), Some(503));
     assert_eq!(server.truth().seen(), 3, "max_attempts = 3");
     // The last response is kept for the caller.
@@ -218,15 +200,9 @@ async fn a_503_on_a_post_without_key_is_ambiguous_and_with_key_is_retried() {
 #[tokio::test]
 async fn a_reset_mid_body_is_retried_for_a_get() {
     let server = H1Server::start([H1Fault::HeadersThenReset]).await;
-    let registry = support::registry(fast_config());
-    let body = call(
-        &registry,
-        &support::client(),
-        Kind::Get,
-        &server.url("/item"),
-    )
-    .await
-    .expect("retried after the partial response");
+    let body = call_fast(Kind::Get, &server.url("/item"))
+        .await
+        .expect("retried after the partial response");
     assert_eq!(body, "ok");
     assert_eq!(server.truth().seen(), 2);
 }
@@ -238,15 +214,9 @@ async fn a_redirect_is_reported_not_followed_and_not_retried() {
         Reply::status(307).header("Location", &location),
     )])
     .await;
-    let registry = support::registry(fast_config());
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::PostWithKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect_err("3xx is reported");
+    let error = call_fast(Kind::PostWithKey, &server.url("/pay"))
+        .await
+        .expect_err("3xx is reported");
     assert_eq!(Classify::status(&error), Some(307));
     assert_eq!(error.evidence(), Evidence::ResponseReceived);
     assert_eq!(server.truth().seen(), 1);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
-use retry_tests::support::{self, KEY, Kind, call, fast_config};
+use retry_tests::support::{KEY, Kind, call_fast};
 
 #[derive(Clone, Default)]
 struct Buf(Arc<Mutex<Vec<u8>>>);
@@ -36,14 +36,7 @@ fn attempt_spans_carry_the_http_semantic_conventions() {
     tracing::subscriber::with_default(subscriber, || {
         rt.block_on(async {
             let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
-            let registry = support::registry(fast_config());
-            let body = call(
-                &registry,
-                &support::client(),
-                Kind::PostWithKey,
-                &server.url("/pay"),
-            )
-            .await;
+            let body = call_fast(Kind::PostWithKey, &server.url("/pay")).await;
             assert_eq!(body.unwrap(), "ok");
         })
     });
