@@ -1,6 +1,6 @@
 //! The attempt loop's engine room: one [`Call`] drives the attempts of one retrying call.
 //!
-//! Both [`Retry::run`](crate::Retry::run) and the `#[retry]` macro drive a `Call`:
+//! Both [`RetryCall::run`](crate::RetryCall::run) and the `#[retry]` macro drive a `Call`:
 //!
 //! ```text
 //! let mut call = Call::at(registry, &SITE, key);  // looks nothing up yet

@@ -474,7 +474,8 @@ impl<'r> CallCore<'r> {
         self.apply(decision, error, &failure).await
     }
 
-    /// After a reconcile check answered [`Reconciled::NotHappened`]: the write did not happen,
+    /// After a reconcile check answered
+    /// [`Reconciled::NotHappened`](crate::Reconciled::NotHappened): the write did not happen,
     /// so the attempt counts as not sent and the remaining rules (attempts, budget, draining,
     /// deadline) decide whether to retry.
     pub(crate) async fn settle_not_happened<T, E>(&mut self, error: E) -> Step<T, E>
