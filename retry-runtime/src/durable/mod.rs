@@ -56,7 +56,7 @@
 //! let body = br#"{"order":1234,"amount":500}"#.to_vec();
 //!
 //! # let in_memory: Result<String, std::io::Error> = Err(std::io::ErrorKind::TimedOut.into());
-//! // let in_memory = retry_runtime::Retry::upstream("payments")...run(|| charge(key, &body)).await;
+//! // let in_memory = retry_runtime::Retry::upstream("payments")...call(|| charge(key, &body)).await;
 //! let outcome = match in_memory {
 //!     Ok(receipt) => Charge::Done(receipt),
 //!     // Transient failure that outlasted the in-memory window: defer, do not fail.
