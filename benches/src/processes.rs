@@ -15,6 +15,21 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// The median of `values[i] / of[i]` (the per-round ratios of two contenders).
+pub fn median_ratio(values: &[f64], of: &[f64]) -> f64 {
+    median(values.iter().zip(of).map(|(v, o)| v / o).collect())
+}
+
+/// One process's figures in the layout [`print_table`] reads: per contender (`times[who]`, its
+/// rounds), its median round, then `ratio(who)`. `M` is twice the number of contenders.
+pub fn figures<const M: usize>(times: &[Vec<f64>], ratio: impl Fn(usize) -> f64) -> [f64; M] {
+    assert_eq!(M, 2 * times.len(), "two figures per contender");
+    std::array::from_fn(|i| match i % 2 {
+        0 => median(times[i / 2].clone()),
+        _ => ratio(i / 2),
+    })
+}
+
 /// `median (each, ...)`, with `digits` decimals.
 pub fn median_and_each(values: Vec<f64>, digits: usize) -> String {
     let each: Vec<String> = values.iter().map(|v| format!("{v:.digits$}")).collect();
@@ -166,5 +181,13 @@ mod tests {
             median_and_each(vec![2.0, 1.0, 3.0], 1),
             "2.0 (2.0, 1.0, 3.0)"
         );
+        assert_eq!(median_ratio(&[2.0, 9.0, 3.0], &[1.0, 3.0, 3.0]), 2.0);
+    }
+
+    #[test]
+    fn figures_are_each_contenders_median_round_then_its_ratio() {
+        let times = [vec![1.0, 3.0, 2.0], vec![5.0, 4.0, 6.0]];
+        let figures: [f64; 4] = figures(&times, |who| who as f64 + 0.5);
+        assert_eq!(figures, [2.0, 0.5, 5.0, 1.5]);
     }
 }

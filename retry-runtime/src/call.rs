@@ -83,6 +83,12 @@ impl CallSite {
             operation,
         }
     }
+
+    /// The name of the site's own scope; `None` for an empty name, which names the scope
+    /// after the upstream (the builder's shared sites).
+    pub(crate) fn own_operation(&self) -> Option<&'static str> {
+        (!self.operation.is_empty()).then_some(self.operation)
+    }
 }
 
 /// The answer of a reconcile check for a write whose outcome was ambiguous (spec 004: "an

@@ -61,6 +61,9 @@ pub(crate) enum What {
 }
 
 impl What {
+    /// A `What` that owns nothing, left in place of one taken out.
+    const NOTHING: What = What::Site(&BUILDER_SITES[0]);
+
     /// A builder call's: one of [`BUILDER_SITES`] if it can be (chosen here, where a constant
     /// method folds to its site, rather than on every first attempt).
     #[inline]
@@ -82,7 +85,7 @@ impl What {
     /// name is not one).
     fn operation(&self) -> Option<&str> {
         match self {
-            What::Site(site) => (!site.operation.is_empty()).then_some(site.operation),
+            What::Site(site) => site.own_operation(),
             What::Owned { operation, .. } => operation.as_deref(),
         }
     }
@@ -91,9 +94,7 @@ impl What {
     #[inline]
     fn op_name(&self) -> Option<OpName> {
         match self {
-            What::Site(site) => {
-                (!site.operation.is_empty()).then_some(OpName::Static(site.operation))
-            }
+            What::Site(site) => site.own_operation().map(OpName::Static),
             What::Owned { operation, .. } => operation.clone().map(OpName::from),
         }
     }
@@ -147,11 +148,7 @@ impl Lazy<'_> {
     #[cold]
     #[inline(never)]
     fn drop_parts(&mut self) {
-        let nothing = What::Site(&BUILDER_SITES[0]);
-        drop(ManuallyDrop::into_inner(std::mem::replace(
-            &mut self.what,
-            ManuallyDrop::new(nothing),
-        )));
+        drop(std::mem::replace(&mut *self.what, What::NOTHING));
         drop(self.key.take());
         drop(std::mem::replace(&mut *self.made, Made::Nothing));
     }
@@ -227,13 +224,9 @@ impl<'r> Lazy<'r> {
     /// The call's spec, to start it.
     pub(crate) fn into_spec(mut self) -> CallSpec<'r> {
         // What `Drop` then finds owns nothing.
-        let what = std::mem::replace(&mut *self.what, What::Site(&BUILDER_SITES[0]));
+        let what = std::mem::replace(&mut *self.what, What::NOTHING);
         let (method, operation) = match what {
-            What::Site(site) => {
-                let operation =
-                    (!site.operation.is_empty()).then_some(Cow::Borrowed(site.operation));
-                (site.method.clone(), operation)
-            }
+            What::Site(site) => (site.method.clone(), site.own_operation().map(Cow::Borrowed)),
             What::Owned { method, operation } => (method, operation),
         };
         CallSpec {

@@ -159,9 +159,7 @@ impl Entry {
             None => same_name(self.upstream.name().as_bytes(), name),
         }
     }
-}
 
-impl Entry {
     fn flush(&mut self) {
         if self.happy > 0 {
             self.flush_at(Instant::now());

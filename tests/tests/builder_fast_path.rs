@@ -64,9 +64,10 @@ async fn ready(registry: &Registry) -> Result<u32, AdapterError> {
         .await
 }
 
-/// What a plain read through `call` (GET, no key, no name of its own) sees when it asks.
-async fn seen_by_a_read(registry: &Registry) -> Seen {
-    Retry::in_registry(registry, "fast")
+/// What a plain read of `upstream` through `call` (GET, no key, no name of its own) sees when
+/// it asks.
+async fn seen_by_a_read(registry: &Registry, upstream: &str) -> Seen {
+    Retry::in_registry(registry, upstream)
         .method(Method::GET)
         .call(|| async { Ok::<_, AdapterError>(seen()) })
         .await
@@ -247,7 +248,7 @@ async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
     assert!(Attempt::current().is_none(), "no attempt left installed");
     // The entry is usable again, and what the panicked call installed is gone: the next call
     // sees its own method and no key.
-    let seen = seen_by_a_read(&registry).await;
+    let seen = seen_by_a_read(&registry, "fast").await;
     assert_eq!(seen.method, Method::GET);
     assert_eq!(seen.key, None);
     assert_eq!(seen.operation, "fast", "named after its upstream");
@@ -267,19 +268,14 @@ async fn calls_to_two_upstreams_with_one_method_each_find_their_own_entry() {
         )
         .build()
         .expect("valid test upstreams");
-    let read = |upstream: &'static str| {
-        Retry::in_registry(&registry, upstream)
-            .method(Method::GET)
-            .call(|| async { Ok::<_, AdapterError>(seen()) })
-    };
     for _ in 0..3 {
-        let fast = read("fast").await.unwrap();
+        let fast = seen_by_a_read(&registry, "fast").await;
         assert_eq!(
             (fast.operation.as_str(), fast.retries_left),
             ("fast", Some(2))
         );
         assert_eq!(fast.remaining, Duration::from_secs(7));
-        let other = read("other").await.unwrap();
+        let other = seen_by_a_read(&registry, "other").await;
         assert_eq!(
             (other.operation.as_str(), other.retries_left),
             ("other", Some(1))
@@ -306,7 +302,7 @@ async fn run_and_call_side_by_side_each_see_their_own_attempt() {
         assert_eq!(given.method, Method::PATCH);
         assert_eq!(given.key, Some(format!("run-{round}")));
 
-        let asked = seen_by_a_read(&registry).await;
+        let asked = seen_by_a_read(&registry, "fast").await;
         assert_eq!(asked.method, Method::GET);
         assert_eq!(asked.key, None, "nothing carried over from `run`");
     }

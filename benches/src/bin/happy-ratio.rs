@@ -14,7 +14,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use retry_benches::happy;
-use retry_benches::processes::{self, Columns, median};
+use retry_benches::processes::{self, Columns, median_ratio};
 
 const ROUNDS: usize = 61;
 const PER_ROUND: u32 = 200_000;
@@ -73,19 +73,9 @@ fn measure() -> [f64; 2 * NAMES.len()] {
             .collect()
     };
     let backon = overhead(BACKON);
-    std::array::from_fn(|i| {
-        let who = i / 2;
-        match (i % 2, who) {
-            (0, _) => median(times[who].clone()),
-            (_, BARE) => f64::NAN,
-            _ => median(
-                overhead(who)
-                    .iter()
-                    .zip(&backon)
-                    .map(|(o, b)| o / b)
-                    .collect(),
-            ),
-        }
+    processes::figures(&times, |who| match who {
+        BARE => f64::NAN,
+        _ => median_ratio(&overhead(who), &backon),
     })
 }
 

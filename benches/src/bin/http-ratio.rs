@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use retry_benches::loopback::Loopback;
-use retry_benches::processes::{self, Columns, median};
+use retry_benches::processes::{self, Columns, median_ratio};
 
 const ROUNDS: usize = 41;
 const PER_ROUND: u32 = 200;
@@ -68,19 +68,7 @@ fn measure() -> [f64; 2 * NAMES.len()] {
         }
         times
     });
-    std::array::from_fn(|i| {
-        let who = i / 2;
-        match i % 2 {
-            0 => median(times[who].clone()),
-            _ => median(
-                times[who]
-                    .iter()
-                    .zip(&times[PLAIN])
-                    .map(|(t, plain)| t / plain)
-                    .collect(),
-            ),
-        }
-    })
+    processes::figures(&times, |who| median_ratio(&times[who], &times[PLAIN]))
 }
 
 fn main() {
