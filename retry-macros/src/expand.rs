@@ -17,22 +17,17 @@
 //!     P::inventory::submit! { P::Registration::new("sber", concat!(module_path!(), "::register"), file!(), line!()) }
 //!     let __retry_key = match P::idempotency_key(cmd.key()) { Ok(k) => k, Err(e) => return Err(From::from(e)) };
 //!     static __RETRY_SITE: P::CallSite = P::CallSite::new("sber", P::Method::POST, concat!(module_path!(), "::register"));
-//!     let mut __retry_call = P::Call::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key));
+//!     let mut __retry_call = match P::Call::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key)) { .. };
 //!     loop {
-//!         let __retry_attempt = match __retry_call.begin_attempt() { .. };
 //!         let __retry_result = {
 //!             let __retry_self = &mut *self;          // BODY's `self` is renamed
 //!             let note = P::attempt_arg(&note);       // by-value arguments: a clone per attempt
-//!             __retry_call.run(__retry_attempt, async {
+//!             __retry_call.attempt(async {
 //!                 if let Some(__retry_ret) = None::<Result<Registered, AdapterError>> { return __retry_ret; }
-//!                 BODY
+//!                 BODY's statements
 //!             }).await
 //!         };
-//!         let __retry_error = match __retry_call.succeeded(__retry_result) {
-//!             ControlFlow::Break(value) => return Ok(value),
-//!             ControlFlow::Continue(error) => error,
-//!         };
-//!         match __retry_call.settle(Err(__retry_error)).await {
+//!         match __retry_call.settle(__retry_result).await {
 //!             P::Step::Retry => {}
 //!             P::Step::Done(result) => return result,
 //!             P::Step::Ambiguous { ambiguous, .. } => return Err(__retry_call.ambiguous(ambiguous)),
@@ -294,6 +289,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         }
     };
 
+    let stmts = &block.stmts;
     quote_spanned! {mixed=>
         #(#outer)*
         #vis #sig {
@@ -305,32 +301,21 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 #private::Method::#method,
                 ::core::concat!(::core::module_path!(), #function),
             );
-            let mut __retry_call = #private::Call::at(
-                #registry,
-                &__RETRY_SITE,
-                #key_value,
-            );
+            let mut __retry_call = match #private::Call::at(#registry, &__RETRY_SITE, #key_value) {
+                ::core::result::Result::Ok(call) => call,
+                ::core::result::Result::Err(error) => {
+                    return ::core::result::Result::Err(::core::convert::From::from(error));
+                }
+            };
             loop {
-                let __retry_attempt = match __retry_call.begin_attempt() {
-                    ::core::result::Result::Ok(attempt) => attempt,
-                    ::core::result::Result::Err(error) => {
-                        return ::core::result::Result::Err(::core::convert::From::from(error));
-                    }
-                };
                 let __retry_result = {
                     #(#per_attempt)*
-                    __retry_call.run(__retry_attempt, async {
+                    __retry_call.attempt(async {
                         #pin_type
-                        #block
+                        #(#stmts)*
                     }).await
                 };
-                let __retry_error = match __retry_call.succeeded(__retry_result) {
-                    ::core::ops::ControlFlow::Break(value) => {
-                        return ::core::result::Result::Ok(value);
-                    }
-                    ::core::ops::ControlFlow::Continue(error) => error,
-                };
-                match __retry_call.settle(::core::result::Result::Err(__retry_error)).await {
+                match __retry_call.settle(__retry_result).await {
                     #private::Step::Retry => {}
                     #private::Step::Done(result) => return result,
                     #ambiguous_arm

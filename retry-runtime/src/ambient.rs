@@ -1,224 +1,46 @@
-//! What the running code can see of the retry machinery: its operation scope and its attempt.
+//! What follows a future as it is polled: the operation scope and the attempt it runs in.
 //!
-//! A retrying call nested anywhere under an operation must find the operation's deadline and
-//! retry allowance, and the HTTP integration must find the attempt it sends (key, number,
-//! deadline). Both are *installed* for the duration of each poll of the future that owns them,
-//! as a tokio task-local is: they follow the future from thread to thread, and a task spawned
-//! inside does not inherit them.
-//!
-//! One thread-local holds both, and a [`Frame`] installs whichever of the two it sets, leaving
-//! the other as it was (an operation opened inside an attempt still sees the attempt). Why not
-//! two tokio task-locals: the attempt's future was wrapped in a scope per task-local, each
-//! wrapping a copy of the future; those copies were the largest cost of a call in the
-//! happy-path profile. A frame is swapped in and out by whatever future owns it (see
-//! `attempt_future.rs`), so the attempt is wrapped once.
-//!
-//! The fast first attempt of a lazy call (`first.rs`) installs less still: a [`LazyFirst`]
-//! marker, from which the attempt and the call's scope are made the first time anything asks
-//! for either. A body that never asks costs nothing more than the marker moved in and out.
+//! A retrying call nested in another's attempt must join the outer operation (its deadline and
+//! retry allowance), and the HTTP integration must find the attempt it sends for (its key,
+//! number and deadline). Both are *installed* around each poll of the future that owns them: a
+//! [`Frame`] swaps its values into this thread's slots when the poll starts and back out when it
+//! ends (also on panic), so they follow the future from thread to thread, like a tokio task-local,
+//! with no allocation. The methods that read or install them ([`Operation::current`],
+//! [`Operation::scope`], [`Attempt::current`], ...) live here, so `scope.rs` and `attempt.rs`
+//! need nothing from this file.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::attempt::Attempt;
-use crate::scope::{OpName, Operation, Unopened};
+use crate::replay::Replayability;
+use crate::scope::{OpName, Operation, OperationBuilder, Unopened};
 
+/// What is installed now on this thread.
 #[derive(Debug)]
-pub(crate) struct Slots {
+struct Slots {
+    /// The operation installed (an enclosing scope, or a call's own once opened).
     operation: Option<Operation>,
-    /// A call's own scope not opened yet: the first to ask for the operation opens it.
+    /// A call's own scope, not opened yet: opened the first time something asks for it.
     unopened: Option<Unopened>,
+    /// The attempt in progress.
     attempt: Option<Attempt>,
-    /// The attempt and scope made from the fast first attempt's [`Marker`], once made (only
-    /// while the marker is installed).
-    lazy_made: Option<Made>,
+    /// The weakest body replayability the attempt in progress reported.
+    reported: Replayability,
 }
 
-/// A fast first attempt in progress, beside the [`Slots`] (in the same thread-local): installed
-/// when nothing else was, so whatever is installed above it (a frame of a call or an operation
-/// inside) comes first.
-///
-/// In cells rather than in the slots' `RefCell`: a happy call installs it and takes it out
-/// again without borrowing the slots, whose borrow flag, written and read back at once, was a
-/// measurable part of such a call. The marker is `Copy` and its key apart, so installing and
-/// leaving drop nothing.
-pub(crate) struct Marker {
-    first: Cell<Option<LazyFirst>>,
-    /// Its key, moved in from `#[retry]`'s call until it leaves.
-    key: Cell<Option<crate::IdempotencyKey>>,
-    /// Whether `Slots::lazy_made` holds what was made from it.
-    made: Cell<bool>,
-}
-
-impl Marker {
-    /// No fast first attempt in progress.
-    pub(crate) const fn empty() -> Marker {
-        Marker {
-            first: Cell::new(None),
-            key: Cell::new(None),
-            made: Cell::new(false),
-        }
-    }
-
-    /// Whether a fast first attempt is in progress.
-    #[inline]
-    pub(crate) fn is_installed(&self) -> bool {
-        self.first.get().is_some()
-    }
-}
-
-impl Slots {
-    pub(crate) const EMPTY: Slots = Slots {
-        operation: None,
-        unopened: None,
-        attempt: None,
-        lazy_made: None,
+thread_local! {
+    static SLOTS: RefCell<Slots> = const {
+        RefCell::new(Slots {
+            operation: None,
+            unopened: None,
+            attempt: None,
+            reported: Replayability::Replayable,
+        })
     };
-
-    /// The innermost attempt: a frame's, or below every frame a fast first attempt's (once
-    /// made; `lazy_made` is empty whenever no marker is installed).
-    fn attempt(&self) -> Option<&Attempt> {
-        match &self.attempt {
-            Some(attempt) => Some(attempt),
-            None => self.lazy_made.as_ref().map(|m| &m.attempt),
-        }
-    }
-}
-
-/// The ambient slots of this thread, and the marker beside them (see `thread.rs`).
-#[inline]
-fn with_slots<R>(
-    f: impl FnOnce(&RefCell<Slots>, &Marker) -> R,
-) -> Result<R, std::thread::AccessError> {
-    crate::thread::with(|thread| f(&thread.ambient, &thread.marker))
-}
-
-/// What a fast first attempt installs: the lent cache slot (its upstream), and for `#[retry]`
-/// its static call site, from which (with the key) the attempt and the call's scope are made
-/// the first time anything asks. The builder's attempt is made at once (`site` is `None`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LazyFirst {
-    pub(crate) slot: usize,
-    pub(crate) site: Option<&'static crate::CallSite>,
-}
-
-/// The attempt and the scope made from a [`LazyFirst`].
-#[derive(Debug)]
-struct Made {
-    attempt: Attempt,
-    scope: Result<Operation, Unopened>,
-}
-
-impl Slots {
-    /// What was made from the fast first attempt's marker, made now if nothing asked before.
-    #[cold]
-    fn lazy_made(&mut self, marker: &Marker) -> Option<&mut Made> {
-        let first = marker.first.get()?;
-        if self.lazy_made.is_none() {
-            let key = marker.key.take();
-            let (attempt, unopened) = crate::first::make(first, key.as_ref());
-            marker.key.set(key);
-            self.lazy_made = Some(Made {
-                attempt,
-                scope: Err(unopened),
-            });
-            marker.made.set(true);
-        }
-        self.lazy_made.as_mut()
-    }
-
-    /// The fast first attempt's call scope, made and opened now if nothing asked before.
-    fn lazy_operation(&mut self, marker: &Marker) -> Option<Operation> {
-        let made = self.lazy_made(marker)?;
-        let unopened = match &made.scope {
-            Ok(opened) => return Some(opened.clone()),
-            Err(unopened) => unopened.clone(),
-        };
-        let attempt = &made.attempt;
-        let opened = unopened.open(
-            || OpName::Shared(attempt.state.upstream.name_arc().clone()),
-            Some(attempt.state.facts.deadline()),
-        );
-        made.scope = Ok(opened.clone());
-        Some(opened)
-    }
-}
-
-impl Slots {
-    /// Whether no operation, scope or attempt is installed (a call inside one takes the full
-    /// path, to join it; the [`Marker`] is checked apart).
-    #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.operation.is_none() && self.unopened.is_none() && self.attempt.is_none()
-    }
-
-    /// Installs the marker of a fast first attempt holding the lent cache `slot`: for
-    /// `#[retry]`, its `site` and `key` to make its attempt from when asked; for the builder,
-    /// the attempt and scope `made` already.
-    #[inline(always)]
-    pub(crate) fn install_lazy(
-        &mut self,
-        marker: &Marker,
-        first: LazyFirst,
-        key: Option<crate::IdempotencyKey>,
-        made: Option<(Attempt, Unopened)>,
-    ) {
-        marker.first.set(Some(first));
-        if key.is_some() {
-            marker.key.set(key);
-        }
-        if let Some((attempt, unopened)) = made {
-            self.lazy_made = Some(Made {
-                attempt,
-                scope: Err(unopened),
-            });
-            marker.made.set(true);
-        }
-    }
-}
-
-impl Marker {
-    /// Takes the fast first attempt's marker out, a key it holds back into `key`: the attempt
-    /// (and the scope, if opened) made, if anything asked or it was made at once. Borrows
-    /// `slots` only if something was made.
-    #[inline]
-    pub(crate) fn leave(
-        &self,
-        slots: &RefCell<Slots>,
-        key: &mut Option<crate::IdempotencyKey>,
-    ) -> Option<(Attempt, Option<Operation>)> {
-        self.first.take()?;
-        if let Some(held) = self.key.take() {
-            *key = Some(held);
-        }
-        if !self.made.replace(false) {
-            return None;
-        }
-        take_made(slots)
-    }
-}
-
-/// What a fast first attempt made, taken out of the slots as it leaves.
-#[cold]
-#[inline(never)]
-fn take_made(slots: &RefCell<Slots>) -> Option<(Attempt, Option<Operation>)> {
-    let made = slots.borrow_mut().lazy_made.take()?;
-    Some((made.attempt, made.scope.ok()))
-}
-
-/// Takes a fast first attempt's marker out, if one is installed (its attempt panicked).
-pub(crate) fn drop_lazy() {
-    let _ = with_slots(|slots, marker| {
-        marker.first.set(None);
-        marker.key.set(None);
-        marker.made.set(false);
-        if let Ok(mut slots) = slots.try_borrow_mut() {
-            slots.lazy_made = None;
-        }
-    });
 }
 
 /// The scope an attempt's frame installs.
@@ -238,6 +60,7 @@ pub(crate) struct Frame {
     operation: Option<Operation>,
     unopened: Option<Unopened>,
     attempt: Option<Attempt>,
+    reported: Replayability,
     sets_operation: bool,
     sets_attempt: bool,
 }
@@ -249,6 +72,7 @@ impl Frame {
             operation: Some(operation),
             unopened: None,
             attempt: None,
+            reported: Replayability::Replayable,
             sets_operation: true,
             sets_attempt: false,
         }
@@ -267,6 +91,7 @@ impl Frame {
             operation,
             unopened,
             attempt: Some(attempt),
+            reported: Replayability::Replayable,
             sets_attempt: true,
         }
     }
@@ -277,27 +102,22 @@ impl Frame {
         self.operation.take()
     }
 
+    /// Once no poll is in progress: the weakest body replayability the attempt reported.
+    pub(crate) fn reported(&self) -> Replayability {
+        self.reported
+    }
+
     /// Installs the frame until the guard drops (also when the code inside panics).
     pub(crate) fn enter(&mut self) -> Entered<'_> {
         self.swap();
         Entered { frame: self }
     }
 
-    /// The attempt, while no poll is in progress.
-    pub(crate) fn held_attempt(&self) -> Option<&Attempt> {
-        self.attempt.as_ref()
-    }
-
-    /// The attempt back, once no poll is in progress (what it reported is inside).
-    pub(crate) fn take_attempt(&mut self) -> Option<Attempt> {
-        self.attempt.take()
-    }
-
     /// Exchanges what this frame sets with what is installed: entering and leaving are the
-    /// same operation. Outside a runtime thread's lifetime (thread-local storage being torn
-    /// down) nothing is installed, and the code inside sees no operation and no attempt.
+    /// same operation. Outside a thread's lifetime (thread-local storage being torn down)
+    /// nothing is installed, and the code inside sees no operation and no attempt.
     fn swap(&mut self) {
-        let _ = with_slots(|slots, _| {
+        let _ = SLOTS.try_with(|slots| {
             let mut slots = slots.try_borrow_mut().expect(
                 "a retry scope was entered while `Attempt::with_current` was running: \
                  do not poll futures inside its closure",
@@ -308,6 +128,7 @@ impl Frame {
             }
             if self.sets_attempt {
                 mem::swap(&mut slots.attempt, &mut self.attempt);
+                mem::swap(&mut slots.reported, &mut self.reported);
             }
         });
     }
@@ -324,88 +145,12 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// The operation installed now, if any. An unopened scope is opened now, for the caller and
-/// for the call that owns it (which takes it back when its attempt ends).
-#[inline]
-pub(crate) fn operation() -> Option<Operation> {
-    let installed = with_slots(|slots, marker| match slots.try_borrow() {
-        Ok(slots)
-            if slots.unopened.is_none()
-                && (slots.operation.is_some() || !marker.is_installed()) =>
-        {
-            Some(slots.operation.clone())
-        }
-        _ => None,
-    });
-    match installed {
-        Ok(Some(operation)) => operation,
-        Ok(None) => open_installed(),
-        // Thread-local storage is gone: nothing is installed.
-        Err(_) => None,
-    }
-}
-
-/// Opens the unopened scope installed now (see [`operation`]).
-#[cold]
-fn open_installed() -> Option<Operation> {
-    with_slots(|slots, marker| {
-        // Inside `with_attempt`'s closure the scope cannot be opened: it stays unseen.
-        let mut slots = slots.try_borrow_mut().ok()?;
-        let Some(unopened) = slots.unopened.take() else {
-            // Below every frame: a fast first attempt's own scope.
-            return slots.lazy_operation(marker);
-        };
-        let attempt = slots.attempt.as_ref();
-        let opened = unopened.open(
-            || match attempt {
-                Some(a) => OpName::Shared(a.state.upstream.name_arc().clone()),
-                None => OpName::Static("operation"),
-            },
-            attempt.map(|a| a.state.facts.deadline()),
-        );
-        slots.operation = Some(opened.clone());
-        Some(opened)
-    })
-    .ok()
-    .flatten()
-}
-
-/// Runs `f` with the attempt installed now, without cloning it.
-pub(crate) fn with_attempt<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
-    let mut f = Some(f);
-    let ran = with_slots(|slots, marker| {
-        // Below every frame: a fast first attempt's own attempt, made the first time it is asked.
-        if marker.is_installed()
-            && !marker.made.get()
-            && let Ok(mut slots) = slots.try_borrow_mut()
-            && slots.attempt.is_none()
-        {
-            slots.lazy_made(marker);
-        }
-        let slots = slots.try_borrow().ok();
-        f.take()
-            .map(|f| f(slots.as_deref().and_then(Slots::attempt)))
-    });
-    match (ran, f) {
-        (Ok(Some(r)), _) => r,
-        // Thread-local storage is gone: the closure was never called.
-        (_, Some(f)) => f(None),
-        (_, None) => unreachable!("the closure ran and returned"),
-    }
-}
-
 pin_project_lite::pin_project! {
     /// A future polled inside a [`Frame`].
     pub(crate) struct Scoped<F> {
         frame: Frame,
         #[pin]
         fut: F,
-    }
-}
-
-impl<F> Scoped<F> {
-    pub(crate) fn new(frame: Frame, fut: F) -> Self {
-        Scoped { frame, fut }
     }
 }
 
@@ -419,10 +164,114 @@ impl<F: Future> Future for Scoped<F> {
     }
 }
 
+impl Operation {
+    /// The operation scope the current task runs in, if any.
+    pub fn current() -> Option<Operation> {
+        let installed = SLOTS.try_with(|slots| {
+            let slots = slots.try_borrow().ok()?;
+            match &slots.unopened {
+                None => Some(slots.operation.clone()),
+                Some(_) => None,
+            }
+        });
+        match installed {
+            Ok(Some(operation)) => operation,
+            Ok(None) => open_installed(),
+            // Thread-local storage is gone: nothing is installed.
+            Err(_) => None,
+        }
+    }
+
+    /// Runs `f` (synchronously) inside this scope.
+    pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        let mut frame = Frame::operation(self);
+        let _entered = frame.enter();
+        f()
+    }
+
+    /// Runs `fut` inside this scope.
+    pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        Scoped {
+            frame: Frame::operation(self),
+            fut,
+        }
+    }
+}
+
+/// Opens the unopened scope installed now, for the caller and for the call that owns it (which
+/// takes it back when its attempt ends).
+#[cold]
+fn open_installed() -> Option<Operation> {
+    SLOTS
+        .try_with(|slots| {
+            // Inside `with_current`'s closure the scope cannot be opened: it stays unseen.
+            let mut slots = slots.try_borrow_mut().ok()?;
+            let unopened = slots.unopened.take()?;
+            let attempt = slots.attempt.as_ref();
+            let opened = unopened.open(
+                || match attempt {
+                    Some(a) => OpName::Shared(a.upstream.name_arc().clone()),
+                    None => OpName::Static("operation"),
+                },
+                attempt.map(|a| a.deadline),
+            );
+            slots.operation = Some(opened.clone());
+            Some(opened)
+        })
+        .ok()
+        .flatten()
+}
+
+impl OperationBuilder {
+    /// Runs `fut` inside the scope. A deadline alone does not cancel `fut`: retrying calls
+    /// inside stop starting attempts once it passes and clamp each attempt to what remains.
+    pub async fn run<F: Future>(self, fut: F) -> F::Output {
+        self.build(Operation::current()).scope(fut).await
+    }
+}
+
+impl Attempt {
+    /// The attempt the current task runs in, if any (a copy: see
+    /// [`with_current`](Self::with_current) to read it in place).
+    pub fn current() -> Option<Attempt> {
+        Attempt::with_current(|a| a.cloned())
+    }
+
+    /// Runs `f` with the current attempt, without copying it. Do not poll futures inside `f`.
+    pub fn with_current<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
+        let mut f = Some(f);
+        let ran = SLOTS.try_with(|slots| {
+            let slots = slots.try_borrow().ok();
+            f.take()
+                .map(|f| f(slots.as_deref().and_then(|s| s.attempt.as_ref())))
+        });
+        match (ran, f) {
+            (Ok(Some(r)), _) => r,
+            // Thread-local storage is gone (or the slots are being changed): no attempt.
+            (_, Some(f)) => f(None),
+            (_, None) => unreachable!("the closure ran and returned"),
+        }
+    }
+
+    /// Reports, for the attempt the current task runs in, that the request it sends has a body
+    /// of replayability `replay` (a streaming body is [`Replayability::OneShot`]). The call then
+    /// decides with the weakest of its declaration and every report: the current attempt still
+    /// runs, but a one-shot body is never retried. The HTTP integration calls this itself.
+    /// Outside an attempt it does nothing.
+    pub fn report_body(replay: Replayability) {
+        let _ = SLOTS.try_with(|slots| {
+            if let Ok(mut slots) = slots.try_borrow_mut()
+                && slots.attempt.is_some()
+            {
+                slots.reported = slots.reported.min(replay);
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scope::{OpName, Unopened};
 
     fn op(name: &'static str) -> Operation {
         Operation::root(OpName::Static(name), None, None)
@@ -430,21 +279,21 @@ mod tests {
 
     #[test]
     fn an_operation_frame_leaves_the_attempt_and_restores_on_exit() {
-        assert!(operation().is_none());
+        assert!(Operation::current().is_none());
         let mut outer = Frame::operation(op("outer"));
         {
             let _e = outer.enter();
-            assert_eq!(operation().unwrap().name(), "outer");
+            assert_eq!(Operation::current().unwrap().name(), "outer");
             let mut inner = Frame::operation(op("inner"));
             {
                 let _e = inner.enter();
-                assert_eq!(operation().unwrap().name(), "inner");
+                assert_eq!(Operation::current().unwrap().name(), "inner");
             }
-            assert_eq!(operation().unwrap().name(), "outer");
+            assert_eq!(Operation::current().unwrap().name(), "outer");
             assert_eq!(inner.operation.as_ref().unwrap().name(), "inner");
         }
-        assert!(operation().is_none());
-        with_attempt(|a| assert!(a.is_none()));
+        assert!(Operation::current().is_none());
+        Attempt::with_current(|a| assert!(a.is_none()));
     }
 
     #[tokio::test]
@@ -456,13 +305,13 @@ mod tests {
         );
         {
             let _e = frame.enter();
-            let first = operation().expect("opened on demand");
-            let second = operation().expect("the same scope");
+            let first = Operation::current().expect("opened on demand");
+            let second = Operation::current().expect("the same scope");
             assert!(first.take_retry());
             assert_eq!(second.retries_left(), Some(1), "one scope, shared");
             assert_eq!(first.name(), "lazy");
         }
-        assert!(operation().is_none(), "nothing left installed");
+        assert!(Operation::current().is_none(), "nothing left installed");
         let opened = frame.take_operation().expect("handed back to the call");
         assert_eq!(opened.retries_left(), Some(1));
 
@@ -477,6 +326,26 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_report_reaches_the_frame_of_the_attempt_in_progress_only() {
+        Attempt::report_body(Replayability::OneShot);
+        let mut frame = Frame::attempt(crate::attempt::tests::attempt(), Installs::Nothing);
+        {
+            let _e = frame.enter();
+            Attempt::report_body(Replayability::Reopenable);
+        }
+        assert_eq!(frame.reported(), Replayability::Reopenable);
+        {
+            let _e = frame.enter();
+            Attempt::report_body(Replayability::OneShot);
+            Attempt::report_body(Replayability::Replayable);
+        }
+        assert_eq!(frame.reported(), Replayability::OneShot, "the weakest wins");
+        let mut next = Frame::attempt(crate::attempt::tests::attempt(), Installs::Nothing);
+        drop(next.enter());
+        assert_eq!(next.reported(), Replayability::Replayable, "nothing leaks");
+    }
+
     #[test]
     fn a_panic_inside_restores_the_previous_frame() {
         let mut frame = Frame::operation(op("boom"));
@@ -485,6 +354,6 @@ mod tests {
             panic!("inside");
         }));
         assert!(caught.is_err());
-        assert!(operation().is_none());
+        assert!(Operation::current().is_none());
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lazy_clock::{Deadline, Start};
 use crate::registry::Upstream;
 
 /// An idempotency key, fixed before the first attempt and sent on every attempt.
@@ -126,273 +125,111 @@ impl IntoIdempotencyKey for Arc<str> {
 
 /// One attempt of a retrying call: its number, key, deadline and upstream.
 ///
-/// Given to the attempt closure and available to integrations through [`Attempt::current`], so
-/// the HTTP layer can send the key, the attempt number and the remaining deadline. Cheap to
-/// clone: every clone is a handle to the same attempt (and what it reports).
+/// Given to the attempt closure of [`RetryCall::run`](crate::RetryCall::run) and available to
+/// integrations through [`Attempt::current`] and [`Attempt::with_current`], so the HTTP layer can
+/// send the key, the attempt number and the remaining deadline. A plain value: a clone is a copy
+/// of the attempt's facts (the upstream entry, the key and the span are shared handles).
 #[derive(Clone)]
 pub struct Attempt {
-    pub(crate) state: Arc<AttemptState>,
-}
-
-/// What an [`Attempt`] handle points to. One allocation serves every attempt of a call (and,
-/// through a small per-thread pool, the calls after it) as long as no handle outlives its
-/// attempt, so the happy path allocates nothing and moves an 8-byte handle around.
-#[derive(Debug, Clone)]
-pub(crate) struct AttemptState {
     pub(crate) upstream: Arc<Upstream>,
-    pub(crate) facts: AttemptFacts,
-    pub(crate) report: crate::attempt_report::AttemptReport,
-}
-
-/// Everything the loop fixes for one attempt but its upstream.
-#[derive(Debug, Clone)]
-pub(crate) struct AttemptFacts {
     pub(crate) number: u32,
     pub(crate) method: http::Method,
     pub(crate) key: Option<IdempotencyKey>,
-    pub(crate) deadline: Deadline,
-    pub(crate) timeout: Duration,
-    /// When the attempt was admitted: its timeout counts from here. A call's first attempt
-    /// may not have read it yet (see `lazy_clock.rs`).
-    pub(crate) started: Start,
-    pub(crate) retries_left: Option<u32>,
-    pub(crate) span: tracing::Span,
-}
-
-/// What [`AttemptFacts::renew`] writes: one attempt's facts.
-pub(crate) struct Fresh<'a> {
-    pub(crate) number: u32,
-    pub(crate) method: &'a http::Method,
-    pub(crate) key: Option<&'a IdempotencyKey>,
-    pub(crate) deadline: Deadline,
-    pub(crate) timeout: Duration,
-    pub(crate) started: Start,
-    pub(crate) retries_left: Option<u32>,
-    pub(crate) span: tracing::Span,
-}
-
-impl AttemptFacts {
-    /// Becomes the attempt `fresh` describes, over a previous attempt's facts (what is equal
-    /// already is left alone: no reference count touched, no span dropped).
-    #[inline]
-    pub(crate) fn renew(&mut self, fresh: Fresh<'_>) {
-        self.number = fresh.number;
-        if self.method != *fresh.method {
-            self.method = fresh.method.clone();
-        }
-        if self.key.is_some() || fresh.key.is_some() {
-            self.key = fresh.key.cloned();
-        }
-        self.deadline = fresh.deadline;
-        self.timeout = fresh.timeout;
-        self.started = fresh.started;
-        self.retries_left = fresh.retries_left;
-        if !(self.span.is_none() && fresh.span.is_none()) {
-            self.span = fresh.span;
-        }
-    }
-
-    /// When this attempt's timeout expires.
-    pub(crate) fn ends(&self) -> Instant {
-        self.started.get() + self.timeout
-    }
-
     /// The operation's absolute deadline.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.deadline.resolve(&self.started)
-    }
-}
-
-impl AttemptState {
-    /// Becomes the attempt `facts` describe. The upstream handle is kept when it is the same
-    /// upstream: its count is shared by every thread calling that upstream, and not touching it
-    /// is the point (two fewer writes to a contended cache line per call).
-    #[inline]
-    fn overwrite(&mut self, upstream: &Arc<Upstream>, fill: impl FnOnce(&mut AttemptFacts)) {
-        if !Arc::ptr_eq(&self.upstream, upstream) {
-            self.upstream = upstream.clone();
-        }
-        fill(&mut self.facts);
-        self.report = crate::attempt_report::AttemptReport::default();
-    }
+    pub(crate) deadline: Instant,
+    /// This attempt's timeout, counted from `started`, never past the deadline.
+    pub(crate) timeout: Duration,
+    /// When the attempt was admitted (after any wait for a bulkhead slot).
+    pub(crate) started: Instant,
+    pub(crate) retries_left: Option<u32>,
+    pub(crate) span: tracing::Span,
 }
 
 impl fmt::Debug for Attempt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.state.fmt(f)
+        f.debug_struct("Attempt")
+            .field("upstream", &self.upstream.name())
+            .field("number", &self.number)
+            .field("method", &self.method)
+            .field("key", &self.key)
+            .field("timeout", &self.timeout)
+            .field("retries_left", &self.retries_left)
+            .finish_non_exhaustive()
     }
 }
-
-thread_local! {
-    /// Attempt states whose last handle is gone, for the next call on this thread. They may
-    /// keep an upstream entry alive after a registry reload, at most [`POOL_SIZE`] per thread,
-    /// until reused.
-    static POOL: std::cell::RefCell<Vec<Arc<AttemptState>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-const POOL_SIZE: usize = 16;
 
 impl Attempt {
-    /// The next attempt to `upstream`, in `spare`'s allocation when no other handle to it is
-    /// left, else in a pooled one, else in a new one.
-    #[cfg(test)]
-    pub(crate) fn reuse(
-        spare: Option<Attempt>,
-        upstream: &Arc<Upstream>,
-        next: AttemptFacts,
-    ) -> Attempt {
-        Attempt::fill(spare, upstream, |facts| *facts = next)
-    }
-
-    /// The next attempt to `upstream`, `fill` writing its facts in place over the last
-    /// attempt's (in `spare`'s allocation when no other handle to it is left, else in a pooled
-    /// one, else in a new one). In place, so what did not change (the method, no key, no span:
-    /// the usual case) is neither copied nor dropped.
-    #[inline]
-    pub(crate) fn fill(
-        spare: Option<Attempt>,
-        upstream: &Arc<Upstream>,
-        fill: impl FnOnce(&mut AttemptFacts),
-    ) -> Attempt {
-        if let Some(mut spare) = spare
-            && let Some(slot) = Arc::get_mut(&mut spare.state)
-        {
-            slot.overwrite(upstream, fill);
-            return spare;
-        }
-        let pooled = POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten();
-        if let Some(mut pooled) = pooled
-            && let Some(slot) = Arc::get_mut(&mut pooled)
-        {
-            slot.overwrite(upstream, fill);
-            return Attempt { state: pooled };
-        }
-        let mut facts = AttemptFacts {
-            number: 0,
-            method: http::Method::GET,
-            key: None,
-            deadline: Deadline::AfterStart(Duration::ZERO),
-            timeout: Duration::ZERO,
-            started: Start::unread(),
-            retries_left: None,
-            span: tracing::Span::none(),
-        };
-        fill(&mut facts);
-        Attempt {
-            state: Arc::new(AttemptState {
-                upstream: upstream.clone(),
-                facts,
-                report: crate::attempt_report::AttemptReport::default(),
-            }),
-        }
-    }
-
-    /// Offers the allocation for reuse by a later call on this thread if this is the last
-    /// handle. The span is closed now (a pooled attempt must not keep it open) and the key is
-    /// not kept.
-    pub(crate) fn recycle(mut self) {
-        if let Some(state) = Arc::get_mut(&mut self.state) {
-            state.facts.span = tracing::Span::none();
-            state.facts.key = None;
-            let _ = POOL.try_with(|p| {
-                let mut pool = p.borrow_mut();
-                if pool.len() < POOL_SIZE {
-                    pool.push(self.state);
-                }
-            });
-        }
-    }
-
-    /// Whether nothing read the attempt's start yet (so nothing read the clock for it).
-    pub(crate) fn started_unread(&self) -> bool {
-        self.state.facts.started.read().is_none()
-    }
-
-    /// Whether the state holds nothing that must be let go when its call ends (an open span,
-    /// a key), so it can wait for the next call as it is.
-    pub(crate) fn holds_nothing(&self) -> bool {
-        self.state.facts.span.is_none() && self.state.facts.key.is_none()
-    }
-
-    /// The attempt's facts, to change before it starts (copied first if a handle was cloned).
-    pub(crate) fn facts_mut(&mut self) -> &mut AttemptFacts {
-        &mut Arc::make_mut(&mut self.state).facts
-    }
-
-    /// The attempt the current task runs in, if any.
-    pub fn current() -> Option<Attempt> {
-        crate::ambient::with_attempt(|a| a.cloned())
-    }
-
-    /// Runs `f` with the current attempt without cloning it. Do not poll futures inside `f`.
-    pub fn with_current<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
-        crate::ambient::with_attempt(f)
-    }
-
     /// 1 for the first attempt.
     pub fn number(&self) -> u32 {
-        self.state.facts.number
+        self.number
     }
 
     /// How many times the request was re-sent before this attempt (OpenTelemetry's
     /// `http.request.resend_count`).
     pub fn resend_count(&self) -> u32 {
-        self.state.facts.number - 1
+        self.number.saturating_sub(1)
     }
 
     /// The upstream's name.
     pub fn upstream(&self) -> &str {
-        self.state.upstream.name()
+        self.upstream.name()
     }
 
     /// The upstream's entry (its config).
     pub fn upstream_entry(&self) -> &Arc<Upstream> {
-        &self.state.upstream
+        &self.upstream
     }
 
     /// The declared method.
     pub fn method(&self) -> &http::Method {
-        &self.state.facts.method
+        &self.method
     }
 
     /// The idempotency key, the same on every attempt.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
-        self.state.facts.key.as_ref()
+        self.key.as_ref()
     }
 
     /// The operation's absolute deadline.
     pub fn deadline(&self) -> Instant {
-        self.state.facts.deadline()
+        self.deadline
     }
 
     /// Time left before the deadline.
     pub fn remaining(&self) -> Duration {
-        self.state
-            .facts
-            .deadline()
-            .saturating_duration_since(Instant::now())
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// When this attempt is cut: its timeout after it was admitted, never past the deadline.
+    pub(crate) fn ends(&self) -> Instant {
+        self.started
+            .checked_add(self.timeout)
+            .map_or(self.deadline, |ends| ends.min(self.deadline))
     }
 
     /// Time left before this attempt is cut (its timeout, counted from when it was admitted,
     /// never past the deadline). Integrations use a little less, so their own, classified
     /// timeout fires before the loop's.
     pub fn time_left(&self) -> Duration {
-        self.state
-            .facts
-            .ends()
-            .min(self.state.facts.deadline())
-            .saturating_duration_since(Instant::now())
+        self.ends().saturating_duration_since(Instant::now())
     }
 
     /// Retries the operation may still make across every layer, when it started (sent to the
     /// callee so it does not add retries of its own on top).
     pub fn retries_left(&self) -> Option<u32> {
-        self.state.facts.retries_left
+        self.retries_left
     }
 
     /// This attempt's timeout: the upstream's attempt timeout clamped to the remaining deadline.
     pub fn timeout(&self) -> Duration {
-        self.state.facts.timeout
+        self.timeout
+    }
+
+    /// The attempt's span (`retry.attempt`), to record OpenTelemetry attributes on
+    /// (`server.address`, `http.response.status_code`, ...) whatever span is current. Disabled
+    /// (a no-op) unless a subscriber enables `DEBUG` for `retry_runtime`.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 }
 
@@ -410,50 +247,34 @@ pub(crate) mod tests {
             .expect("upstream")
     }
 
-    /// Attempt `number`'s fields for unit tests.
-    pub(crate) fn next(number: u32) -> AttemptFacts {
+    /// Attempt `number` for unit tests.
+    pub(crate) fn attempt_number(number: u32) -> Attempt {
         let now = Instant::now();
-        AttemptFacts {
+        Attempt {
+            upstream: upstream(),
             number,
             method: http::Method::GET,
             key: None,
-            deadline: Deadline::At(now),
-            timeout: Duration::ZERO,
-            started: Start::at(now),
+            deadline: now + Duration::from_secs(1),
+            timeout: Duration::from_millis(100),
+            started: now,
             retries_left: None,
             span: tracing::Span::none(),
         }
     }
 
-    /// A fresh attempt for unit tests.
+    /// A first attempt for unit tests.
     pub(crate) fn attempt() -> Attempt {
-        Attempt::reuse(None, &upstream(), next(1))
+        attempt_number(1)
     }
 
-    #[tokio::test]
-    async fn an_allocation_is_reused_only_when_no_handle_is_left() {
-        let up = upstream();
-        let first = Attempt::reuse(None, &up, next(1));
-        let kept = first.clone();
-        let second = Attempt::reuse(Some(first), &up, next(2));
-        assert_eq!(kept.number(), 1, "a live handle is never changed");
-        assert!(!Arc::ptr_eq(&kept.state, &second.state));
-        let before = Arc::as_ptr(&second.state);
-        second.state.report.downgrade_for_tests();
-        let third = Attempt::reuse(Some(second), &up, next(3));
-        assert_eq!(Arc::as_ptr(&third.state), before, "no handle left: reused");
-        assert_eq!(third.number(), 3);
-        assert_eq!(
-            third.reported_body(),
-            crate::Replayability::Replayable,
-            "a reused attempt starts with no report"
-        );
-        let other = upstream();
-        let fourth = Attempt::reuse(Some(third), &other, next(4));
-        assert!(
-            Arc::ptr_eq(fourth.upstream_entry(), &other),
-            "another upstream is taken"
-        );
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_ends_at_its_timeout_or_the_deadline_whichever_is_first() {
+        let mut a = attempt();
+        assert_eq!(a.ends(), a.started + Duration::from_millis(100));
+        a.timeout = Duration::MAX;
+        assert_eq!(a.ends(), a.deadline, "no overflow, clamped to the deadline");
+        assert_eq!(a.time_left(), Duration::from_secs(1));
     }
 
     #[test]

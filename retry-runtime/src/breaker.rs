@@ -184,18 +184,6 @@ pub struct Admission {
     probe: bool,
 }
 
-impl Admission {
-    /// The admission of a closed breaker (whose `admit` always gives it).
-    pub(crate) fn closed() -> Self {
-        Admission { probe: false }
-    }
-
-    /// Whether this is a half-open probe (whose outcome decides the breaker's state at once).
-    pub(crate) fn is_probe(&self) -> bool {
-        self.probe
-    }
-}
-
 impl CircuitBreaker {
     /// A closed breaker. The config is validated by the registry.
     pub fn new(config: BreakerConfig) -> Self {
@@ -236,12 +224,6 @@ impl CircuitBreaker {
     fn open_elapsed(&self) -> bool {
         let opened = self.opened_at_nanos.load(Ordering::Acquire);
         self.now_nanos().saturating_sub(opened) >= self.config.open_for.as_nanos() as u64
-    }
-
-    /// Whether the breaker is closed now (one load).
-    #[inline]
-    pub(crate) fn is_closed(&self) -> bool {
-        self.state.load(Ordering::Acquire) == CLOSED
     }
 
     /// Asks to start an attempt: `None` means fail fast (open, or half-open with every probe
@@ -338,13 +320,6 @@ impl CircuitBreaker {
                 self.open();
             }
         }
-    }
-
-    /// Counts `attempts` successful attempts admitted while the breaker was closed, as of `at`
-    /// (the happy path counts its attempts in batches: see `hot.rs`).
-    pub(crate) fn record_successes_at(&self, attempts: u32, at: Instant) {
-        self.attempts
-            .add(self.clock.epoch_at(at), u64::from(attempts));
     }
 
     fn open(&self) {

@@ -16,24 +16,13 @@
 //!
 //! ## How it works
 //! Calls and retries are counted in lock-free sliding-window counters (see `window`): a
-//! deposit is one CAS in the common case, a check reads `2 * SLOTS` atomics. A retrying call is
-//! deposited when its first attempt ends; one whose only attempt succeeded without waiting is
-//! deposited in a batch of up to [`HAPPY_BATCH`] per thread, so [`RetryBudget::available`] may
-//! not show the last few such calls of each thread yet (at most 12 tokens per thread at the
-//! default ratio). Calls that wait (every real HTTP request) are deposited at once.
+//! deposit is one CAS in the common case. A retrying call is deposited once, when it starts, so
+//! the budget sees every call as it happens.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::window::{Clock, Counter};
-
-/// Calls whose only attempt succeeded without waiting are counted (in the budget and the
-/// breaker) in batches of this many per thread and upstream: one clock read and two counter
-/// updates per batch instead of per call, the largest cost of such a call otherwise. A call
-/// that waits or fails counts its thread's batch first; a batch is also counted when its cache
-/// entry is evicted or its thread ends. The price: the budget is stricter, and the breaker
-/// quicker to open, by up to `HAPPY_BATCH - 1` such successes per thread not seen yet.
-pub const HAPPY_BATCH: u32 = 64;
 
 /// Budget settings of one upstream.
 ///
@@ -165,14 +154,7 @@ impl RetryBudget {
 
     /// Records one real call made at `now` (saves a clock read when the caller has one).
     pub fn deposit_at(&self, now: tokio::time::Instant) {
-        self.deposit_many_at(1, now);
-    }
-
-    /// Counts `calls` calls at once, as of `now` (the happy path counts its calls in batches:
-    /// see `hot.rs`).
-    pub(crate) fn deposit_many_at(&self, calls: u32, now: tokio::time::Instant) {
-        self.deposits
-            .add(self.clock.epoch_at(now), u64::from(calls));
+        self.deposits.add(self.clock.epoch_at(now), 1);
     }
 
     fn balance_milli(&self, epoch: u64) -> i128 {

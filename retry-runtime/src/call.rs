@@ -1,73 +1,56 @@
-//! The attempt loop's engine room: one [`Call`] drives the attempts of one retrying call.
+//! The attempt loop: one [`Call`] drives the attempts of one retrying call.
 //!
-//! Both [`RetryCall::run`](crate::RetryCall::run) and the `#[retry]` macro drive a `Call`:
+//! Every retrying call, from `#[retry]`, the builder ([`Retry`](crate::Retry)) or the tower
+//! layer, is this loop:
 //!
 //! ```text
-//! let mut call = Call::at(registry, &SITE, key);  // looks nothing up yet
+//! let mut call = Call::new(spec)?;              // upstream, scope, deadline, budget deposit
 //! loop {
-//!     let attempt = call.begin_attempt()?;          // deadline check
-//!     let result = call.run(attempt, body).await;   // breaker, bulkhead, scope, timeout, span;
-//!                                                   // the call's budget deposit (once)
-//!     let error = match call.succeeded(result) {    // a success ends the call here
-//!         ControlFlow::Break(value) => return Ok(value),
-//!         ControlFlow::Continue(error) => error,
-//!     };
-//!     match call.settle(Err(error)).await {         // decide, spend, drop, sleep
+//!     let result = call.attempt(body).await;    // next attempt (deadline check), admit
+//!                                               // (breaker, bulkhead), run (scope, span,
+//!                                               // timeout), count (breaker)
+//!     match call.settle(result).await {         // decide, spend, drop the error, back off
 //!         Step::Retry => continue,
 //!         Step::Done(result) => return result,
-//!         Step::Ambiguous { error, ambiguous } => /* reconcile or report */,
+//!         Step::Ambiguous { error, ambiguous } => /* reconcile, or report */,
 //!     }
 //! }
 //! ```
 //!
-//! The loop is written out (by the macro) rather than hidden behind a closure so an attempt's
-//! body can borrow `&mut self` and the call's arguments afresh on every attempt.
+//! The loop is written out (by the macro, by the builder) rather than hidden behind a closure so
+//! an attempt's body can borrow `&mut self` and the call's arguments afresh on every attempt, and
+//! so the macro can ask a reconcile check between attempts with the same borrows.
 //!
-//! A call made with [`Call::at`] starts only when its first attempt is polled, and its first
-//! attempt may then take the fast path (`first.rs`); one made with [`Call::new`] starts at once.
-//! Either way, once started it is a `CallCore` (`call_core.rs`).
+//! Every decision the loop takes is traceable to a named reason: the engine's
+//! ([`Decision`]), or the loop's own (no time left, breaker open, bulkhead full, draining).
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::mem::ManuallyDrop;
-use std::ops::ControlFlow;
+use std::fmt::Display;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::ambient::Frame;
 use crate::attempt::{Attempt, IdempotencyKey};
-use crate::attempt_future::{AttemptRun, Pass};
+use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
 use crate::breaker::Admission;
-use crate::call_core::CallCore;
-use crate::first::{self, Enter, Entered, Handed, Lazy, Left};
-use crate::hot::HeldUpstream;
-use crate::observe::CallKind;
+use crate::bulkhead::Slot;
+use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
+use crate::engine::{Context, Safety};
+use crate::observe::{self, CallKind};
 use crate::registry::{Registry, Upstream};
-use crate::scope::Operation;
-use crate::{Ambiguous, Classify, Error, Replayability};
-
-/// What a retrying call is: which upstream, which method, which key.
-#[derive(Debug, Clone)]
-pub struct CallSpec<'r> {
-    /// The registry to look the upstream up in.
-    pub registry: &'r Registry,
-    /// The upstream's name.
-    pub upstream: &'r str,
-    /// The HTTP method the call sends.
-    pub method: http::Method,
-    /// The idempotency key, fixed before the first attempt.
-    pub key: Option<IdempotencyKey>,
-    /// The request body's replayability.
-    pub replay: Replayability,
-    /// The operation name for an implicit scope (defaults to the upstream's name).
-    pub operation: Option<Cow<'static, str>>,
-}
+use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
+use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
 
 /// What `#[retry]` fixes about its calls when it expands: the upstream, the method and the
-/// operation name. One `static` per annotated function, so a call carries a pointer to it.
+/// operation name. One `static` per annotated function.
 #[derive(Debug)]
 pub struct CallSite {
-    pub(crate) upstream: &'static str,
-    pub(crate) method: http::Method,
-    pub(crate) operation: &'static str,
+    upstream: &'static str,
+    method: http::Method,
+    operation: &'static str,
 }
 
 impl CallSite {
@@ -83,16 +66,28 @@ impl CallSite {
             operation,
         }
     }
-
-    /// The name of the site's own scope; `None` for an empty name, which names the scope
-    /// after the upstream (the builder's shared sites).
-    pub(crate) fn own_operation(&self) -> Option<&'static str> {
-        (!self.operation.is_empty()).then_some(self.operation)
-    }
 }
 
-/// The answer of a reconcile check for a write whose outcome was ambiguous (spec 004: "an
-/// idempotency key or a reliable way to check the result").
+/// What a retrying call is: which upstream, which method, which key.
+#[derive(Debug)]
+pub(crate) struct CallSpec<'r> {
+    /// The registry to look the upstream up in.
+    pub(crate) registry: &'r Registry,
+    /// The upstream's name.
+    pub(crate) upstream: &'r str,
+    /// The HTTP method the call sends.
+    pub(crate) method: http::Method,
+    /// The idempotency key, fixed before the first attempt.
+    pub(crate) key: Option<IdempotencyKey>,
+    /// The request body's replayability.
+    pub(crate) replay: Replayability,
+    /// The name of the call's own scope (defaults to the upstream's name).
+    pub(crate) operation: Option<Cow<'static, str>>,
+}
+
+/// The answer of a reconcile check for a write whose outcome was ambiguous: a write without an
+/// idempotency key may be retried after it may have executed only if something can tell
+/// whether it did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reconciled<T> {
     /// The write happened; here is its result.
@@ -119,395 +114,413 @@ pub enum Step<T, E> {
     },
 }
 
-/// The state of one retrying call.
-// A started call's state is dropped by `Call`'s own `Drop`, which checks inline whether the
-// call started: a call that ended on the fast path then calls no drop glue (see `Lazy`).
+/// What the loop itself did to the last attempt: facts it knows first-hand override whatever
+/// the caller's error type reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Local {
+    Nothing,
+    /// Not started: no time left before the deadline.
+    NoTime,
+    /// Not started: the circuit breaker is open.
+    CircuitOpen,
+    /// Not started: no bulkhead slot before the deadline.
+    BulkheadFull,
+    /// Cut by the attempt timeout: the request may have been sent.
+    TimedOut,
+}
+
+/// What let an attempt start: the breaker's admission and the bulkhead's slot (each only if
+/// the upstream has one).
+struct Pass {
+    admission: Option<Admission>,
+    slot: Option<Slot>,
+}
+
+/// One retrying call; see the module docs.
 #[derive(Debug)]
 pub struct Call<'r> {
-    state: State<'r>,
-    /// The call could not start (its upstream is unknown, or no time was left): nothing was
-    /// sent, and the error its first attempt returned ends it.
-    could_not_start: bool,
+    registry: &'r Registry,
+    upstream: Arc<Upstream>,
+    method: http::Method,
+    safety: Safety,
+    /// The declared body replayability, lowered by what the attempts reported.
+    replay: Replayability,
+    key: Option<IdempotencyKey>,
+    scope: CallScope,
+    deadline: Instant,
+    /// When the call started; its first attempt starts then too (one clock read per call).
+    created: Instant,
+    /// Attempts started so far.
+    attempt: u32,
+    /// When the last attempt was admitted.
+    attempt_started: Instant,
+    previous_delay: Duration,
+    auth_refresh_used: bool,
+    /// The scope's count of failures retried below, when the last attempt started.
+    retried_mark: u64,
+    /// Drawn from the registry at the first decision: a call that succeeds needs none.
+    rng: Option<fastrand::Rng>,
+    span: tracing::Span,
+    attempt_span: tracing::Span,
+    local: Local,
 }
 
-// Unboxed on purpose: a call lives in its caller's future, and a call not started yet writes
-// only its small variant there; boxing the started one would allocate on every call that waits.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-enum State<'r> {
-    /// Made by [`Call::at`]: nothing looked up yet.
-    Lazy(Lazy<'r>),
-    /// Started (dropped by [`Call`]'s `Drop`).
-    Full(ManuallyDrop<CallCore<'r>>),
-    /// Only while the state changes.
-    Moving,
+/// The span of one retrying call. At `DEBUG`: a service logging at `INFO` pays nothing for it.
+fn call_span(
+    upstream: &str,
+    operation: &str,
+    method: &http::Method,
+    safety: Safety,
+    key: Option<&IdempotencyKey>,
+) -> tracing::Span {
+    tracing::debug_span!(
+        "retry.call",
+        upstream = %upstream,
+        operation = %operation,
+        http.request.method = %method,
+        safety = ?safety,
+        idempotency_key = key.map(tracing::field::display),
+        attempts = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
 }
 
-/// The next attempt, as [`Call::run`] takes it: an [`Attempt`], or the first attempt of a call
-/// made with [`Call::at`], which is made only if something needs it.
-#[derive(Debug)]
-pub struct NextAttempt(Next);
-
-#[derive(Debug)]
-enum Next {
-    First,
-    Ready(Attempt),
-}
-
-impl From<Attempt> for NextAttempt {
-    fn from(attempt: Attempt) -> Self {
-        NextAttempt(Next::Ready(attempt))
-    }
-}
-
-/// The attempt [`Call::run_attempt`] gives a maker that needs it.
-pub(crate) fn given(attempt: Option<Attempt>) -> Attempt {
-    match attempt {
-        Some(attempt) => attempt,
-        None => unreachable!("an attempt is made for a body that needs it"),
-    }
-}
-
-/// How a lazy call's first attempt starts (see `first.rs`).
-pub(crate) enum First {
-    /// On the fast path: poll the body, then [`Call::leave_first`].
-    Fast(Entered),
-    /// On the full path, with this attempt.
-    Full(Attempt),
-    /// The call could not start (boxed: this is returned on every call, and is rare).
-    Failed(Box<Error>),
-}
-
-impl Drop for Call<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if matches!(self.state, State::Full(_)) {
-            self.drop_started();
-        }
-    }
-}
-
-impl Call<'_> {
-    #[inline(never)]
-    fn drop_started(&mut self) {
-        if let State::Full(core) = std::mem::replace(&mut self.state, State::Moving) {
-            drop(ManuallyDrop::into_inner(core));
-        }
-    }
+/// The span of one attempt, inside its call's (OpenTelemetry's HTTP client attributes).
+fn attempt_span(call: &tracing::Span, attempt: u32, method: &http::Method) -> tracing::Span {
+    tracing::debug_span!(
+        parent: call,
+        "retry.attempt",
+        attempt = attempt,
+        http.request.method = %method,
+        http.request.resend_count = attempt - 1,
+        server.address = tracing::field::Empty,
+        server.port = tracing::field::Empty,
+        evidence = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    )
 }
 
 impl<'r> Call<'r> {
-    /// Looks up the upstream and opens (or joins) the operation scope now.
-    pub fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
-        let held = HeldUpstream::take(spec.registry, spec.upstream)?;
-        Ok(Call {
-            state: State::Full(ManuallyDrop::new(CallCore::build(spec, held, None))),
-            could_not_start: false,
-        })
-    }
-
-    /// A call from `site` (with `key`) through `registry`, like [`new`](Self::new) but lazy:
-    /// nothing is looked up until the first attempt is polled, so a first attempt that needs
-    /// nothing of the call costs almost nothing (what `#[retry]` uses). An unknown upstream is
-    /// then reported by the first attempt, before anything runs.
-    #[inline]
+    /// A call from `#[retry]`'s `site` (with `key`) through `registry`.
     pub fn at(
         registry: &'r Registry,
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
-    ) -> Self {
-        Call {
-            state: State::Lazy(Lazy::at(registry, site, key)),
-            could_not_start: false,
-        }
+    ) -> Result<Self, Error> {
+        Call::new(CallSpec {
+            registry,
+            upstream: site.upstream,
+            method: site.method.clone(),
+            key,
+            replay: Replayability::Replayable,
+            operation: Some(Cow::Borrowed(site.operation)),
+        })
     }
 
-    /// Like [`new`](Self::new), but lazy like [`at`](Self::at): nothing is looked up until the
-    /// first attempt is polled (what the builder uses).
-    #[inline]
-    pub fn lazy(spec: CallSpec<'r>) -> Self {
-        Call::from_lazy(Lazy::new(spec))
-    }
-
-    /// A lazy call (the builder's).
-    #[inline]
-    pub(crate) fn from_lazy(lazy: Lazy<'r>) -> Self {
-        Call {
-            state: State::Lazy(lazy),
-            could_not_start: false,
-        }
-    }
-
-    /// The started call: started now if it was not.
-    fn core(&mut self) -> Result<&mut CallCore<'r>, Error> {
-        self.start(None, None)
-    }
-
-    /// Starts the call (from `held`'s entry and with `span` if they were found or made
-    /// already).
-    fn start(
-        &mut self,
-        held: Option<HeldUpstream>,
-        span: Option<tracing::Span>,
-    ) -> Result<&mut CallCore<'r>, Error> {
-        let held = match (&self.state, held) {
-            (State::Full(_), _) => None,
-            (_, Some(held)) => Some(held),
-            (State::Lazy(lazy), None) => {
-                Some(HeldUpstream::take(lazy.registry(), lazy.upstream())?)
+    /// Looks the upstream up, joins the enclosing operation scope (or prepares the call's own),
+    /// fixes the deadline and counts the call in the upstream's retry budget.
+    pub(crate) fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
+        let upstream = spec.registry.upstream(spec.upstream)?;
+        let config = upstream.config();
+        let retries = config.max_attempts.saturating_sub(1);
+        let now = Instant::now();
+        let own = deadline_after(now, config.deadline);
+        let (scope, deadline) = match Operation::current() {
+            Some(op) => {
+                op.init_allowance(retries);
+                let deadline = min_deadline(op.deadline(), Some(own)).unwrap_or(own);
+                (CallScope::Joined(op), deadline)
             }
-            (State::Moving, None) => None,
+            None => {
+                let name = spec.operation.map(OpName::from);
+                (CallScope::Unopened(Unopened::new(name, retries)), own)
+            }
         };
-        if let Some(held) = held {
-            let State::Lazy(lazy) = std::mem::replace(&mut self.state, State::Moving) else {
-                unreachable!("only a call not started starts")
-            };
-            let succeeded = lazy.succeeded;
-            let mut core = CallCore::build(lazy.into_spec(), held, span);
-            if succeeded {
-                core.first_succeeded();
-            }
-            self.state = State::Full(ManuallyDrop::new(core));
-        }
-        match &mut self.state {
-            State::Full(core) => Ok(core),
-            _ => unreachable!("started above"),
-        }
+        // Calls earn retries: the budget sees this one as it starts.
+        upstream.budget().deposit_at(now);
+        let safety = Safety::of(
+            &spec.method,
+            spec.key.is_some(),
+            config.dedups_idempotency_key,
+        );
+        let span = call_span(
+            upstream.name(),
+            scope.name(upstream.name()),
+            &spec.method,
+            safety,
+            spec.key.as_ref(),
+        );
+        Ok(Call {
+            registry: spec.registry,
+            upstream,
+            method: spec.method,
+            safety,
+            replay: spec.replay,
+            key: spec.key,
+            scope,
+            deadline,
+            created: now,
+            attempt: 0,
+            attempt_started: now,
+            previous_delay: Duration::ZERO,
+            auth_refresh_used: false,
+            retried_mark: 0,
+            rng: None,
+            span,
+            attempt_span: tracing::Span::none(),
+            local: Local::Nothing,
+        })
     }
 
-    /// The started call, for an attempt admitted (so started) already.
-    pub(crate) fn started(&mut self) -> &mut CallCore<'r> {
-        match &mut self.state {
-            State::Full(core) => core,
-            _ => unreachable!("an admitted attempt belongs to a started call"),
-        }
+    /// The upstream called.
+    pub fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
+    /// Attempts started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Retries the operation (across every layer inside it) may still make.
+    pub fn retries_left(&self) -> Option<u32> {
+        self.scope.retries_left()
     }
 
     /// Lowers the body's replayability once it is known to be weaker than declared (e.g. the
     /// integration found the body cannot be copied for another attempt). Never raises it.
     pub fn downgrade_replay(&mut self, replay: Replayability) {
-        match &mut self.state {
-            State::Lazy(lazy) => lazy.downgrade_replay(replay),
-            State::Full(core) => core.downgrade_replay(replay),
-            State::Moving => {}
-        }
+        self.replay = self.replay.min(replay);
     }
 
-    /// Retries the operation (across every layer inside it) may still make; `None` when
-    /// unlimited, or for a lazy call not started yet.
-    pub fn retries_left(&self) -> Option<u32> {
-        match &self.state {
-            State::Full(core) => core.retries_left(),
-            _ => None,
-        }
-    }
-
-    /// Attempts started so far.
-    pub fn attempts(&self) -> u32 {
-        match &self.state {
-            State::Full(core) => core.attempts(),
-            State::Lazy(lazy) => u32::from(lazy.succeeded),
-            State::Moving => 0,
-        }
-    }
-
-    /// The upstream called; `None` for a lazy call that has not started (see
-    /// [`at`](Self::at)).
-    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
-        match &self.state {
-            State::Full(core) => Some(core.upstream()),
-            _ => None,
-        }
-    }
-
-    /// Starts the next attempt, or fails with [`Error::DeadlineExceeded`] when less than the
-    /// minimum attempt budget is left (nothing is sent then). A lazy call starts now.
-    pub fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        self.core()?.next_attempt(None)
-    }
-
-    /// Like [`next_attempt`](Self::next_attempt), but a lazy call's first attempt is left to
-    /// [`run`](Self::run) to start, on the fast path if it can (what `#[retry]` uses).
-    #[inline]
-    pub fn begin_attempt(&mut self) -> Result<NextAttempt, Error> {
-        match self.state {
-            State::Lazy(Lazy {
-                succeeded: false, ..
-            }) => Ok(NextAttempt(Next::First)),
-            _ => self.next_attempt().map(NextAttempt::from),
-        }
-    }
-
-    /// Runs one attempt's future inside the operation scope and the attempt scope, under the
-    /// attempt timeout (clamped to the deadline), after the circuit breaker and the bulkhead
-    /// admit it. The bulkhead permit is released as soon as the attempt ends, before any backoff.
-    pub fn run<T, E, F, A>(
-        &mut self,
-        attempt: A,
-        fut: F,
-    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, A>
+    /// Runs one attempt of `body`: see [`attempt_with`](Self::attempt_with).
+    pub async fn attempt<T, E, F>(&mut self, body: F) -> Result<T, E>
     where
-        A: Into<NextAttempt>,
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        // `run` takes no handle to the attempt: a handle is a shared count.
-        self.run_attempt(attempt, false, move |_| fut)
+        self.attempt_with(|_| body).await
     }
 
-    /// Like [`run`](Self::run), but builds the attempt's future only once the breaker and the
-    /// bulkhead have admitted it.
-    pub fn run_with<T, E, F, Fut, A>(
-        &mut self,
-        attempt: A,
-        make: F,
-    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut, A>
+    /// Runs one attempt: starts it (or fails with [`Error::DeadlineExceeded`] when less than the
+    /// minimum attempt budget is left), asks the circuit breaker and the bulkhead to admit it,
+    /// makes its body with `make`, and polls the body inside the attempt's scope and span until
+    /// it completes or the attempt timeout (clamped to the deadline) cuts it. The bulkhead slot
+    /// is given back as soon as the attempt ends, before any backoff.
+    pub(crate) async fn attempt_with<T, E, M, F>(&mut self, make: M) -> Result<T, E>
     where
-        A: Into<NextAttempt>,
-        F: FnOnce(Attempt) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        M: FnOnce(&Attempt) -> F,
+        F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        self.run_attempt(attempt, true, move |a| make(given(a)))
+        let mut attempt = match self.next_attempt() {
+            Ok(attempt) => attempt,
+            Err(error) => return Err(E::from(error)),
+        };
+        let pass = match self.admit(&mut attempt).await {
+            Ok(pass) => pass,
+            Err(error) => return Err(E::from(error)),
+        };
+        let body = make(&attempt);
+        self.attempt_started = attempt.started;
+        self.attempt_span = attempt.span.clone();
+        let ends = attempt.ends();
+        let frame = Frame::attempt(attempt, self.scope.for_attempt());
+        let span = self.attempt_span.clone();
+        let ended = AttemptFuture::new(frame, span, ends, body).await;
+        self.end_attempt(ended, pass)
     }
 
-    /// What [`run`](Self::run) and [`run_with`](Self::run_with) (and the builder) share: the
-    /// attempt's future is made by `make` once admitted, and given the attempt if it
-    /// `needs_attempt` (else the attempt is made only if something asks for it).
-    pub(crate) fn run_attempt<T, E, F, Fut, A>(
-        &mut self,
-        attempt: A,
-        needs_attempt: bool,
-        make: F,
-    ) -> impl Future<Output = Result<T, E>> + use<'_, 'r, T, E, F, Fut, A>
-    where
-        A: Into<NextAttempt>,
-        F: FnOnce(Option<Attempt>) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify + From<Error>,
-    {
-        let attempt = match attempt.into().0 {
-            Next::First => None,
-            Next::Ready(attempt) => Some(attempt),
+    /// The next attempt, if time is left for one.
+    fn next_attempt(&mut self) -> Result<Attempt, Error> {
+        self.local = Local::NoTime;
+        let now = match self.attempt {
+            0 => self.created,
+            _ => Instant::now(),
         };
-        AttemptRun::new(self, attempt, needs_attempt, make)
-    }
-
-    /// Starts a lazy call's first attempt: on the fast path if it can take it, else on the full
-    /// path (which may find the upstream unknown, or no time left). `needs_attempt`: the
-    /// attempt's future is made from the attempt.
-    #[inline]
-    pub(crate) fn first(&mut self, needs_attempt: bool) -> First {
-        let handed = match &mut self.state {
-            State::Lazy(lazy) if !lazy.succeeded => match first::enter(lazy, needs_attempt) {
-                Enter::Fast(entered) => return First::Fast(entered),
-                Enter::Full(handed) => handed,
-            },
-            _ => None,
-        };
-        match self.first_full(handed) {
-            Ok(attempt) => First::Full(attempt),
-            Err(error) => First::Failed(Box::new(error)),
+        let remaining = self.deadline.saturating_duration_since(now);
+        let config = self.upstream.config();
+        if remaining < config.min_attempt_budget || remaining.is_zero() {
+            self.span.in_scope(|| {
+                tracing::info!(
+                    target: "retry_runtime::decision",
+                    reason = "deadline",
+                    attempt = self.attempt + 1,
+                    "no time left for an attempt"
+                )
+            });
+            return Err(Error::DeadlineExceeded {
+                upstream: self.upstream.name_arc().clone(),
+            });
         }
+        self.local = Local::Nothing;
+        self.attempt += 1;
+        self.retried_mark = self.scope.retried_failures();
+        Ok(Attempt {
+            upstream: self.upstream.clone(),
+            number: self.attempt,
+            method: self.method.clone(),
+            key: self.key.clone(),
+            deadline: self.deadline,
+            timeout: config.attempt_timeout.min(remaining),
+            started: now,
+            retries_left: self.scope.retries_left(),
+            span: attempt_span(&self.span, self.attempt, &self.method),
+        })
     }
 
-    /// A first attempt on the full path, from what the fast path found.
-    #[cold]
-    #[inline(never)]
-    fn first_full(&mut self, handed: Option<Box<Handed>>) -> Result<Attempt, Error> {
-        if !matches!(&self.state, State::Lazy(lazy) if !lazy.succeeded) {
-            return self.next_attempt();
-        }
-        let (held, (call_span, attempt_span)) = match handed.map(|handed| *handed) {
-            Some(Handed { held, spans }) => (Some(held), spans.unzip()),
-            None => (None, (None, None)),
-        };
-        let started = self
-            .start(held, call_span)
-            .and_then(|core| core.next_attempt(attempt_span));
-        self.could_not_start = started.is_err();
-        started
-    }
-
-    /// After the fast first attempt's first poll: [`Left::Ended`] if it `succeeded` and nothing
-    /// asked for the attempt (the call is over and counted); else the full path takes over
-    /// ([`continue_first`](Self::continue_first)).
-    #[inline]
-    pub(crate) fn leave_first(&mut self, entered: Entered, succeeded: bool) -> Left {
-        let State::Lazy(lazy) = &mut self.state else {
-            unreachable!("a fast first attempt belongs to a call not started")
-        };
-        entered.leave(lazy, succeeded)
-    }
-
-    /// The full path takes over a fast first attempt after its first poll.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn continue_first(&mut self, slot: u32) -> (Attempt, Option<Operation>, Pass) {
-        let made = match &mut self.state {
-            State::Lazy(lazy) => lazy.take_continued(),
-            _ => None,
-        };
-        let core = match self.start(Some(first::take_lent(slot)), None) {
-            Ok(core) => core,
-            Err(_) => unreachable!("a call starts without error from an entry it holds"),
-        };
-        let (attempt, opened) = match made {
-            Some((attempt, opened)) => {
-                core.first_started();
-                (attempt, opened)
-            }
-            // Eligible for the fast path, so time is left for an attempt.
-            None => match core.next_attempt(None) {
-                Ok(attempt) => (attempt, None),
-                Err(_) => unreachable!("the fast path checked the deadline"),
-            },
-        };
-        // The fast path admitted the attempt: no bulkhead, the breaker (if any) closed.
-        let admission = core.upstream().breaker().map(|_| Admission::closed());
-        let pass = Pass {
-            admission,
-            permit: None,
-        };
-        (attempt, opened, pass)
-    }
-
-    /// Ends the call if the attempt succeeded: `Break` with the value (the call is recorded as
-    /// a success). A failed attempt's error comes back as `Continue`, for [`settle`](Self::settle).
-    ///
-    /// Synchronous, so a call whose first attempt succeeds builds no `settle` future.
-    pub fn succeeded<T, E>(&mut self, result: Result<T, E>) -> ControlFlow<T, E> {
-        match result {
-            Ok(value) => {
-                if let State::Full(core) = &mut self.state {
-                    let attempts = core.attempts();
-                    core.finish(CallKind::of(true, attempts));
+    /// Asks the breaker, then the bulkhead, to let `attempt` start. A full bulkhead is waited
+    /// on until the deadline less the minimum attempt budget; the attempt then starts when
+    /// admitted, with what is left of the deadline.
+    async fn admit(&mut self, attempt: &mut Attempt) -> Result<Pass, Error> {
+        let upstream = &self.upstream;
+        let admission = match upstream.breaker() {
+            Some(breaker) => match breaker.admit() {
+                Some(admission) => Some(admission),
+                None => {
+                    self.local = Local::CircuitOpen;
+                    return Err(Error::CircuitOpen {
+                        upstream: upstream.name_arc().clone(),
+                    });
                 }
-                ControlFlow::Break(value)
+            },
+            None => None,
+        };
+        let Some(bulkhead) = upstream.bulkhead() else {
+            return Ok(Pass {
+                admission,
+                slot: None,
+            });
+        };
+        if let Some(slot) = bulkhead.try_enter() {
+            return Ok(Pass {
+                admission,
+                slot: Some(slot),
+            });
+        }
+        let min_attempt_budget = upstream.config().min_attempt_budget;
+        let until = self
+            .deadline
+            .checked_sub(min_attempt_budget)
+            .unwrap_or(self.deadline);
+        match bulkhead.enter_until(until).await {
+            Some(slot) => {
+                let now = Instant::now();
+                attempt.started = now;
+                attempt.timeout = attempt
+                    .timeout
+                    .min(self.deadline.saturating_duration_since(now));
+                Ok(Pass {
+                    admission,
+                    slot: Some(slot),
+                })
             }
-            Err(error) => ControlFlow::Continue(error),
+            None => {
+                if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
+                    breaker.release(admission);
+                }
+                self.local = Local::BulkheadFull;
+                Err(Error::BulkheadFull {
+                    upstream: upstream.name_arc().clone(),
+                })
+            }
         }
     }
 
-    /// Decides after an attempt: returns success, or asks the engine, spends the retry (shared
-    /// allowance, then budget), drops the error and sleeps the backoff before answering
-    /// [`Step::Retry`]. Nothing from the failed attempt is held while sleeping.
+    /// Counts the attempt that `ended` in the breaker, adopts a scope the attempt opened, and
+    /// turns a timeout into the caller's error.
+    fn end_attempt<T, E>(&mut self, ended: Ended<Result<T, E>>, pass: Pass) -> Result<T, E>
+    where
+        E: Classify + From<Error>,
+    {
+        let Pass { admission, slot } = pass;
+        drop(slot);
+        self.scope.adopt(ended.opened);
+        self.replay = self.replay.min(ended.reported);
+        let result = match ended.output {
+            Ok(result) => result,
+            Err(TimedOut) => {
+                self.local = Local::TimedOut;
+                Err(E::from(Error::AttemptTimeout {
+                    upstream: self.upstream.name_arc().clone(),
+                    attempt: self.attempt,
+                    timeout: self.upstream.config().attempt_timeout,
+                }))
+            }
+        };
+        if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
+            let failed = match &result {
+                Ok(_) => false,
+                Err(_) if self.local == Local::TimedOut => true,
+                Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
+            };
+            // Counted when it ended: an attempt that completed in its first poll ended when it
+            // started (no clock read).
+            let at = match ended.waited || failed {
+                true => Instant::now(),
+                false => self.attempt_started,
+            };
+            breaker.record_at(admission, failed, at);
+        }
+        result
+    }
+
+    /// Decides after an attempt: ends the call on success, or asks the engine, spends the
+    /// retry (shared allowance, then budget), drops the error and sleeps the backoff before
+    /// answering [`Step::Retry`]. Nothing from the failed attempt is held while sleeping.
     pub async fn settle<T, E>(&mut self, result: Result<T, E>) -> Step<T, E>
     where
-        E: Classify + From<Error> + std::fmt::Display,
+        E: Classify + From<Error> + Display,
     {
-        if self.could_not_start {
-            return Step::Done(result);
+        let error = match result {
+            Ok(value) => {
+                if self.attempt > 1 {
+                    self.span.in_scope(|| {
+                        tracing::info!(
+                            target: "retry_runtime::decision",
+                            decision = "succeeded",
+                            attempts = self.attempt,
+                            "succeeded after retrying"
+                        )
+                    });
+                }
+                self.finish(CallKind::of(true, self.attempt));
+                return Step::Done(Ok(value));
+            }
+            Err(error) => error,
+        };
+        if self.local == Local::NoTime {
+            // Nothing was sent: the deadline ends the call (its event is logged already).
+            observe::denied(self.upstream.name(), DenyReason::Deadline);
+            self.finish(CallKind::of(false, self.attempt));
+            return Step::Done(Err(error));
         }
-        if let (State::Lazy(lazy), Ok(_)) = (&self.state, &result)
-            && lazy.succeeded
-        {
-            return Step::Done(result);
+        let mut failure = Failure::of(&error);
+        match self.local {
+            Local::CircuitOpen => failure.reject(crate::Rejection::CircuitOpen),
+            Local::BulkheadFull => failure.reject(crate::Rejection::BulkheadFull),
+            // Cut by our own timeout: the request may have been sent, whatever the error says.
+            Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
+            Local::Nothing | Local::NoTime => {}
         }
-        match self.core() {
-            Ok(core) => core.settle(result).await,
-            Err(_) => Step::Done(result),
+        if self.scope.retried_failures() > self.retried_mark {
+            failure.already_retried = true;
         }
+        self.attempt_span
+            .record("evidence", failure.evidence.as_str());
+        // OpenTelemetry's `error.type`: the status when there is one, else how far the attempt
+        // got. (The status code itself is recorded by the send path, once.)
+        match failure.status {
+            Some(status) => self
+                .attempt_span
+                .record("error.type", tracing::field::display(status)),
+            None => self
+                .attempt_span
+                .record("error.type", failure.evidence.as_str()),
+        };
+        let decision = self.decide(&failure);
+        self.apply(decision, error, &failure).await
     }
 
     /// After a reconcile check answered [`Reconciled::NotHappened`]: the write did not happen,
@@ -515,28 +528,255 @@ impl<'r> Call<'r> {
     /// deadline) decide whether to retry.
     pub async fn settle_not_happened<T, E>(&mut self, error: E) -> Step<T, E>
     where
-        E: Classify + From<Error> + std::fmt::Display,
+        E: Classify + From<Error> + Display,
     {
-        match self.core() {
-            Ok(core) => core.settle_not_happened(error).await,
-            Err(_) => Step::Done(Err(error)),
-        }
+        let failure = Failure::new(Evidence::NotSent);
+        let decision = self.decide(&failure);
+        self.apply(decision, error, &failure).await
     }
 
     /// The reconcile check found that the write happened: the call ends successfully with the
     /// check's value (recorded as a success, with the attempts made).
     pub fn happened<T>(&mut self, value: T) -> T {
-        match self.core() {
-            Ok(core) => core.happened(value),
-            Err(_) => value,
-        }
+        self.span.in_scope(|| {
+            tracing::info!(
+                target: "retry_runtime::decision",
+                decision = "reconciled",
+                attempt = self.attempt,
+                "the reconcile check found the write: returning its result"
+            )
+        });
+        self.finish(CallKind::of(true, self.attempt));
+        value
     }
 
     /// Reports an ambiguous outcome as the caller's error type.
     pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
-        match self.core() {
-            Ok(core) => core.ambiguous(ambiguous),
-            Err(_) => E::from(Error::from(ambiguous)),
+        self.finish(CallKind::Ambiguous);
+        if self.attempt > 1 {
+            self.scope.note_retried_failure();
+        }
+        E::from(Error::from(ambiguous))
+    }
+
+    fn decide(&mut self, failure: &Failure) -> Decision {
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let config = self.upstream.config();
+        let ctx = Context {
+            attempt: self.attempt,
+            max_attempts: config.max_attempts,
+            operation_retries_left: self.scope.retries_left().unwrap_or(u32::MAX),
+            budget_has_token: self.upstream.budget().has_token(),
+            replay: self.replay,
+            draining: self.registry.drain().is_draining(),
+            remaining,
+            min_attempt_budget: config.min_attempt_budget,
+            safety: self.safety,
+            transient_500: config.transient_500,
+            can_refresh_auth: !self.auth_refresh_used && self.upstream.refresh_hook().is_some(),
+            backoff: &config.backoff,
+            previous_delay: self.previous_delay,
+        };
+        let registry = self.registry;
+        let rng = self.rng.get_or_insert_with(|| registry.rng());
+        registry.engine().decide(&ctx, failure, rng)
+    }
+
+    async fn apply<T, E>(&mut self, decision: Decision, error: E, failure: &Failure) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        let (delay, reason) = match decision {
+            Decision::Retry { delay, reason } => (delay, reason),
+            Decision::Denied(reason) => return self.stop(reason, error, failure),
+            Decision::Ambiguous(reason) => return self.ambiguous_step(reason, error, failure),
+        };
+        // Spend only now that the retry really happens: a denied retry is free.
+        if !self.scope.take_retry() {
+            return self.stop(DenyReason::MaxAttempts, error, failure);
+        }
+        if !self.upstream.budget().withdraw() {
+            self.scope.give_back_retry();
+            return self.stop(DenyReason::BudgetExhausted, error, failure);
+        }
+        self.span.in_scope(|| {
+            tracing::info!(
+                target: "retry_runtime::decision",
+                decision = "retry",
+                reason = %reason,
+                attempt = self.attempt,
+                evidence = failure.evidence.as_str(),
+                status = failure.status,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                "retrying"
+            )
+        });
+        observe::retried(self.upstream.name(), self.upstream.budget());
+        // Drop the error (and any response or connection it holds) before waiting; keep what
+        // the caller must be told if shutdown interrupts the wait.
+        let last_error = error.to_string();
+        drop(error);
+        if reason == RetryReason::RefreshAuth {
+            self.auth_refresh_used = true;
+            if let Some(hook) = self.upstream.refresh_hook().cloned() {
+                // The hook runs inside the operation's deadline like everything else.
+                let refresh = hook.refresh().instrument(self.span.clone());
+                match tokio::time::timeout_at(self.deadline, refresh).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        self.finish(CallKind::of(false, self.attempt));
+                        return Step::Done(Err(E::from(Error::RefreshFailed(e))));
+                    }
+                    Err(_) => {
+                        self.record_denial(
+                            DenyReason::Deadline,
+                            "the credentials refresh outlasted the deadline",
+                        );
+                        self.finish(CallKind::of(false, self.attempt));
+                        return Step::Done(Err(E::from(Error::DeadlineExceeded {
+                            upstream: self.upstream.name_arc().clone(),
+                        })));
+                    }
+                }
+            }
+        }
+        if !delay.is_zero() && self.back_off(delay).await.is_err() {
+            return self.drained(last_error, failure);
+        }
+        self.previous_delay = delay;
+        Step::Retry
+    }
+
+    /// Sleeps `delay`, or less if shutdown starts meanwhile (`Err`).
+    async fn back_off(&self, delay: Duration) -> Result<(), Drained> {
+        let drain = self.registry.drain();
+        // Boxed: a call whose first attempt succeeds never sleeps, and its future (moved on
+        // every `.await` of its callers) should not carry a timer.
+        let sleep = Box::pin(tokio::time::sleep(delay));
+        tokio::select! {
+            biased;
+            () = drain.started() => Err(Drained),
+            () = sleep => Ok(()),
+        }
+    }
+
+    /// Shutdown started during the backoff: the call ends without another attempt, with the
+    /// outcome the last failure had (ambiguous for a write that may have executed).
+    fn drained<T, E>(&mut self, last_error: String, failure: &Failure) -> Step<T, E>
+    where
+        E: From<Error> + Display,
+    {
+        let error = E::from(Error::Draining {
+            upstream: self.upstream.name_arc().clone(),
+            attempts: self.attempt,
+            last_error,
+        });
+        // The retry that was granted did not happen.
+        self.scope.give_back_retry();
+        self.stop(DenyReason::RuntimeDraining, error, failure)
+    }
+
+    /// A denied retry. For a write whose last attempt may have executed without its response
+    /// arriving, stopping does not make the outcome known: reporting a plain failure would tell
+    /// the caller the write did not happen. That is an ambiguous outcome (carrying the key, so a
+    /// keyed write can be replayed safely later), whatever stopped the retries.
+    fn stop<T, E>(&mut self, reason: DenyReason, error: E, failure: &Failure) -> Step<T, E>
+    where
+        E: Display,
+    {
+        let unknown = match (failure.evidence, failure.status) {
+            _ if self.safety == Safety::Read => None,
+            (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
+            (Evidence::PartialResponse, _) => Some(AmbiguityReason::PartialResponse),
+            (Evidence::ResponseReceived, Some(s @ 502..=504)) => Some(AmbiguityReason::Status(s)),
+            _ => None,
+        };
+        match (unknown, reason) {
+            // These say the request or response itself is settled (or already reported).
+            (_, DenyReason::PermanentFailure(_) | DenyReason::Status(_)) | (None, _) => {
+                self.deny(reason, error)
+            }
+            (Some(ambiguity), _) => {
+                self.record_denial(reason, "not retrying, and the write's outcome is unknown");
+                self.ambiguous_step(ambiguity, error, failure)
+            }
+        }
+    }
+
+    fn ambiguous_step<T, E>(
+        &mut self,
+        reason: AmbiguityReason,
+        error: E,
+        failure: &Failure,
+    ) -> Step<T, E>
+    where
+        E: Display,
+    {
+        self.span.in_scope(|| {
+            tracing::warn!(
+                target: "retry_runtime::decision",
+                decision = "ambiguous",
+                reason = %reason,
+                attempt = self.attempt,
+                evidence = failure.evidence.as_str(),
+                status = failure.status,
+                "outcome unknown: not retrying a write that may have happened"
+            )
+        });
+        let ambiguous = Ambiguous {
+            upstream: self.upstream.name_arc().clone(),
+            operation: self.scope.name(self.upstream.name()).to_owned(),
+            attempts: self.attempt,
+            evidence: failure.evidence,
+            status: failure.status,
+            reason,
+            idempotency_key: self.key.clone(),
+            last_error: error.to_string(),
+        };
+        Step::Ambiguous { error, ambiguous }
+    }
+
+    /// The decision event and the denial counter, with the reason's name.
+    fn record_denial(&self, reason: DenyReason, message: &'static str) {
+        self.span.in_scope(|| {
+            tracing::info!(
+                target: "retry_runtime::decision",
+                decision = "denied",
+                reason = %reason,
+                attempt = self.attempt,
+                "{message}"
+            )
+        });
+        observe::denied(self.upstream.name(), reason);
+    }
+
+    fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
+        self.record_denial(reason, "not retrying");
+        if self.attempt > 1 {
+            // Tell enclosing retrying calls that this failure was already retried here.
+            self.scope.note_retried_failure();
+        }
+        if matches!(
+            reason,
+            DenyReason::BudgetExhausted | DenyReason::CircuitOpen | DenyReason::BulkheadFull
+        ) {
+            // The upstream is failing or saturated for everyone: a caller in another process
+            // that retried the whole chain would only add calls the budget just refused.
+            self.scope.note_overloaded();
+        }
+        self.finish(CallKind::of(false, self.attempt));
+        Step::Done(Err(error))
+    }
+
+    fn finish(&mut self, kind: CallKind) {
+        self.span.record("attempts", self.attempt);
+        self.span.record("outcome", kind.as_str());
+        observe::call_finished(self.upstream.name(), kind);
+        if let Some(breaker) = self.upstream.breaker() {
+            observe::breaker_state(self.upstream.name(), breaker);
         }
     }
 }
+
+/// Shutdown started while waiting.
+struct Drained;

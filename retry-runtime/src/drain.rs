@@ -13,7 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// [`Drain::global`], so flipping it affects every call that uses the global registry.
 #[derive(Debug, Clone, Default)]
 pub struct Drain {
-    flag: Arc<AtomicBool>,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    flag: AtomicBool,
+    /// Wakes calls waiting out a backoff, so they end at once instead of sending another attempt.
+    started: tokio::sync::Notify,
 }
 
 impl Drain {
@@ -30,14 +37,27 @@ impl Drain {
 
     /// Starts draining: every later retry decision is denied.
     pub fn start(&self) {
-        if !self.flag.swap(true, Ordering::AcqRel) {
+        if !self.inner.flag.swap(true, Ordering::AcqRel) {
+            self.inner.started.notify_waiters();
             tracing::info!(target: "retry_runtime::drain", "draining: no new retries will start");
         }
     }
 
     /// `true` once [`start`](Drain::start) was called.
     pub fn is_draining(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
+        self.inner.flag.load(Ordering::Acquire)
+    }
+
+    /// Completes once draining has started (at once if it has).
+    pub async fn started(&self) {
+        let notified = self.inner.started.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the check, so a `start` between the two still wakes it.
+        notified.as_mut().enable();
+        if self.is_draining() {
+            return;
+        }
+        notified.await;
     }
 
     /// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM, then starts draining. Spawn it at

@@ -94,6 +94,17 @@ pub enum Error {
         /// The upstream.
         upstream: Arc<str>,
     },
+    /// Shutdown ([`Drain`](crate::Drain)) started while the call waited to retry: no further
+    /// attempt was sent. (When the last attempt was a write whose outcome is unknown, the call
+    /// ends [`Ambiguous`] instead.)
+    Draining {
+        /// The upstream.
+        upstream: Arc<str>,
+        /// Attempts made.
+        attempts: u32,
+        /// What the last attempt failed with.
+        last_error: String,
+    },
     /// An HTTP attempt failed (feature `http`); see [`HttpError`](crate::http::HttpError).
     #[cfg(feature = "http")]
     Http(crate::http::HttpError),
@@ -142,6 +153,15 @@ impl fmt::Display for Error {
                     "the bulkhead of `{upstream}` had no free slot before the deadline: nothing was sent"
                 )
             }
+            Error::Draining {
+                upstream,
+                attempts,
+                last_error,
+            } => write!(
+                f,
+                "shutdown started while waiting to retry `{upstream}`: no attempt after the \
+                 {attempts} made; the last failed with: {last_error}"
+            ),
             #[cfg(feature = "http")]
             Error::Http(e) => e.fmt(f),
         }
@@ -189,7 +209,8 @@ impl Classify for Error {
             | Error::InvalidIdempotencyKey(_)
             | Error::RefreshFailed(_)
             | Error::CircuitOpen { .. }
-            | Error::BulkheadFull { .. } => Evidence::NotSent,
+            | Error::BulkheadFull { .. }
+            | Error::Draining { .. } => Evidence::NotSent,
         }
     }
 
@@ -213,7 +234,8 @@ impl Classify for Error {
             Error::AttemptTimeout { .. }
             | Error::DeadlineExceeded { .. }
             | Error::CircuitOpen { .. }
-            | Error::BulkheadFull { .. } => None,
+            | Error::BulkheadFull { .. }
+            | Error::Draining { .. } => None,
             #[cfg(feature = "http")]
             Error::Http(e) => e.permanent(),
         }

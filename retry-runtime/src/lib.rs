@@ -58,23 +58,18 @@
 mod ambient;
 mod attempt;
 mod attempt_future;
-mod attempt_report;
+mod bulkhead;
 mod call;
-mod call_core;
 mod classify;
 mod decision;
 mod drain;
 mod error;
 mod evidence;
-mod first;
-mod hot;
-mod lazy_clock;
 mod macro_support;
 mod observe;
 mod replay;
 mod retry;
 mod scope;
-mod thread;
 mod window;
 
 pub mod backoff;
@@ -93,7 +88,7 @@ pub mod retry_after;
 pub mod tower;
 
 pub use attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
-pub use call::{Call, CallSite, CallSpec, NextAttempt, Reconciled, Step};
+pub use call::Reconciled;
 pub use classify::{Classify, Failure, PermanentCategory, Pushback, Rejection};
 pub use config::UpstreamConfig;
 pub use decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
@@ -117,7 +112,7 @@ pub use ::http::Method;
 pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
     pub use crate::attempt::IntoIdempotencyKey;
-    pub use crate::call::{Call, CallSite, CallSpec, NextAttempt, Reconciled, Step};
+    pub use crate::call::{Call, CallSite, Reconciled, Step};
     pub use crate::macro_support::{AttemptArg, attempt_arg, idempotency_key};
     pub use crate::registry::{Registration, Registry};
     pub use crate::{Error, Method, Replayability};

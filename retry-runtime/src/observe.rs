@@ -11,7 +11,8 @@
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
-use crate::breaker::BreakerState;
+use crate::breaker::CircuitBreaker;
+use crate::budget::RetryBudget;
 use crate::decision::DenyReason;
 
 /// How a call ended, for `retry.calls{kind}`.
@@ -55,23 +56,27 @@ pub(crate) fn call_finished(upstream: &str, kind: CallKind) {
     }
 }
 
-pub(crate) fn retried(upstream: &str, budget_available: u64) {
+/// A retry granted. The budget is read only when metrics are compiled in.
+pub(crate) fn retried(upstream: &str, budget: &RetryBudget) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("retry.retries", "upstream" => upstream.to_owned()).increment(1);
         metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
-            .set(budget_available as f64);
+            .set(budget.available() as f64);
     }
 }
 
-/// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open.
-pub(crate) fn breaker_state(upstream: &str, state: BreakerState) {
+/// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open (read only when metrics are
+/// compiled in).
+pub(crate) fn breaker_state(upstream: &str, breaker: &CircuitBreaker) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("retry.breaker.state", "upstream" => upstream.to_owned()).set(match state {
-        BreakerState::Closed => 0.0,
-        BreakerState::HalfOpen => 1.0,
-        BreakerState::Open => 2.0,
-    });
+    metrics::gauge!("retry.breaker.state", "upstream" => upstream.to_owned()).set(
+        match breaker.state() {
+            crate::breaker::BreakerState::Closed => 0.0,
+            crate::breaker::BreakerState::HalfOpen => 1.0,
+            crate::breaker::BreakerState::Open => 2.0,
+        },
+    );
 }
 
 pub(crate) fn denied(upstream: &str, reason: DenyReason) {

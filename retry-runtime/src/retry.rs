@@ -1,15 +1,13 @@
 //! The attempt loop without the macro: `Retry::upstream("sber").method(..).run(..)` (the
-//! closure is given its attempt) or `.call(..)` (it is not, and the attempt is made only if
-//! something asks for it).
+//! closure is given its attempt) or `.call(..)` (it is not; the body can still ask
+//! [`Attempt::current`]).
 
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
-use std::ops::ControlFlow;
 
 use crate::attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
-use crate::call::{self, Call, Reconciled, Step};
-use crate::first::{Lazy, What};
+use crate::call::{Call, CallSpec, Reconciled, Step};
 use crate::registry::Registry;
 use crate::{Classify, Error, Replayability};
 
@@ -83,12 +81,12 @@ impl<'r> Retry<'r> {
     /// The HTTP method the call sends. A write (anything but GET, HEAD, OPTIONS) is retried
     /// after it may have reached the server only with an idempotency key the upstream
     /// deduplicates, or with a reconcile check.
-    #[inline]
     pub fn method(self, method: http::Method) -> RetryCall<'r> {
         RetryCall {
             registry: self.registry,
             upstream: self.upstream,
-            what: What::of(method, self.operation),
+            method,
+            operation: self.operation,
             key: None,
             replay: Replayability::Replayable,
         }
@@ -105,8 +103,8 @@ impl<'r> Retry<'r> {
 pub struct RetryCall<'r> {
     registry: &'r Registry,
     upstream: &'r str,
-    /// The method and the operation name.
-    what: What,
+    method: http::Method,
+    operation: Option<Cow<'static, str>>,
     key: Option<Result<IdempotencyKey, KeyError>>,
     replay: Replayability,
 }
@@ -125,42 +123,42 @@ impl<'r> RetryCall<'r> {
         self
     }
 
-    /// The call, made lazily, so a first attempt that needs nothing of it takes the fast path;
-    /// and the error that fails it before anything is sent (an invalid key), if there is one.
-    #[inline]
-    fn into_call(self) -> (Call<'r>, Option<Error>) {
-        let (key, invalid) = match self.key {
-            Some(Ok(key)) => (Some(key), None),
-            Some(Err(e)) => (None, Some(Error::InvalidIdempotencyKey(e))),
-            None => (None, None),
-        };
-        let lazy = Lazy::builder(self.registry, self.upstream, self.what, key, self.replay);
-        (Call::from_lazy(lazy), invalid)
+    /// The call: the upstream looked up, the scope joined or prepared, the key checked.
+    fn into_call(self) -> Result<Call<'r>, Error> {
+        let key = self.key.transpose().map_err(Error::InvalidIdempotencyKey)?;
+        Call::new(CallSpec {
+            registry: self.registry,
+            upstream: self.upstream,
+            method: self.method,
+            key,
+            replay: self.replay,
+            operation: self.operation,
+        })
     }
 
     /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error
     /// (retry denied), or `E::from(Error::Ambiguous(..))` when a write's outcome is unknown.
-    ///
-    /// The closure is given its [`Attempt`], so the attempt is made, written and handed over on
-    /// every call: a call whose first attempt succeeds at once costs about three times what it
-    /// costs through [`call`](Self::call) or `#[retry]` (tens of nanoseconds; see
-    /// `BENCHMARKS.md`). Prefer `call` when the closure does not need the attempt (the HTTP
-    /// integration finds it by itself).
-    pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
+    /// The closure is called once per attempt, after the breaker and the bulkhead admitted it,
+    /// and given the [`Attempt`] (its number, key and deadline).
+    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        // Not an `async fn`: the loop's future is returned as is, not wrapped in another.
-        self.drive(true, move |a| attempt(call::given(a)))
+        let mut call = self.into_call()?;
+        loop {
+            let result = call.attempt_with(|a| attempt(a.clone())).await;
+            match call.settle(result).await {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
+            }
+        }
     }
 
-    /// Like [`run`](Self::run), for an attempt that is not given its [`Attempt`]: the attempt is
-    /// made only if something asks for it ([`Attempt::current`], which the HTTP integration
-    /// calls to send the key and the deadline), so a first attempt that completes at once and
-    /// asks for nothing takes `#[retry]`'s fast path (see `BENCHMARKS.md`). The closure is
-    /// called once per attempt, after the breaker and the bulkhead have admitted it.
+    /// Like [`run`](Self::run), for a closure that does not need its [`Attempt`] (the HTTP
+    /// integration finds it by itself, and the body can ask [`Attempt::current`]).
     ///
     /// ```
     /// # use retry_runtime::{Method, Registry, UpstreamConfig, Retry, Error};
@@ -178,50 +176,19 @@ impl<'r> RetryCall<'r> {
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
     /// #     .block_on(demo()).unwrap();
     /// ```
-    pub fn call<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
+    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        self.drive(false, move |_| attempt())
-    }
-
-    /// The attempt loop of [`run`](Self::run) and [`call`](Self::call): `make` builds each
-    /// attempt's future once admitted, given the attempt if it `needs_attempt`.
-    ///
-    /// Not an `async fn`: the call is made here, and the loop's future uses it where it was
-    /// captured. An `async fn` moves its arguments into its body's own variables when first
-    /// polled, and that copy, just after the call was written, stalled the core reading back
-    /// what it had not finished writing (about 3 ns of a 20 ns call, in `perf annotate`).
-    #[inline]
-    fn drive<T, E, F, Fut>(
-        self,
-        needs_attempt: bool,
-        mut make: F,
-    ) -> impl Future<Output = Result<T, E>> + use<'r, T, E, F, Fut>
-    where
-        F: FnMut(Option<Attempt>) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify + From<Error> + Display,
-    {
-        let (mut call, invalid) = self.into_call();
-        async move {
-            if let Some(error) = invalid {
-                return Err(E::from(error));
-            }
-            loop {
-                let a = call.begin_attempt()?;
-                let result = call.run_attempt(a, needs_attempt, &mut make).await;
-                let error = match call.succeeded(result) {
-                    ControlFlow::Break(value) => return Ok(value),
-                    ControlFlow::Continue(error) => error,
-                };
-                match call.settle(Err(error)).await {
-                    Step::Retry => continue,
-                    Step::Done(result) => return result,
-                    Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-                }
+        let mut call = self.into_call()?;
+        loop {
+            let result = call.attempt_with(|_| attempt()).await;
+            match call.settle(result).await {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
             }
         }
     }
@@ -242,13 +209,9 @@ impl<'r> RetryCall<'r> {
         RFut: Future<Output = Reconciled<T>>,
         E: Classify + From<Error> + Display,
     {
-        let (mut call, invalid) = self.into_call();
-        if let Some(error) = invalid {
-            return Err(E::from(error));
-        }
+        let mut call = self.into_call()?;
         loop {
-            let a = call.begin_attempt()?;
-            let result = call.run_with(a, &mut attempt).await;
+            let result = call.attempt_with(|a| attempt(a.clone())).await;
             let mut step = call.settle(result).await;
             if let Step::Ambiguous { error, ambiguous } = step {
                 step = match reconcile().await {

@@ -8,16 +8,18 @@
 //! A scope is opened explicitly with [`operation`] or implicitly by the first retrying call
 //! that finds none. It is installed while the future that opened it is polled (see
 //! `ambient.rs`), so it follows the future, not the thread.
+//!
+//! The deadline lives here too: a call's deadline is the earlier of its upstream's operation
+//! deadline and its scope's ([`min_deadline`]), fixed when the call starts.
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ambient::{Frame, Installs, Scoped};
+use crate::ambient::Installs;
 
 const UNSET: u32 = u32::MAX;
 
@@ -94,20 +96,7 @@ struct Inner {
     root: Option<Operation>,
 }
 
-thread_local! {
-    /// Root scopes whose last user is gone, kept for reuse so the common call (an implicit
-    /// scope per call) allocates nothing once warm.
-    static POOL: std::cell::RefCell<Vec<Arc<Inner>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-const POOL_SIZE: usize = 16;
-
 impl Operation {
-    /// The operation scope the current task runs in, if any.
-    pub fn current() -> Option<Operation> {
-        crate::ambient::operation()
-    }
-
     /// The operation's name (for traces).
     pub fn name(&self) -> &str {
         self.inner.name.as_str()
@@ -215,34 +204,13 @@ impl Operation {
         deadline: Option<Instant>,
         retries: Option<u32>,
     ) -> Self {
-        let fresh = Inner {
-            name: name.into(),
-            deadline,
-            allowance: Allowance::new(retries),
-            root: None,
-        };
-        if let Some(mut inner) = POOL.with(|p| p.borrow_mut().pop())
-            && let Some(slot) = Arc::get_mut(&mut inner)
-        {
-            *slot = fresh;
-            return Operation { inner };
-        }
         Operation {
-            inner: Arc::new(fresh),
-        }
-    }
-
-    /// Offers this root scope for reuse if nobody else holds it. Call it when dropping the
-    /// last handle you own.
-    pub(crate) fn recycle(&self) {
-        if self.inner.root.is_none() && Arc::strong_count(&self.inner) == 1 {
-            let inner = self.inner.clone();
-            POOL.with(|p| {
-                let mut pool = p.borrow_mut();
-                if pool.len() < POOL_SIZE {
-                    pool.push(inner);
-                }
-            });
+            inner: Arc::new(Inner {
+                name: name.into(),
+                deadline,
+                allowance: Allowance::new(retries),
+                root: None,
+            }),
         }
     }
 
@@ -257,18 +225,6 @@ impl Operation {
                 root: Some(root),
             }),
         }
-    }
-
-    /// Runs `f` (synchronously) inside this scope.
-    pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
-        let mut frame = Frame::operation(self);
-        let _entered = frame.enter();
-        f()
-    }
-
-    /// Runs `fut` inside this scope.
-    pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
-        Scoped::new(Frame::operation(self), fut)
     }
 }
 
@@ -303,11 +259,6 @@ impl Unopened {
             name,
             retries_left: retries.min(UNSET - 1),
         }
-    }
-
-    /// Retries the scope still allows.
-    pub(crate) fn retries_left(&self) -> u32 {
-        self.retries_left
     }
 
     /// Opens the scope, with what is left of its allowance and the call's `deadline` (the
@@ -397,12 +348,14 @@ impl CallScope {
     }
 }
 
-impl Drop for CallScope {
-    fn drop(&mut self) {
-        if let CallScope::Own(op) = self {
-            op.recycle();
-        }
-    }
+/// The instant `after` from `now`, saturating (a duration given in code may be anything up to
+/// `Duration::MAX`; an instant that far cannot be represented, and a call that far away is a
+/// call without a deadline in practice).
+pub(crate) fn deadline_after(now: Instant, after: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(after.min(FAR))
+        .or_else(|| now.checked_add(Duration::from_secs(24 * 3600)))
+        .unwrap_or(now)
 }
 
 /// The earlier of two optional deadlines.
@@ -464,15 +417,14 @@ impl OperationBuilder {
         self
     }
 
-    /// Runs `fut` inside the scope. A deadline alone does not cancel `fut`: retrying calls
-    /// inside stop starting attempts once it passes and clamp each attempt to what remains.
-    pub async fn run<F: Future>(self, fut: F) -> F::Output {
-        let deadline = self.timeout.map(|t| Instant::now() + t);
-        let op = match Operation::current() {
+    /// The scope this builder describes, nested in `parent` if there is one (see
+    /// [`run`](Self::run)).
+    pub(crate) fn build(self, parent: Option<Operation>) -> Operation {
+        let deadline = self.timeout.map(|t| deadline_after(Instant::now(), t));
+        match parent {
             Some(parent) => parent.nested(self.name, deadline),
             None => Operation::root(self.name, deadline, self.max_retries),
-        };
-        op.scope(fut).await
+        }
     }
 }
 

@@ -186,6 +186,7 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -227,5 +228,39 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
     assert!(
         !out.contains("secret-order-42"),
         "the key is never logged in clear"
+    );
+}
+
+/// Spans are at `DEBUG`: a service logging at `INFO` gets every decision as an event, and pays
+/// for no span on a call that succeeds.
+#[test]
+fn at_info_decisions_are_events_and_calls_make_no_span() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let reg = registry();
+            calls(&reg).await;
+        })
+    });
+    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(out.contains("decision=\"retry\""), "{out}");
+    assert!(out.contains("reason=max_attempts"), "{out}");
+    assert!(!out.contains("retry.call{"), "no call span at INFO: {out}");
+    assert!(
+        !out.contains("retry.attempt{"),
+        "no attempt span at INFO: {out}"
     );
 }

@@ -145,6 +145,7 @@ use arc_swap::ArcSwap;
 
 use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
+use crate::bulkhead::Bulkhead;
 use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::{Drain, Error};
@@ -186,7 +187,7 @@ pub struct Upstream {
     config: UpstreamConfig,
     budget: Arc<RetryBudget>,
     breaker: Option<Arc<CircuitBreaker>>,
-    bulkhead: Option<Arc<tokio::sync::Semaphore>>,
+    bulkhead: Option<Arc<Bulkhead>>,
     refresh: Option<Arc<dyn RefreshAuth>>,
 }
 
@@ -219,15 +220,6 @@ impl Upstream {
         &self.config
     }
 
-    /// Counts `calls` calls whose one attempt succeeded, as of `now`: a deposit each in the
-    /// budget and a success each in the breaker (for attempts it admitted while closed).
-    pub(crate) fn count_happy(&self, calls: u32, now: tokio::time::Instant) {
-        self.budget.deposit_many_at(calls, now);
-        if let Some(breaker) = &self.breaker {
-            breaker.record_successes_at(calls, now);
-        }
-    }
-
     /// Its retry budget (shared across reloads while the budget settings stay the same).
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
@@ -238,22 +230,14 @@ impl Upstream {
         self.breaker.as_deref()
     }
 
-    /// Its circuit breaker, shared.
-    pub(crate) fn breaker_arc(&self) -> Option<&Arc<CircuitBreaker>> {
-        self.breaker.as_ref()
-    }
-
     /// Its bulkhead, if limited.
-    pub(crate) fn bulkhead(&self) -> Option<&Arc<tokio::sync::Semaphore>> {
-        self.bulkhead.as_ref()
+    pub(crate) fn bulkhead(&self) -> Option<&Bulkhead> {
+        self.bulkhead.as_deref()
     }
 
     /// Attempts in flight through the bulkhead (0 when unlimited).
     pub fn in_flight(&self) -> usize {
-        match (&self.bulkhead, self.config.bulkhead) {
-            (Some(sem), Some(max)) => max - sem.available_permits().min(max),
-            _ => 0,
-        }
+        self.bulkhead.as_ref().map_or(0, |b| b.in_flight())
     }
 
     /// The 401 refresh hook, if registered.
@@ -310,10 +294,6 @@ pub struct Registry {
     engine: Arc<dyn EligibilityEngine>,
     seed: Option<u64>,
     calls: AtomicU64,
-    /// Tells this registry apart from every other in the process (see `hot.rs`).
-    id: u64,
-    /// Bumped after every swap of `snapshot`, so a cached upstream entry knows it is stale.
-    generation: AtomicU64,
 }
 
 impl fmt::Debug for Registry {
@@ -340,24 +320,11 @@ impl Registry {
             engine: Arc::new(DefaultEngine),
             seed: None,
             calls: AtomicU64::new(0),
-            id: {
-                static NEXT: AtomicU64 = AtomicU64::new(1);
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            },
-            generation: AtomicU64::new(0),
         }
-    }
-
-    /// This registry's identity and the generation of its upstream entries, read before an
-    /// entry is looked up (so an entry is never tagged newer than it is).
-    #[inline]
-    pub(crate) fn generation(&self) -> (u64, u64) {
-        (self.id, self.generation.load(Ordering::Acquire))
     }
 
     fn swap_in(&self, snapshot: Snapshot) {
         self.snapshot.store(Arc::new(snapshot));
-        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A builder for a registry configured in code.
@@ -447,7 +414,7 @@ impl Registry {
             };
             let bulkhead = match (previous, config.bulkhead) {
                 (Some(u), Some(n)) if u.config.bulkhead == Some(n) => u.bulkhead.clone(),
-                (_, Some(n)) => Some(Arc::new(tokio::sync::Semaphore::new(n))),
+                (_, Some(n)) => Some(Arc::new(Bulkhead::new(n))),
                 (_, None) => None,
             };
             let name: Arc<str> = name.into();

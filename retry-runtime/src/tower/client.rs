@@ -295,7 +295,6 @@ where
     .map_err(TowerError::Runtime)?;
     let mut body = Some(body);
     loop {
-        let attempt = call.next_attempt().map_err(TowerError::Runtime)?;
         // The original body goes out first; replays are copies made before it is sent.
         let Some(this_body) = body.take() else {
             unreachable!(
@@ -307,51 +306,58 @@ where
             call.downgrade_replay(crate::Replayability::OneShot);
         }
         let mut request = http::Request::from_parts(parts.clone(), this_body);
-        if call.upstream().is_some_and(|u| u.config().propagate) {
-            propagation::write_headers(
-                request.headers_mut(),
-                attempt.timeout(),
-                attempt.number(),
-                call.retries_left(),
-            );
-        }
+        let propagate = call.upstream().config().propagate;
+        let retries_left = call.retries_left();
         let classify = layer.classify;
         let inner = &mut inner;
         let result = call
-            .run(attempt, async move {
-                std::future::poll_fn(|cx| inner.poll_ready(cx))
-                    .await
-                    .map_err(|e| {
-                        AttemptError::Failed(TowerError::Transport {
-                            evidence: Evidence::NotSent,
-                            source: e.into(),
-                        })
-                    })?;
-                match inner.call(request).await {
-                    Ok(response) if response.status().as_u16() >= 400 => {
-                        let status = response.status().as_u16();
-                        let retry_after = response
-                            .headers()
-                            .get(http::header::RETRY_AFTER)
-                            .and_then(|v| {
-                                crate::retry_after::parse_header(v.as_bytes(), SystemTime::now())
-                            });
-                        let pushback = propagation::pushback(response.headers());
-                        Err(AttemptError::Response {
-                            response,
-                            status,
-                            retry_after,
-                            pushback,
-                        })
-                    }
-                    Ok(response) => Ok(response),
-                    Err(e) => {
-                        let source: BoxError = e.into();
-                        let evidence = classify(&*source);
-                        Err(AttemptError::Failed(TowerError::Transport {
-                            evidence,
-                            source,
-                        }))
+            .attempt_with(|attempt| {
+                if propagate {
+                    propagation::write_headers(
+                        request.headers_mut(),
+                        attempt.timeout(),
+                        attempt.number(),
+                        retries_left,
+                    );
+                }
+                async move {
+                    std::future::poll_fn(|cx| inner.poll_ready(cx))
+                        .await
+                        .map_err(|e| {
+                            AttemptError::Failed(TowerError::Transport {
+                                evidence: Evidence::NotSent,
+                                source: e.into(),
+                            })
+                        })?;
+                    match inner.call(request).await {
+                        Ok(response) if response.status().as_u16() >= 400 => {
+                            let status = response.status().as_u16();
+                            let retry_after = response
+                                .headers()
+                                .get(http::header::RETRY_AFTER)
+                                .and_then(|v| {
+                                    crate::retry_after::parse_header(
+                                        v.as_bytes(),
+                                        SystemTime::now(),
+                                    )
+                                });
+                            let pushback = propagation::pushback(response.headers());
+                            Err(AttemptError::Response {
+                                response,
+                                status,
+                                retry_after,
+                                pushback,
+                            })
+                        }
+                        Ok(response) => Ok(response),
+                        Err(e) => {
+                            let source: BoxError = e.into();
+                            let evidence = classify(&*source);
+                            Err(AttemptError::Failed(TowerError::Transport {
+                                evidence,
+                                source,
+                            }))
+                        }
                     }
                 }
             })

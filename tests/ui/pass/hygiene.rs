@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 #![deny(unused_qualifications, unused, clippy::all)]
 
-use retry_runtime::{Call, CallSpec, Reconciled, Registry, Step, retry};
+use retry_runtime::{Reconciled, Registry, retry};
 use retry_tests::AdapterError;
 
 #[allow(dead_code)]
@@ -17,6 +17,12 @@ struct Err;
 struct From;
 #[allow(dead_code)]
 mod core {}
+#[allow(dead_code)]
+struct Call;
+#[allow(dead_code)]
+struct CallSite;
+#[allow(dead_code)]
+struct Step;
 
 #[retry(upstream = "hygiene", method = POST, idempotency = key, reconcile = check)]
 async fn shadowing(key: &str, __retry_call: u32) -> Result<u32, AdapterError> {
@@ -34,10 +40,5 @@ async fn check(key: &str, n: u32) -> Reconciled<u32> {
 
 fn main() {
     let _ = shadowing("key", 1);
-    let _: (
-        std::marker::PhantomData<Call<'static>>,
-        std::marker::PhantomData<CallSpec<'static>>,
-        std::marker::PhantomData<Step<(), ()>>,
-    ) = Default::default();
     let _ = Registry::global();
 }

@@ -1,8 +1,7 @@
-//! `#[retry]`'s fast first attempt: a call whose upstream entry is warm in this thread's cache
-//! runs its first attempt without preparing anything (see `retry-runtime/src/first.rs`). These
-//! tests warm the entry first, then check that the call behaves exactly as on the full path:
-//! counted in the budget, the attempt and scope made when asked, nested calls joining, failures
-//! and waits carried on by the full loop, spans still made, nothing left behind by a panic.
+//! What a `#[retry]` call's attempts are and see: each call counted in the budget at once, the
+//! attempt (key, deadline, allowance) and the call's scope available to the body, nested calls
+//! joining the scope, failures retried, waits timed out from the attempt's start, one span per
+//! call and per attempt, nothing left behind by a panic.
 //!
 //! Each test has its own registry (injected), on tokio's paused clock.
 #![deny(unused_qualifications)]
@@ -12,7 +11,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retry_runtime::budget::HAPPY_BATCH;
 use retry_runtime::{Attempt, Operation, Registry, UpstreamConfig, operation, retry};
 use retry_tests::AdapterError;
 use tokio::time::Instant;
@@ -124,14 +122,6 @@ fn config() -> UpstreamConfig {
     UpstreamConfig::new().with_max_attempts(3)
 }
 
-/// Puts the upstreams' entries in this thread's cache: their next first attempts may take the
-/// fast path.
-async fn warm(adapter: &Adapter) {
-    adapter.ready().await.expect("warm");
-    let _ = adapter.inner().await;
-    adapter.attempts.store(0, Ordering::SeqCst);
-}
-
 fn budget(adapter: &Adapter) -> u64 {
     adapter
         .registry
@@ -142,20 +132,22 @@ fn budget(adapter: &Adapter) -> u64 {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_first_attempt_that_completes_at_once_is_counted_in_the_budget() {
+async fn every_call_is_counted_in_the_budget_as_it_happens() {
     let adapter = Adapter::new(config());
-    warm(&adapter).await;
-    // Counted in batches per thread: the cached entry holds the warm call's count.
     let before = budget(&adapter);
-    let calls = 2 * HAPPY_BATCH;
-    for _ in 1..calls {
+    let calls = 10;
+    for n in 1..=calls {
         adapter.ready().await.unwrap();
+        // Each call is counted as it happens: 20 % of the calls so far, in whole tokens.
+        assert_eq!(
+            budget(&adapter),
+            before + u64::from(n) / 5,
+            "after {n} calls"
+        );
     }
-    // Two whole batches counted (the warm call and these): 20 % of them, in whole tokens.
-    assert_eq!(budget(&adapter), before + u64::from(calls) / 5);
     assert_eq!(
         adapter.attempts.load(Ordering::SeqCst),
-        calls - 1,
+        calls,
         "one attempt each"
     );
 }
@@ -163,7 +155,6 @@ async fn a_first_attempt_that_completes_at_once_is_counted_in_the_budget() {
 #[tokio::test(start_paused = true)]
 async fn a_body_that_asks_gets_the_first_attempt_with_its_key_deadline_and_allowance() {
     let adapter = Adapter::new(config().with_deadline(Duration::from_secs(7)));
-    warm(&adapter).await;
     let (number, key, remaining, retries_left) = adapter.describe("order-1:pay").await.unwrap();
     assert_eq!(number, 1);
     assert_eq!(key, "order-1:pay");
@@ -176,9 +167,8 @@ async fn a_body_that_asks_gets_the_first_attempt_with_its_key_deadline_and_allow
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_first_attempt_that_fails_at_once_is_retried_by_the_full_loop() {
+async fn a_first_attempt_that_fails_at_once_is_retried() {
     let adapter = Adapter::new(config());
-    warm(&adapter).await;
     assert_eq!(adapter.fails_once().await.unwrap(), 2, "the second attempt");
     assert_eq!(adapter.attempts.load(Ordering::SeqCst), 2);
 }
@@ -190,7 +180,6 @@ async fn a_first_attempt_that_waits_is_timed_out_from_its_start() {
             .with_max_attempts(1)
             .with_attempt_timeout(Duration::from_millis(300)),
     );
-    warm(&adapter).await;
     let start = Instant::now();
     let error = adapter.waits(Duration::from_secs(5)).await.unwrap_err();
     assert!(
@@ -207,9 +196,8 @@ async fn a_first_attempt_that_waits_is_timed_out_from_its_start() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_call_inside_a_fast_first_attempt_joins_its_scope() {
+async fn a_call_inside_an_attempt_joins_its_scope() {
     let adapter = Adapter::new(config());
-    warm(&adapter).await;
     let (name, retries_left) = adapter.outer().await.unwrap();
     assert!(name.ends_with("::outer"), "the outer call's scope: {name}");
     assert_eq!(retries_left, Some(2), "its allowance, shared");
@@ -218,7 +206,6 @@ async fn a_call_inside_a_fast_first_attempt_joins_its_scope() {
 #[tokio::test(start_paused = true)]
 async fn an_operation_opened_inside_comes_first_and_the_calls_scope_stays_below() {
     let adapter = Adapter::new(config());
-    warm(&adapter).await;
     let (inside, outside) = adapter.opens_its_own().await.unwrap();
     assert_eq!(inside, "explicit");
     assert!(outside.ends_with("::opens_its_own"), "{outside}");
@@ -241,9 +228,8 @@ async fn an_unknown_upstream_fails_the_call_before_its_body_runs() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
+async fn a_panic_in_an_attempt_leaves_nothing_installed() {
     let adapter = Arc::new(Adapter::new(config()));
-    warm(&adapter).await;
     let task = {
         let adapter = adapter.clone();
         tokio::spawn(async move { adapter.panics().await })
@@ -251,12 +237,12 @@ async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
     assert!(task.await.unwrap_err().is_panic());
     assert!(Operation::current().is_none(), "no scope left installed");
     assert!(Attempt::current().is_none(), "no attempt left installed");
-    // The entry is usable again (not left lent): the next calls run and are counted.
+    // The next calls run and are counted.
     let before = budget(&adapter);
-    for _ in 0..HAPPY_BATCH {
+    for _ in 0..5 {
         adapter.ready().await.unwrap();
     }
-    assert!(budget(&adapter) > before, "counted");
+    assert_eq!(budget(&adapter), before + 1, "5 calls: one more token");
 }
 
 /// Writes what the subscriber prints into a shared buffer.
@@ -275,14 +261,14 @@ impl Write for Captured {
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_spans_enabled_a_warm_call_still_makes_each_span_once() {
+async fn with_spans_enabled_a_call_makes_each_span_once() {
     let adapter = Adapter::new(config());
-    warm(&adapter).await;
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW)
+        .with_max_level(tracing::Level::DEBUG)
         .with_ansi(false)
         .finish();
     {

@@ -1,11 +1,8 @@
-//! The builder's `call` (a closure that is not given its attempt) takes the same fast first
-//! attempt as `#[retry]`: with a standard method and no operation name of its own, its marker
-//! points at a static call site for its method, and the attempt is made only when asked (with
-//! an operation name, the attempt is made at once). These tests warm the upstream's entry
-//! first, then check that such a call behaves exactly as on the full path: counted in the
-//! budget, the attempt and scope made when asked (with the builder's method, key and scope
-//! name), failures and waits carried on by the full loop, nothing left behind by a panic, and
-//! `run` (given its attempt) unaffected beside it.
+//! What the builder's calls' attempts are and see: `call` (a closure that is not given its
+//! attempt) and `run` (given it) side by side: each call counted in the budget at once, the
+//! attempt and scope available when asked (with the builder's method, key and scope name),
+//! failures retried with the builder's spec, waits timed out from the attempt's start, nothing
+//! left behind by a panic.
 //!
 //! Each test has its own registry, on tokio's paused clock.
 
@@ -13,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry_runtime::budget::HAPPY_BATCH;
 use retry_runtime::{Attempt, Method, Operation, Registry, Retry, UpstreamConfig};
 use retry_tests::AdapterError;
 use tokio::time::Instant;
@@ -56,14 +52,6 @@ fn config() -> UpstreamConfig {
         .with_dedups_idempotency_key(true)
 }
 
-/// A read through `call` that completes at once.
-async fn ready(registry: &Registry) -> Result<u32, AdapterError> {
-    Retry::in_registry(registry, "fast")
-        .method(Method::GET)
-        .call(|| async { Ok(1) })
-        .await
-}
-
 /// What a plain read of `upstream` through `call` (GET, no key, no name of its own) sees when
 /// it asks.
 async fn seen_by_a_read(registry: &Registry, upstream: &str) -> Seen {
@@ -74,23 +62,17 @@ async fn seen_by_a_read(registry: &Registry, upstream: &str) -> Seen {
         .expect("a read that succeeds at once")
 }
 
-/// Puts the upstream's entry in this thread's cache.
-async fn warm(registry: &Registry) {
-    ready(registry).await.expect("warm");
-}
-
 fn budget(registry: &Registry) -> u64 {
     registry.upstream("fast").unwrap().budget().available()
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_first_attempt_that_completes_at_once_is_counted_in_the_budget() {
+async fn every_call_is_counted_in_the_budget_as_it_happens() {
     let registry = registry(config());
-    warm(&registry).await;
     let before = budget(&registry);
     let attempts = AtomicU32::new(0);
-    let calls = 2 * HAPPY_BATCH;
-    for _ in 1..calls {
+    let calls = 10;
+    for n in 1..=calls {
         let value = Retry::in_registry(&registry, "fast")
             .method(Method::GET)
             .call(|| async {
@@ -100,22 +82,19 @@ async fn a_first_attempt_that_completes_at_once_is_counted_in_the_budget() {
             .await
             .unwrap();
         assert_eq!(value, 7);
+        // Each call is counted as it happens: 20 % of the calls so far, in whole tokens.
+        assert_eq!(
+            budget(&registry),
+            before + u64::from(n) / 5,
+            "after {n} calls"
+        );
     }
-    // Two whole batches counted (the warm call and these): 20 % of them, in whole tokens.
-    assert_eq!(budget(&registry), before + u64::from(calls) / 5);
-    assert_eq!(
-        attempts.load(Ordering::SeqCst),
-        calls - 1,
-        "one attempt each"
-    );
+    assert_eq!(attempts.load(Ordering::SeqCst), calls, "one attempt each");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_body_that_asks_gets_the_attempt_with_the_builders_method_key_and_name() {
     let registry = registry(config());
-    warm(&registry).await;
-    // Standard methods without a name of their own are made when asked (from a static site);
-    // a call with its own operation name is made at once.
     let cases = [
         (Method::POST, None, "fast"),
         (Method::DELETE, None, "fast"),
@@ -151,17 +130,16 @@ async fn a_body_that_asks_gets_the_attempt_with_the_builders_method_key_and_name
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_retry_after_a_fast_first_attempt_keeps_the_builders_spec() {
+async fn a_retry_keeps_the_builders_spec() {
     let registry = registry(config());
-    warm(&registry).await;
     let attempts = AtomicU32::new(0);
     let seen = Retry::in_registry(&registry, "fast")
         .method(Method::PUT)
         .idempotency("order-2:put")
         .call(|| async {
             match attempts.fetch_add(1, Ordering::SeqCst) {
-                // Fails at once, asking nothing: the full loop takes over and makes the
-                // second attempt from the call's own spec.
+                // Fails at once, asking nothing: the second attempt is made from the call's
+                // own spec.
                 0 => Err(AdapterError::status(503)),
                 _ => Ok(seen()),
             }
@@ -182,7 +160,6 @@ async fn a_first_attempt_that_waits_is_timed_out_from_its_start() {
             .with_max_attempts(1)
             .with_attempt_timeout(Duration::from_millis(300)),
     );
-    warm(&registry).await;
     let start = Instant::now();
     let error = Retry::in_registry(&registry, "fast")
         .method(Method::GET)
@@ -225,9 +202,8 @@ async fn the_closure_is_not_called_when_the_upstream_is_unknown() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
+async fn a_panic_in_an_attempt_leaves_nothing_installed() {
     let registry = Arc::new(registry(config()));
-    warm(&registry).await;
     let task = {
         let registry = registry.clone();
         tokio::spawn(async move {
@@ -246,16 +222,14 @@ async fn a_panic_in_a_fast_first_attempt_leaves_nothing_installed() {
     assert!(task.await.unwrap_err().is_panic());
     assert!(Operation::current().is_none(), "no scope left installed");
     assert!(Attempt::current().is_none(), "no attempt left installed");
-    // The entry is usable again, and what the panicked call installed is gone: the next call
-    // sees its own method and no key.
+    // What the panicked call installed is gone: the next call sees its own method and no key.
     let seen = seen_by_a_read(&registry, "fast").await;
     assert_eq!(seen.method, Method::GET);
     assert_eq!(seen.key, None);
     assert_eq!(seen.operation, "fast", "named after its upstream");
 }
 
-/// Builder calls with the same method share one static call site, so the site must not be what
-/// finds an upstream's entry (as `#[retry]`'s own site does): each call finds its own by name.
+/// Each builder call finds its own upstream's entry by name.
 #[tokio::test(start_paused = true)]
 async fn calls_to_two_upstreams_with_one_method_each_find_their_own_entry() {
     let registry = Registry::builder()
@@ -287,7 +261,6 @@ async fn calls_to_two_upstreams_with_one_method_each_find_their_own_entry() {
 #[tokio::test(start_paused = true)]
 async fn run_and_call_side_by_side_each_see_their_own_attempt() {
     let registry = registry(config());
-    warm(&registry).await;
     for round in 0..3 {
         let given = Retry::in_registry(&registry, "fast")
             .method(Method::PATCH)
