@@ -722,12 +722,11 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
     assert_eq!(upstream.breaker().unwrap().state(), BreakerState::Closed);
 }
 
-/// Calls whose only attempt succeeds at once are counted in batches (see `hot.rs`); a failure
-/// on the same thread counts them first, so the breaker judges it against every earlier
+/// The breaker sees every attempt when it ends, so it judges a failure against every earlier
 /// attempt: after 10 successes, 9 failures stay below a 50 % rate, the 10th reaches it (with
 /// the successes unseen, the 4th failure would have opened it).
 #[tokio::test(start_paused = true)]
-async fn the_breaker_counts_this_threads_batched_successes_before_judging_a_failure() {
+async fn the_breaker_judges_a_failure_against_every_earlier_success() {
     use retry_runtime::breaker::{BreakerConfig, BreakerState};
     let breaker = BreakerConfig {
         min_attempts: 4,
@@ -884,5 +883,111 @@ async fn an_attempt_handle_kept_past_its_attempt_still_describes_that_attempt() 
     assert!(
         Attempt::current().is_none(),
         "nothing installed after the call"
+    );
+}
+
+/// The 401 refresh hook runs inside the operation's deadline: a hook that hangs does not hold
+/// the caller past it.
+#[tokio::test(start_paused = true)]
+async fn a_refresh_hook_that_hangs_is_cut_at_the_deadline() {
+    let reg = registry(UpstreamConfig::new().with_deadline(Duration::from_secs(2)));
+    reg.on_unauthorized("up", || async {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        Ok(())
+    });
+    let start = Instant::now();
+    let (starts, result) = starts_of_failing_call(&reg, || Fail::status(401)).await;
+    assert_eq!(starts.len(), 1, "no replay after a refresh that never finished");
+    assert_eq!(start.elapsed(), Duration::from_secs(2), "cut exactly at the deadline");
+    let error = result.unwrap_err();
+    assert!(
+        matches!(error.runtime, Some(Error::DeadlineExceeded { .. })),
+        "{error:?}"
+    );
+}
+
+/// Shutdown wakes a call waiting out its backoff: it ends then, without sending the attempt it
+/// was waiting for, with what its last failure means (ambiguous for a write that may have
+/// executed).
+#[tokio::test(start_paused = true)]
+async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() {
+    let backoff = Backoff::new()
+        .with_initial(ms(1000))
+        .with_max_backoff(ms(1000))
+        .with_jitter(Jitter::Decorrelated);
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(3)
+            .with_attempt_timeout(ms(500))
+            .with_backoff(backoff),
+    );
+    let start = Instant::now();
+    let drain_soon = async {
+        tokio::time::sleep(ms(300)).await;
+        reg.drain().start();
+    };
+    let ((starts, result), ()) = tokio::join!(
+        starts_of_failing_call(&reg, || Fail::status(503)),
+        drain_soon
+    );
+    assert_eq!(starts.len(), 1, "the scheduled attempt is never sent");
+    assert_eq!(start.elapsed(), ms(300), "woken when draining started");
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error.runtime, Some(Error::Draining { attempts: 1, last_error, .. }) if last_error.contains("503")),
+        "{error:?}"
+    );
+
+    // A read whose attempt may have executed: a plain failure.
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(3)
+            .with_attempt_timeout(ms(500))
+            .with_backoff(backoff),
+    );
+    let attempts = AtomicU32::new(0);
+    let read = Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
+        attempts.fetch_add(1, Ordering::SeqCst);
+        async { Err::<(), _>(Fail::new(Evidence::SentNoResponse)) }
+    });
+    let drain_soon = async {
+        tokio::time::sleep(ms(300)).await;
+        reg.drain().start();
+    };
+    let (read, ()) = tokio::join!(read, drain_soon);
+    assert!(
+        matches!(read.unwrap_err().runtime, Some(Error::Draining { .. })),
+        "a read is a plain failure"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+
+    // A keyed write whose attempt may have executed: ambiguous (with its key), never a failure.
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(3)
+            .with_attempt_timeout(ms(500))
+            .with_backoff(backoff)
+            .with_dedups_idempotency_key(true),
+    );
+    let write = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .idempotency("order-7:pay")
+        .run(|_| async { Err::<(), _>(Fail::status(503)) });
+    let drain_soon = async {
+        tokio::time::sleep(ms(300)).await;
+        reg.drain().start();
+    };
+    let (written, ()) = tokio::join!(write, drain_soon);
+    let error = written.unwrap_err();
+    let ambiguous = error
+        .runtime
+        .as_ref()
+        .and_then(Error::as_ambiguous)
+        .unwrap_or_else(|| panic!("ambiguous: {error:?}"));
+    assert_eq!(ambiguous.reason, AmbiguityReason::Status(503));
+    assert_eq!(ambiguous.attempts, 1);
+    assert_eq!(
+        ambiguous.idempotency_key.as_ref().map(|k| k.as_str()),
+        Some("order-7:pay")
     );
 }
