@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use crate::attempt::Attempt;
 use crate::replay::Replayability;
-use crate::scope::{OpName, Operation, OperationBuilder, Unopened};
+use crate::scope::{Installs, OpName, Operation, OperationBuilder, Unopened};
 
 /// What is installed now on this thread.
 #[derive(Debug)]
@@ -41,17 +41,6 @@ thread_local! {
             reported: Replayability::Replayable,
         })
     };
-}
-
-/// The scope an attempt's frame installs.
-#[derive(Debug)]
-pub(crate) enum Installs {
-    /// None: the call joined the scope installed already.
-    Nothing,
-    /// The call's own scope.
-    Operation(Operation),
-    /// The call's own scope, to open if the attempt asks for it.
-    Unopened(Unopened),
 }
 
 /// An operation and/or an attempt to install while a future is polled.

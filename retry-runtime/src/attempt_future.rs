@@ -98,7 +98,7 @@ impl<F: Future> Future for AttemptFuture<F> {
 mod tests {
     use super::*;
     use crate::Attempt;
-    use crate::ambient::Installs;
+    use crate::scope::Installs;
     use std::time::Duration;
 
     fn frame() -> Frame {

@@ -33,12 +33,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::ambient::Frame;
-use crate::attempt::{Attempt, IdempotencyKey};
+use crate::attempt::Attempt;
 use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
 use crate::breaker::Admission;
 use crate::bulkhead::Slot;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::engine::{Context, Safety};
+use crate::key::IdempotencyKey;
 use crate::observe::{self, CallKind};
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};

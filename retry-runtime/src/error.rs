@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::attempt::{IdempotencyKey, KeyError};
 use crate::decision::AmbiguityReason;
+use crate::key::{IdempotencyKey, KeyError};
 use crate::{Classify, Evidence, PermanentCategory};
 
 /// The outcome of a write whose fate is unknown: it may or may not have happened.
@@ -51,6 +51,9 @@ impl fmt::Display for Ambiguous {
 
 impl std::error::Error for Ambiguous {}
 
+/// The error a credentials refresh may return.
+pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors raised by the runtime itself. Application error types wrap it (`From<Error>`) so a
 /// retrying function keeps its own signature.
 #[derive(Debug)]
@@ -83,7 +86,7 @@ pub enum Error {
     /// The idempotency key was refused before anything was sent.
     InvalidIdempotencyKey(KeyError),
     /// The credentials refresh after a 401 failed.
-    RefreshFailed(crate::registry::RefreshError),
+    RefreshFailed(RefreshError),
     /// The upstream's circuit breaker is open: nothing was sent.
     CircuitOpen {
         /// The upstream.
@@ -107,7 +110,7 @@ pub enum Error {
     },
     /// An HTTP attempt failed (feature `http`); see [`HttpError`](crate::http::HttpError).
     #[cfg(feature = "http")]
-    Http(crate::http::HttpError),
+    Http(crate::http::error::HttpError),
 }
 
 impl fmt::Display for Error {
@@ -188,6 +191,13 @@ impl Error {
             Error::Ambiguous(a) => Some(a),
             _ => None,
         }
+    }
+}
+
+#[cfg(feature = "http")]
+impl From<crate::http::error::HttpError> for Error {
+    fn from(e: crate::http::error::HttpError) -> Self {
+        Error::Http(e)
     }
 }
 

@@ -65,6 +65,7 @@ mod decision;
 mod drain;
 mod error;
 mod evidence;
+mod key;
 mod macro_support;
 mod observe;
 mod replay;
@@ -87,7 +88,7 @@ pub mod retry_after;
 #[cfg(feature = "tower")]
 pub mod tower;
 
-pub use attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
+pub use attempt::Attempt;
 pub use call::Reconciled;
 pub use classify::{Classify, Failure, PermanentCategory, Pushback, Rejection};
 pub use config::UpstreamConfig;
@@ -96,6 +97,7 @@ pub use drain::Drain;
 pub use engine::{DefaultEngine, EligibilityEngine};
 pub use error::{Ambiguous, Error};
 pub use evidence::Evidence;
+pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
 pub use retry::{Retry, RetryCall};
@@ -111,8 +113,8 @@ pub use ::http::Method;
 #[doc(hidden)]
 pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
-    pub use crate::attempt::IntoIdempotencyKey;
     pub use crate::call::{Call, CallSite, Reconciled, Step};
+    pub use crate::key::IntoIdempotencyKey;
     pub use crate::macro_support::{AttemptArg, attempt_arg, idempotency_key};
     pub use crate::registry::{Registration, Registry};
     pub use crate::{Error, Method, Replayability};

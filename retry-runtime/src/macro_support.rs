@@ -5,7 +5,7 @@
 //! concerned).
 
 use crate::Error;
-use crate::attempt::{IdempotencyKey, IntoIdempotencyKey};
+use crate::key::{IdempotencyKey, IntoIdempotencyKey};
 
 /// Converts the `idempotency = ...` expression's value into a key, once, before the first
 /// attempt. An invalid key fails the call before anything is sent.

@@ -6,8 +6,9 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
 
-use crate::attempt::{Attempt, IdempotencyKey, IntoIdempotencyKey, KeyError};
+use crate::attempt::Attempt;
 use crate::call::{Call, CallSpec, Reconciled, Step};
+use crate::key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 use crate::registry::Registry;
 use crate::{Classify, Error, Replayability};
 

@@ -19,8 +19,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ambient::Installs;
-
 const UNSET: u32 = u32::MAX;
 
 /// Retries left for a whole operation, shared by every retrying call inside it.
@@ -226,6 +224,17 @@ impl Operation {
             }),
         }
     }
+}
+
+/// The scope an attempt's frame installs.
+#[derive(Debug)]
+pub(crate) enum Installs {
+    /// None: the call joined the scope installed already.
+    Nothing,
+    /// The call's own scope.
+    Operation(Operation),
+    /// The call's own scope, to open if the attempt asks for it.
+    Unopened(Unopened),
 }
 
 /// The scope a retrying call runs in: an enclosing one it joined, or its own.

@@ -897,8 +897,16 @@ async fn a_refresh_hook_that_hangs_is_cut_at_the_deadline() {
     });
     let start = Instant::now();
     let (starts, result) = starts_of_failing_call(&reg, || Fail::status(401)).await;
-    assert_eq!(starts.len(), 1, "no replay after a refresh that never finished");
-    assert_eq!(start.elapsed(), Duration::from_secs(2), "cut exactly at the deadline");
+    assert_eq!(
+        starts.len(),
+        1,
+        "no replay after a refresh that never finished"
+    );
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(2),
+        "cut exactly at the deadline"
+    );
     let error = result.unwrap_err();
     assert!(
         matches!(error.runtime, Some(Error::DeadlineExceeded { .. })),

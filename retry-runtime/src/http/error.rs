@@ -343,12 +343,6 @@ impl Classify for HttpError {
     }
 }
 
-impl From<HttpError> for crate::Error {
-    fn from(e: HttpError) -> Self {
-        crate::Error::Http(e)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,7 +76,7 @@
 mod body;
 pub mod classify;
 mod client;
-mod error;
+pub(crate) mod error;
 pub mod headers;
 mod send;
 

@@ -161,8 +161,7 @@ pub use errors::{ConfigError, ConfigErrors, Location};
 pub use file::parse_toml;
 pub use verify::{MissingUpstream, MissingUpstreams, Registration};
 
-/// The error a credentials refresh may return.
-pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::error::RefreshError;
 
 /// A per-upstream hook that refreshes credentials after a 401, before the one replay the engine
 /// allows for safe, replayable operations.

@@ -1,0 +1,152 @@
+//! The idempotency key: what lets a write be retried after it may have executed.
+//!
+//! A write whose response was lost may have happened. Sending it again is safe only if the
+//! upstream recognises the second request as the first (the IETF `Idempotency-Key` header draft,
+//! Stripe's and most payment APIs' practice): the same key on every attempt, fixed before the
+//! first. The key goes out in a header, so it must be a valid header value; it may identify a
+//! payment, so logs get a fingerprint, never the key.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// An idempotency key, fixed before the first attempt and sent on every attempt.
+///
+/// Its `Debug` and `Display` never print the key itself (it may identify a payment): they print
+/// a short fingerprint. Use [`IdempotencyKey::as_str`] to send it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(Arc<str>);
+
+/// Why a string cannot be an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// The key is empty.
+    Empty,
+    /// The key is longer than 255 bytes.
+    TooLong(usize),
+    /// The key holds a byte not allowed in an HTTP header value (CR, LF, NUL, other controls).
+    NotAHeaderValue,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Empty => f.write_str("the idempotency key is empty: derive it from the operation (e.g. UUID v5 of order id + operation)"),
+            KeyError::TooLong(n) => write!(f, "the idempotency key is {n} bytes, above 255: use a UUID"),
+            KeyError::NotAHeaderValue => f.write_str("the idempotency key contains control characters (CR, LF, ...) that cannot go in a header: use a UUID"),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+impl IdempotencyKey {
+    /// The longest key accepted, in bytes.
+    pub const MAX_LEN: usize = 255;
+
+    /// Validates `key`: non-empty, at most 255 bytes, a valid visible header value.
+    pub fn new(key: impl Into<Arc<str>>) -> Result<Self, KeyError> {
+        let key: Arc<str> = key.into();
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > Self::MAX_LEN {
+            return Err(KeyError::TooLong(key.len()));
+        }
+        if !key
+            .bytes()
+            .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
+        {
+            return Err(KeyError::NotAHeaderValue);
+        }
+        Ok(IdempotencyKey(key))
+    }
+
+    /// The key, to send.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A short, non-reversible fingerprint for logs.
+    pub fn fingerprint(&self) -> u32 {
+        // FNV-1a: stable across runs, enough to correlate log lines.
+        self.0.bytes().fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        })
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey(#{:08x})", self.fingerprint())
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{:08x}", self.fingerprint())
+    }
+}
+
+/// A key-producing value accepted by `idempotency = ...` and [`RetryCall::idempotency`](crate::RetryCall::idempotency).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an idempotency key",
+    label = "expected a `String`, `&str`, `Arc<str>` or `IdempotencyKey`",
+    note = "derive the key from the operation, e.g. `Uuid::new_v5(&NS, format!(\"{{order}}:register\").as_bytes()).to_string()`"
+)]
+pub trait IntoIdempotencyKey {
+    /// Converts, validating.
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError>;
+}
+
+impl IntoIdempotencyKey for IdempotencyKey {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        Ok(self)
+    }
+}
+impl IntoIdempotencyKey for String {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self)
+    }
+}
+impl IntoIdempotencyKey for &str {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self)
+    }
+}
+impl IntoIdempotencyKey for &String {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self.as_str())
+    }
+}
+impl IntoIdempotencyKey for Arc<str> {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::new(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_keys_are_refused() {
+        assert_eq!(IdempotencyKey::new(""), Err(KeyError::Empty));
+        assert_eq!(
+            IdempotencyKey::new("a".repeat(256)),
+            Err(KeyError::TooLong(256))
+        );
+        assert!(IdempotencyKey::new("a".repeat(255)).is_ok());
+        assert_eq!(
+            IdempotencyKey::new("abc\r\nX-Evil: 1"),
+            Err(KeyError::NotAHeaderValue)
+        );
+        assert_eq!(IdempotencyKey::new("a\0b"), Err(KeyError::NotAHeaderValue));
+    }
+
+    #[test]
+    fn debug_never_prints_the_key() {
+        let k = IdempotencyKey::new("secret-payment-42").unwrap();
+        assert!(!format!("{k:?} {k}").contains("secret"));
+        assert_eq!(k.as_str(), "secret-payment-42");
+    }
+}
