@@ -1,0 +1,294 @@
+//! The runtime's modules form the layered, acyclic picture drawn in `ARCHITECTURE.md`: every
+//! file of `retry-runtime/src` is on one layer there, and imports only from layers below its
+//! own. A new import that points up (the start of a cycle) or a file left out of the picture
+//! fails this test, so the picture stays true.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A file's module path inside the crate: `call`, `http/send`, `http` (for `http/mod.rs`).
+type Node = String;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every source file but `lib.rs` and unit-test files, by node.
+fn files() -> BTreeMap<Node, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![src()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let rel = path
+                .strip_prefix(src())
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let Some(rel) = rel.strip_suffix(".rs") else {
+                continue;
+            };
+            if rel == "lib" || rel.ends_with("/tests") {
+                continue;
+            }
+            let node = rel.strip_suffix("/mod").unwrap_or(rel).to_owned();
+            out.insert(node, path);
+        }
+    }
+    out
+}
+
+/// The code of a file without comments and without its `#[cfg(test)] mod tests`.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+    let text = text
+        .split("#[cfg(test)]\npub(crate) mod tests")
+        .next()
+        .unwrap();
+    text.lines()
+        .map(|l| l.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths named after `crate::`, `super::` and `self::` (use trees expanded).
+fn paths(code: &str, node: &str) -> Vec<Vec<String>> {
+    let here: Vec<String> = node.split('/').map(str::to_owned).collect();
+    let mut out = Vec::new();
+    for (anchor, base) in [
+        ("crate::", Vec::new()),
+        ("super::", here[..here.len() - 1].to_vec()),
+        ("self::", here.clone()),
+    ] {
+        let mut rest = code;
+        while let Some(at) = rest.find(anchor) {
+            let before = rest[..at].chars().next_back();
+            rest = &rest[at + anchor.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') {
+                continue;
+            }
+            expand(rest, base.clone(), &mut out);
+        }
+    }
+    out
+}
+
+/// Reads one use tree (or path) at the start of `text` into `out`.
+fn expand(text: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    let mut path = prefix;
+    let mut rest = text;
+    if let Some(group) = rest.strip_prefix('{') {
+        for item in split_group(group) {
+            expand(item.trim(), path.clone(), out);
+        }
+        return;
+    }
+    loop {
+        let len = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if len > 0 {
+            path.push(rest[..len].to_owned());
+            rest = &rest[len..];
+        }
+        if let Some(next) = rest.strip_prefix("::") {
+            rest = next;
+            if let Some(group) = rest.strip_prefix('{') {
+                for item in split_group(group) {
+                    expand(item.trim(), path.clone(), out);
+                }
+                return;
+            }
+            continue;
+        }
+        out.push(path);
+        return;
+    }
+}
+
+/// The top-level items of a `{ .. }` group whose opening brace was consumed.
+fn split_group(group: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut items) = (0usize, 0, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items
+}
+
+/// The node a path names: its longest prefix that is a file, else (for an item re-exported at
+/// the crate root) the module `lib.rs` re-exports it from.
+fn resolve(
+    path: &[String],
+    files: &BTreeMap<Node, PathBuf>,
+    roots: &BTreeMap<String, String>,
+) -> Option<Node> {
+    for n in (1..=path.len()).rev() {
+        let candidate = path[..n].join("/");
+        if files.contains_key(&candidate) {
+            return Some(candidate);
+        }
+    }
+    let first = path.first()?;
+    roots.get(first).cloned()
+}
+
+/// `pub use module::{A, B};` lines of `lib.rs`: root item -> module.
+fn root_items() -> BTreeMap<String, String> {
+    let lib = code(&src().join("lib.rs"));
+    let mut out = BTreeMap::new();
+    for line in lib.lines() {
+        let Some(rest) = line.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let Some((module, items)) = rest.split_once("::") else {
+            continue;
+        };
+        if module == "crate" || module.starts_with(':') {
+            continue;
+        }
+        let items = items
+            .trim_end_matches(';')
+            .trim_matches(|c| c == '{' || c == '}');
+        for item in items.split(',') {
+            out.entry(item.trim().to_owned())
+                .or_insert_with(|| module.to_owned());
+        }
+    }
+    out
+}
+
+/// What each file imports.
+fn graph() -> BTreeMap<Node, BTreeSet<Node>> {
+    let files = files();
+    let roots = root_items();
+    let mut graph = BTreeMap::new();
+    for (node, path) in &files {
+        let code = code(path);
+        let mut deps = BTreeSet::new();
+        for path in paths(&code, node) {
+            if let Some(dep) = resolve(&path, &files, &roots)
+                && &dep != node
+                && !node.starts_with(&format!("{dep}/"))
+            {
+                deps.insert(dep);
+            }
+        }
+        // A directory module re-exporting its children depends on them.
+        if path.ends_with("mod.rs") {
+            for line in code.lines() {
+                let line = line.trim();
+                let rest = line
+                    .strip_prefix("pub use ")
+                    .or_else(|| line.strip_prefix("pub(crate) use "));
+                if let Some((child, _)) = rest.and_then(|r| r.split_once("::")) {
+                    let child = format!("{node}/{child}");
+                    if files.contains_key(&child) {
+                        deps.insert(child);
+                    }
+                }
+            }
+        }
+        graph.insert(node.clone(), deps);
+    }
+    graph
+}
+
+/// The layers drawn in `ARCHITECTURE.md`, bottom (0) first: each line of its `layers` block is
+/// `N  name  files...` (a `dir/*` entry stands for every file of `dir/`).
+fn layers(files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md"))
+            .expect("ARCHITECTURE.md at the repository root");
+    let block = doc
+        .split("```layers\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a ```layers block in ARCHITECTURE.md");
+    let mut out = BTreeMap::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let mut words = line.split_whitespace();
+        let level: usize = words.next().unwrap().parse().expect("a layer number first");
+        let _name = words.next();
+        for word in words {
+            match word.strip_suffix("/*") {
+                Some(dir) => {
+                    for node in files.keys().filter(|n| n.starts_with(&format!("{dir}/"))) {
+                        out.entry(node.clone()).or_insert(level);
+                    }
+                }
+                None => {
+                    assert!(
+                        files.contains_key(word),
+                        "ARCHITECTURE.md names `{word}`, which is not a file of src"
+                    );
+                    out.insert(word.to_owned(), level);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_import_points_down_the_layers_of_architecture_md() {
+    let files = files();
+    let layers = layers(&files);
+    let graph = graph();
+    let missing: Vec<_> = files.keys().filter(|f| !layers.contains_key(*f)).collect();
+    assert!(
+        missing.is_empty(),
+        "files not drawn in ARCHITECTURE.md: {missing:?}"
+    );
+    let mut upward = Vec::new();
+    for (node, deps) in &graph {
+        for dep in deps {
+            if layers[dep] >= layers[node] {
+                upward.push(format!(
+                    "{node} (layer {}) imports {dep} (layer {})",
+                    layers[node], layers[dep]
+                ));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that do not point down:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_finds_real_imports() {
+    // Guards the reader itself: a few edges that exist must be found.
+    let graph = graph();
+    for (from, to) in [
+        ("call", "attempt_future"),
+        ("call", "registry"),
+        ("ambient", "scope"),
+        ("http/send", "attempt"),
+        ("retry", "call"),
+    ] {
+        assert!(
+            graph[from].contains(to),
+            "{from} -> {to} not found: {:?}",
+            graph[from]
+        );
+    }
+}
