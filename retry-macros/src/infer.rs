@@ -1,9 +1,9 @@
 //! Inferring the HTTP method from the body, only when it is unmistakable.
 //!
 //! Evidence, and nothing else:
-//! - a request builder chain that is sent in the same expression: `client.post(url)...send()`
-//!   (reqwest's `get`, `head`, `put`, `delete`, `post`, `patch` builder methods, or
-//!   `.request(Method::POST, url)`);
+//! - a request builder chain that is sent in the same expression: `client.post(url)...send()`,
+//!   or through this library's send path, `client.post(url)...send_attempt()` (reqwest's `get`,
+//!   `head`, `put`, `delete`, `post`, `patch` builder methods, or `.request(Method::POST, url)`);
 //! - a path to a method constant: `Method::POST`, `http::Method::GET`, `reqwest::Method::PUT`;
 //! - `reqwest::get(url)`.
 //!
@@ -110,7 +110,7 @@ impl Finder {
                         self.found.push((method, m.span()));
                     }
                 }
-                TokenTree::Ident(ident) if ident == "send" => {
+                TokenTree::Ident(ident) if is_send(&ident.to_string()) => {
                     if let Some(TokenTree::Punct(dot)) = i.checked_sub(1).map(|j| &tokens[j])
                         && dot.as_char() == '.'
                     {
@@ -121,6 +121,12 @@ impl Finder {
             }
         }
     }
+}
+
+/// The calls that send a request builder: reqwest's `send`, and this library's `send_attempt`
+/// (`retry_runtime::http::RequestBuilderExt`).
+fn is_send(method: &str) -> bool {
+    matches!(method, "send" | "send_attempt")
 }
 
 /// `Method::POST`, `http::Method::POST`, `reqwest::Method::POST`.
@@ -145,7 +151,7 @@ impl<'ast> Visit<'ast> for Finder {
     }
 
     fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
-        if call.method == "send" && call.args.is_empty() {
+        if is_send(&call.method.to_string()) && call.args.is_empty() {
             self.sent_chain(call);
         }
         visit::visit_expr_method_call(self, call);
@@ -210,6 +216,16 @@ mod tests {
         );
         assert_eq!(run("{ reqwest::get(u).await }"), Ok(HttpMethod::Get));
         assert_eq!(
+            run(
+                "{ let r = self.client.get(url).send_attempt().await?; Ok(r.read_bytes().await?) }"
+            ),
+            Ok(HttpMethod::Get)
+        );
+        assert_eq!(
+            run("{ self.client.post(url).json(&cmd).send_attempt().await }"),
+            Ok(HttpMethod::Post)
+        );
+        assert_eq!(
             run("{ let m = http::Method::PATCH; go(m) }"),
             Ok(HttpMethod::Patch)
         );
@@ -235,6 +251,7 @@ mod tests {
             Err("hidden")
         );
         assert_eq!(run("{ c.request(m, u).send().await }"), Err("hidden"));
+        assert_eq!(run("{ req.send_attempt().await }"), Err("hidden"));
         assert_eq!(run("{ c.get(u).send(); Method::DELETE }"), Err("conflict"));
         assert_eq!(
             run("{ tracing::info!(x = 1, \"{}\", Method::POST); c.get(u).send() }"),

@@ -1,13 +1,14 @@
 //! The `#[retry]` attribute. Use it through `retry_runtime::retry`, whose documentation describes
 //! every option and shows the expansion.
 //!
-//! One module per stage: `args` parses the attribute (values with spans), `validate` applies
+//! `classify` is `#[derive(Classify)]`. For `#[retry]`, one module per stage: `args` parses the attribute (values with spans), `validate` applies
 //! the cross-field rules and checks the function's shape (every error at once, through
 //! `ctxt`), `expand` writes the attempt loop, and `fallback` emits the untouched function
 //! beside the errors. `infer` reads the method from the body when it is unmistakable.
 #![forbid(unsafe_code)]
 
 mod args;
+mod classify;
 mod ctxt;
 mod expand;
 mod fallback;
@@ -15,6 +16,12 @@ mod infer;
 mod validate;
 
 use proc_macro::TokenStream;
+
+/// Implements `retry_runtime::Classify` for an adapter error; see `retry_runtime::Classify`.
+#[proc_macro_derive(Classify, attributes(classify))]
+pub fn derive_classify(input: TokenStream) -> TokenStream {
+    classify::derive(input.into()).into()
+}
 
 /// Retries an `async fn` safely; see `retry_runtime::retry`.
 #[proc_macro_attribute]

@@ -99,10 +99,10 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
     {
         let why = if matches!(m, HttpMethod::Put | HttpMethod::Delete) {
             "is retried only with a key the upstream deduplicates: its response may be lost after \
-             the write happened (spec 003 R-RES-RE-X1)"
+             the write happened"
         } else {
             "is not idempotent: retrying it after a lost response can apply it twice, \
-             the main source of double payments (spec 003 R-RES-RE-X1)"
+             the main source of double payments"
         };
         let at = args.method.as_ref().map_or(Span::call_site(), |m| m.span);
         cx.error_at(
@@ -117,6 +117,10 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         }
     }
 
+    if let Some((m, _)) = method {
+        check_against_body(cx, m, &args, item);
+    }
+
     Some(Spec {
         krate: args
             .krate
@@ -127,6 +131,46 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         reconcile: args.reconcile,
         registry: args.registry,
     })
+}
+
+/// What the declared method and the body must agree on: a key goes with a write, and the body
+/// may send a request as safe as the declared one (a HEAD under GET, a GET under POST) but never
+/// a different write, which the rules for the declared method would retry wrongly.
+fn check_against_body(cx: &Ctxt, declared: HttpMethod, args: &Args, item: &ItemFn) {
+    if declared.is_read()
+        && let Some(key) = &args.idempotency
+    {
+        cx.error_spanned_by(
+            key,
+            format!(
+                "`{declared}` is a read: it is retried without a key, and upstreams deduplicate \
+                 writes, not reads, so this key would be sent for nothing; remove \
+                 `idempotency = ...`, or declare the write's method (`method = POST`, ...)"
+            ),
+        );
+    }
+    // Only an explicit method can contradict the body (an inferred one is the body's).
+    let Some(explicit) = &args.method else {
+        return;
+    };
+    let found = match infer::infer(&item.block) {
+        Inferred::One(m, span) => vec![(m, span)],
+        Inferred::Conflict(found) => found,
+        Inferred::Nothing | Inferred::Hidden(_) => Vec::new(),
+    };
+    for (m, span) in found {
+        if m != declared && !m.is_read() {
+            cx.error_at(
+                span,
+                format!(
+                    "this request is a `{m}`, but the function declares `method = {declared}`: the retry \
+                     rules of `{declared}` do not hold for a `{m}`; declare `method = {m}` (a write needs \
+                     `idempotency = ...` or `reconcile = ...`)"
+                ),
+            );
+            cx.error_at(explicit.span, format!("`{declared}` declared here"));
+        }
+    }
 }
 
 const NOT_RESULT: &str = "`#[retry]` needs a function returning `Result<T, E>`: it retries on `Err`; \

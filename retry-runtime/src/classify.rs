@@ -135,6 +135,11 @@ impl Rejection {
 /// assert_eq!(e.evidence(), retry_runtime::Evidence::NotSent);
 /// assert!(e.rejection().is_some(), "delegated without writing `rejection`");
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not implement `Classify`: the engine cannot tell what a failure of it means",
+    label = "this error's facts (evidence, status, Retry-After, ...) are needed to decide a retry",
+    note = "derive it (`#[derive(retry_runtime::Classify)]`), delegate to the error it wraps, or, on a `#[derive(Classify)]` variant, state the facts with `#[classify(evidence = \"..\", permanent = \"..\")]`"
+)]
 pub trait Classify {
     /// The error this one wraps and whose facts it reports (its transport or runtime error), if
     /// any. Every other method defaults to asking it, so an application error usually

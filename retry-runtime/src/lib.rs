@@ -103,6 +103,32 @@ pub use replay::Replayability;
 pub use retry::{Retry, RetryCall};
 pub use scope::{Operation, OperationBuilder, operation};
 
+/// Derives [`Classify`](trait@Classify) for an adapter error: every variant wraps a classifying
+/// error (one field, or `#[classify(transparent)]`; add `from` for a `From` impl) or states its
+/// facts (`#[classify(evidence = "response_received", permanent = "contract")]`). A variant that
+/// says neither is refused at compile time, so no fact is dropped by omission.
+///
+/// ```
+/// use retry_runtime::{Classify, Evidence, PermanentCategory};
+///
+/// #[derive(Debug, Classify)]
+/// enum AdapterError {
+///     /// The runtime's and the HTTP integration's failures: every fact delegated.
+///     #[classify(from)]
+///     Retry(retry_runtime::Error),
+///     /// A complete answer the contract does not allow.
+///     #[classify(evidence = "response_received", permanent = "contract")]
+///     Rejected { code: String },
+/// }
+///
+/// let e = AdapterError::from(retry_runtime::Error::CircuitOpen { upstream: "sber".into() });
+/// assert_eq!(e.evidence(), Evidence::NotSent);
+/// assert!(e.rejection().is_some(), "delegated");
+/// let r = AdapterError::Rejected { code: "LIMIT".into() };
+/// assert_eq!(r.permanent(), Some(PermanentCategory::Contract));
+/// ```
+pub use retry_macros::Classify;
+
 #[doc = include_str!("retry_macro.md")]
 #[doc(inline)]
 pub use retry_macros::retry;
@@ -115,7 +141,7 @@ pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
     pub use crate::call::{Call, CallSite, Reconciled, Step};
     pub use crate::key::IntoIdempotencyKey;
-    pub use crate::macro_support::{AttemptArg, attempt_arg, idempotency_key};
+    pub use crate::macro_support::{AttemptArg, attempt_arg, classify_ref, idempotency_key};
     pub use crate::registry::{Registration, Registry};
     pub use crate::{Error, Method, Replayability};
     pub use ::core;

@@ -4,8 +4,8 @@
 //! the fix, at the user's tokens (the expansion spans each call at the argument or expression
 //! concerned).
 
-use crate::Error;
 use crate::key::{IdempotencyKey, IntoIdempotencyKey};
+use crate::{Classify, Error};
 
 /// Converts the `idempotency = ...` expression's value into a key, once, before the first
 /// attempt. An invalid key fails the call before anything is sent.
@@ -34,4 +34,10 @@ impl<T: Clone> AttemptArg for T {
 /// Clones a by-value argument (or receiver) for one attempt.
 pub fn attempt_arg<T: AttemptArg>(arg: &T) -> T {
     arg.for_attempt()
+}
+
+/// A wrapped error as the `dyn Classify` that `#[derive(Classify)]`'s `via` returns (spanned at
+/// the variant, so a field type that is not `Classify` is reported there).
+pub fn classify_ref<C: Classify>(error: &C) -> &dyn Classify {
+    error
 }

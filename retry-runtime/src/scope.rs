@@ -270,9 +270,8 @@ impl Unopened {
         }
     }
 
-    /// Opens the scope, with what is left of its allowance and the call's `deadline` (the
-    /// call's clock may start only now: see `lazy_clock.rs`); `upstream` names a scope that
-    /// has no name of its own.
+    /// Opens the scope, with what is left of its allowance and the call's `deadline`;
+    /// `upstream` names a scope that has no name of its own.
     pub(crate) fn open(
         self,
         upstream: impl FnOnce() -> OpName,

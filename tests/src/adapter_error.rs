@@ -82,6 +82,13 @@ impl From<retry_runtime::Error> for AdapterError {
     }
 }
 
+/// For `send_attempt().await?` in the tests' adapters.
+impl From<retry_runtime::http::HttpError> for AdapterError {
+    fn from(e: retry_runtime::http::HttpError) -> Self {
+        AdapterError::Runtime(e.into())
+    }
+}
+
 impl fmt::Display for AdapterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
