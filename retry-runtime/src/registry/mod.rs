@@ -305,6 +305,11 @@ impl Hasher for NameHasher {
 /// ```
 pub struct Registry {
     snapshot: ArcSwap<Snapshot>,
+    /// The refresh hooks by upstream name, and the lock every writer of `snapshot` holds from
+    /// reading the old snapshot to storing the new one ([`Registry::replace`],
+    /// [`Registry::on_unauthorized`]): without it a reload and a hook registration racing each
+    /// other could each build on the snapshot before the other's, and the later store would
+    /// silently revert the reload or lose the hook. Readers never take it.
     hooks: Mutex<HashMap<String, Arc<dyn RefreshAuth>>>,
     drain: Drain,
     engine: Arc<dyn EligibilityEngine>,
@@ -428,8 +433,9 @@ impl Registry {
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        let old = self.snapshot.load();
+        // Held until the new snapshot is stored: see the field's docs.
         let hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.snapshot.load();
         let mut upstreams =
             HashMap::with_capacity_and_hasher(configs.len(), BuildHasherDefault::default());
         for (name, config) in configs {
@@ -464,8 +470,8 @@ impl Registry {
                 }),
             );
         }
-        drop(hooks);
         self.swap_in(Snapshot { upstreams });
+        drop(hooks);
         tracing::info!(target: "retry_runtime::registry", upstreams = ?self.names(), "registry loaded");
         Ok(())
     }
@@ -504,10 +510,10 @@ impl Registry {
     /// Registers the 401 refresh hook of upstream `name` (kept across reloads).
     pub fn on_unauthorized(&self, name: &str, hook: impl RefreshAuth + 'static) {
         let hook: Arc<dyn RefreshAuth> = Arc::new(hook);
-        self.hooks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_owned(), hook.clone());
+        // Held until the new snapshot is stored, so a reload cannot slip in between the load
+        // and the store (and be reverted by it): see the field's docs.
+        let mut hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+        hooks.insert(name.to_owned(), hook.clone());
         let old = self.snapshot.load();
         let mut upstreams = old.upstreams.clone();
         if let Some(u) = upstreams.get_mut(name) {
@@ -521,6 +527,7 @@ impl Registry {
             });
             self.swap_in(Snapshot { upstreams });
         }
+        drop(hooks);
     }
 
     /// A random source for one call: seeded deterministically when the registry has a seed
