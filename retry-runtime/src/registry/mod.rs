@@ -53,7 +53,7 @@
 //! | `jitter` | `"full"` or `"decorrelated"` | `"full"` | |
 //! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused (spec 003 R-RES-RE-X3) |
 //! | `attempt_timeout` | duration | `"1s"` | above zero |
-//! | `deadline` | duration | `"5s"` | above zero |
+//! | `deadline` | duration | `"5s"` | above zero, at most 5s (the in-memory window) |
 //! | `min_attempt_budget` | duration | `"50ms"` | below `attempt_timeout` |
 //! | `transient_500` | boolean | `false` | |
 //! | `idempotency_header` | string | `"Idempotency-Key"` | a valid header name |
@@ -69,6 +69,9 @@
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
 //! | `breaker.open_for` | duration | `"5s"` | above zero |
 //! | `breaker.half_open_probes` | integer | 3 | at least 1 |
+//!
+//! The deadline is the longest a call may wait in memory, whatever a server's `Retry-After`
+//! asks, so it is held to the same 5 s as the window below.
 //!
 //! Across keys: the worst-case in-memory retry window (every backoff at its ceiling plus
 //! `max_attempts` x `attempt_timeout`) must not exceed 5 s (spec 003 R-RES-RE-4); longer outages
