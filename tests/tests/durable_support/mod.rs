@@ -126,7 +126,8 @@ macro_rules! conformance_suite {
             graceful_shutdown_releases_unfinished_leases,
             concurrent_workers_claim_each_attempt_once,
             retry_after_is_honoured,
-            every_attempt_gets_the_task_key
+            every_attempt_gets_the_task_key,
+            a_task_claimed_too_long_ago_is_not_run,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
