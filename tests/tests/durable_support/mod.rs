@@ -106,8 +106,8 @@ impl PgDb {
 /// `async fn new() -> Option<Self>` (or `Self`), a `store` field and `async fn cleanup(self)`.
 #[macro_export]
 macro_rules! conformance_suite {
-    ($make:expr) => {
-        $crate::conformance_suite!(@each $make;
+    ($(#[$attr:meta])* $make:expr) => {
+        $crate::conformance_suite!(@each [$(#[$attr])*] $make;
             enqueue_is_idempotent_and_refuses_missing_keys,
             claim_takes_due_tasks_once_and_counts_the_attempt,
             claim_only_takes_registered_operations,
@@ -130,9 +130,10 @@ macro_rules! conformance_suite {
             a_task_claimed_too_long_ago_is_not_run,
         );
     };
-    (@each $make:expr; $($name:ident),* $(,)?) => {
+    (@each [$($attr:tt)*] $make:expr; $($name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $($attr)*
             async fn $name() {
                 let Some(db) = $make.await else { return };
                 durable_support::suite::$name(db.store.clone()).await;
