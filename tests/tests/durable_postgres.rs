@@ -19,10 +19,7 @@ use retry_runtime::durable::{
     Worker,
 };
 
-conformance_suite!(
-    #[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
-    PgDb::new()
-);
+conformance_suite!(ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"; PgDb::new());
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
