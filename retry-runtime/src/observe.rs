@@ -8,6 +8,12 @@
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
 //! - `retry.breaker.state{upstream}` (gauge): 0 closed, 1 half-open, 2 open (set as calls end)
+//!
+//! The gauges are set as calls retry or end, so between calls they show the last value set,
+//! not the state now: a budget refills as its window slides (every call deposits, but reading
+//! the balance costs every call a pass over the window, which the happy path does not pay).
+//! Call [`Registry::record_gauges`] where metrics are scraped (or on a timer) so both gauges
+//! show every upstream's state when read.
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
@@ -59,9 +65,32 @@ pub(crate) fn retried(upstream: &str, budget_available: u64) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("retry.retries", "upstream" => upstream.to_owned()).increment(1);
-        metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
-            .set(budget_available as f64);
     }
+    set_budget_gauge(upstream, budget_available);
+}
+
+impl crate::Registry {
+    /// Sets the `retry.budget.available` and `retry.breaker.state` gauges of every upstream to
+    /// its state now (feature `metrics`; a no-op without it). Call it where metrics are scraped
+    /// (or on a timer): the gauges are otherwise set only as calls retry or end, so a budget
+    /// that refilled since, or a breaker whose open time ran out, would not show. Costs one pass
+    /// over each upstream's window counters and one allocation per upstream name.
+    pub fn record_gauges(&self) {
+        for name in self.names() {
+            if let Ok(upstream) = self.upstream(&name) {
+                set_budget_gauge(&name, upstream.budget().available());
+                if let Some(breaker) = upstream.breaker() {
+                    breaker_state(&name, breaker.state());
+                }
+            }
+        }
+    }
+}
+
+fn set_budget_gauge(upstream: &str, available: u64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
+        .set(available as f64);
 }
 
 /// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open.
