@@ -40,7 +40,10 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
-    /// Attempts per call, the first included (1..=5).
+    /// Attempts per call, the first included (1..=5). An enclosing operation scope can allow
+    /// fewer: its retry allowance is shared by every call in it. Behind the tower server layer
+    /// that allowance is `InboundLimits::max_retries` (2 by default, so at most 3 attempts per
+    /// request whatever this says); raise it there, or in the scope you open, for more.
     pub max_attempts: u32,
     /// Delay between attempts.
     pub backoff: Backoff,

@@ -5,15 +5,6 @@
 //! budget is exhausted, its breaker is open or its bulkhead is full. The layer's own 504 (the
 //! deadline passed before the handler answered) follows the same rules: it says
 //! `retries-spent` only if a retry really happened below, never by default.
-//!
-//! # Where attempts are configured
-//!
-//! An upstream's `max_attempts` bounds one call; [`InboundLimits::max_retries`] bounds the
-//! retries of *every* call a request makes, across upstreams (the request's operation scope
-//! shares one allowance). The smaller wins: behind this layer with the default 2 retries, an
-//! upstream configured with `max_attempts = 5` makes at most 3 attempts per request. Raise
-//! `max_retries` here if requests should be allowed more (a caller's
-//! [`RETRIES_LEFT`](crate::propagation::RETRIES_LEFT) header can only lower it).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,12 +23,21 @@ use crate::{Operation, Pushback};
 /// - `max_retries`: 2 (the retries a request may cause here, across every upstream it calls)
 /// - `enforce_deadline`: true (the handler is dropped, answering 504, once the deadline passes)
 /// - `transit_margin`: zero (a caller's remaining time is taken as it was sent, as gRPC does)
+///
+/// # Where attempts are configured
+///
+/// An upstream's `max_attempts` bounds one call; `max_retries` bounds the
+/// retries of *every* call a request makes, across upstreams (the request's operation scope
+/// shares one allowance). The smaller wins: behind this layer with the default 2 retries, an
+/// upstream configured with `max_attempts = 5` makes at most 3 attempts per request. Raise
+/// `max_retries` here if requests should be allowed more (a caller's
+/// [`RETRIES_LEFT`](crate::propagation::RETRIES_LEFT) header can only lower it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboundLimits {
     /// The longest deadline a request gets.
     pub deadline: Duration,
     /// The most retries one request may cause, across every upstream it calls. It caps each
-    /// upstream's `max_attempts` (see the [module docs](self#where-attempts-are-configured)).
+    /// upstream's `max_attempts` (see "Where attempts are configured" above).
     pub max_retries: u32,
     /// Stop the handler when the deadline passes.
     pub enforce_deadline: bool,
