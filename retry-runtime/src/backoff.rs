@@ -153,7 +153,8 @@ impl Backoff {
                 Jitter::Full => self.ceiling(r),
                 Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
             })
-            .sum()
+            // Saturating: ceilings near `Duration::MAX` given in code must not overflow.
+            .fold(Duration::ZERO, Duration::saturating_add)
     }
 }
 

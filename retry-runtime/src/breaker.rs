@@ -309,11 +309,16 @@ impl CircuitBreaker {
             return;
         }
         let epoch = self.clock.epoch_at(at);
-        self.attempts.add(epoch, 1);
-        if failed {
+        let counted = self.attempts.add(epoch, 1);
+        // An attempt that started more than a window ago is outside the window: not counted,
+        // and no reason to judge the rate again.
+        if failed && counted {
             self.failures.add(epoch, 1);
-            let attempts = self.attempts.sum(epoch);
-            let failures = self.failures.sum(epoch);
+            // Judge the window ending now, not the one ending when this attempt started (that
+            // one would miss every count since).
+            let now = self.clock.epoch().max(epoch);
+            let attempts = self.attempts.sum(now);
+            let failures = self.failures.sum(now);
             if attempts >= u64::from(self.config.min_attempts)
                 && failures as f64 >= self.config.failure_rate * attempts as f64
             {
@@ -375,6 +380,33 @@ mod tests {
         b.record(p, true);
         assert_eq!(b.state(), BreakerState::Open);
         assert!(b.admit().is_none());
+    }
+
+    /// An attempt longer than the window is counted at its start, in the slot that now holds
+    /// the newest counts: it must not erase them (here, the successes that keep the rate low).
+    #[tokio::test(start_paused = true)]
+    async fn a_late_attempt_does_not_erase_newer_counts() {
+        let b = CircuitBreaker::new(BreakerConfig {
+            min_attempts: 4,
+            window: Duration::from_secs(1),
+            ..BreakerConfig::new()
+        });
+        tokio::time::advance(Duration::from_secs(5)).await;
+        for _ in 0..3 {
+            b.record(b.admit().unwrap(), true);
+        }
+        tokio::time::advance(Duration::from_millis(300)).await;
+        for _ in 0..12 {
+            b.record(b.admit().unwrap(), false);
+        }
+        // Started 1 s ago (a whole window): outside the window, and lands in the newest slot.
+        let started = Instant::now() - Duration::from_secs(1);
+        b.record_at(b.admit().unwrap(), true, started);
+        b.record(b.admit().unwrap(), true);
+        // 4 failures of 16 attempts in the window: 25 %, below the 50 % threshold.
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.attempts.sum(b.clock.epoch()), 16);
+        assert_eq!(b.failures.sum(b.clock.epoch()), 4);
     }
 
     #[test]

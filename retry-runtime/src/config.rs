@@ -28,7 +28,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `backoff.max_backoff` | 1 s | keeps the window within 5 s with either jitter |
 /// | `backoff.jitter` | full | least total work in AWS's study |
 /// | `attempt_timeout` | 1 s | 0.5 + 1 + 3 x 1 = 4.5 s worst case, under the 5 s window |
-/// | `deadline` | 5 s | default operation deadline when no scope sets one |
+/// | `deadline` | 5 s | default operation deadline when no scope sets one; at most 5 s |
 /// | `min_attempt_budget` | 50 ms | no attempt starts with less time than this left |
 /// | `transient_500` | false | a 500 is usually a bug, not an outage |
 /// | `idempotency_header` | `Idempotency-Key` | IETF draft header name |
@@ -40,13 +40,17 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
-    /// Attempts per call, the first included (1..=5).
+    /// Attempts per call, the first included (1..=5). An enclosing operation scope can allow
+    /// fewer: its retry allowance is shared by every call in it. Behind the tower server layer
+    /// that allowance is `InboundLimits::max_retries` (2 by default, so at most 3 attempts per
+    /// request whatever this says); raise it there, or in the scope you open, for more.
     pub max_attempts: u32,
     /// Delay between attempts.
     pub backoff: Backoff,
     /// Longest single attempt; clamped to the remaining deadline.
     pub attempt_timeout: Duration,
-    /// Operation deadline used when no enclosing scope sets an earlier one.
+    /// Operation deadline used when no enclosing scope sets an earlier one (at most 5 s, the
+    /// in-memory window: see [`MAX_IN_MEMORY_WINDOW`]).
     pub deadline: Duration,
     /// No attempt starts with less than this left before the deadline.
     pub min_attempt_budget: Duration,
@@ -161,11 +165,13 @@ impl UpstreamConfig {
     }
 
     /// The worst-case in-memory retry window: every backoff at its ceiling plus every attempt
-    /// running to its timeout (spec 003: "1.5 s + 3 x callTimeout").
+    /// running to its timeout ("1.5 s + 3 x callTimeout" with the defaults' backoffs).
+    /// Saturates at [`Duration::MAX`] instead of overflowing, so any durations given in code
+    /// are reported as a violation, never a panic.
     pub fn retry_window(&self) -> Duration {
         self.backoff
             .worst_case_total(self.max_attempts.saturating_sub(1))
-            + self.attempt_timeout.saturating_mul(self.max_attempts)
+            .saturating_add(self.attempt_timeout.saturating_mul(self.max_attempts))
     }
 
     /// Every rule this config breaks (empty when valid). Each names the field and the fix.
@@ -213,6 +219,18 @@ impl UpstreamConfig {
         }
         if self.deadline.is_zero() {
             push("deadline", "deadline must be above zero: use 5s".to_owned());
+        } else if self.deadline > MAX_IN_MEMORY_WINDOW {
+            // The deadline bounds every in-memory wait, a server's `Retry-After` included: a
+            // longer one would let a single call hold its caller (a request handler, a
+            // connection) for as long as the server asks.
+            push(
+                "deadline",
+                format!(
+                    "deadline = {:?} is above the 5s in-memory retry window: a call may wait in memory until its deadline, \
+                     holding its caller; use 5s or less, and hand longer outages to the durable queue",
+                    self.deadline
+                ),
+            );
         }
         if self.min_attempt_budget >= self.attempt_timeout && !self.attempt_timeout.is_zero() {
             push(
@@ -306,6 +324,83 @@ mod tests {
         let c = UpstreamConfig::new().with_backoff(backoff);
         assert_eq!(c.violations(), vec![]);
         assert_eq!(c.retry_window(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_deadline_beyond_the_in_memory_window_is_refused() {
+        let c = UpstreamConfig::new().with_deadline(Duration::from_secs(3600));
+        let v = c.violations();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "deadline");
+        assert!(v[0].message.contains("above the 5s"), "{}", v[0].message);
+        assert_eq!(
+            UpstreamConfig::new()
+                .with_deadline(MAX_IN_MEMORY_WINDOW)
+                .violations(),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn extreme_durations_are_violations_not_panics() {
+        let max = Duration::MAX;
+        let c = UpstreamConfig::new()
+            .with_attempt_timeout(max)
+            .with_deadline(max)
+            .with_min_attempt_budget(max)
+            .with_backoff(Backoff::new().with_initial(max).with_max_backoff(max));
+        assert_eq!(c.retry_window(), max);
+        let fields: Vec<_> = c.violations().iter().map(|v| v.field).collect();
+        assert_eq!(fields, ["deadline", "min_attempt_budget", "max_attempts"]);
+    }
+
+    proptest::proptest! {
+        /// Any durations a program may pass: validation answers, it never panics, and what it
+        /// accepts fits the in-memory window.
+        #[test]
+        fn validation_never_panics_and_what_passes_fits_the_window(
+            max_attempts in 0u32..8,
+            initial in any_duration(),
+            max_backoff in any_duration(),
+            multiplier in proptest::num::f64::ANY,
+            attempt_timeout in any_duration(),
+            deadline in any_duration(),
+            min_attempt_budget in any_duration(),
+            decorrelated: bool,
+        ) {
+            let jitter = if decorrelated { Jitter::Decorrelated } else { Jitter::Full };
+            let c = UpstreamConfig::new()
+                .with_max_attempts(max_attempts)
+                .with_backoff(
+                    Backoff::new()
+                        .with_initial(initial)
+                        .with_max_backoff(max_backoff)
+                        .with_multiplier(multiplier)
+                        .with_jitter(jitter),
+                )
+                .with_attempt_timeout(attempt_timeout)
+                .with_deadline(deadline)
+                .with_min_attempt_budget(min_attempt_budget);
+            let violations = c.violations();
+            if violations.is_empty() {
+                proptest::prop_assert!(c.retry_window() <= MAX_IN_MEMORY_WINDOW);
+                proptest::prop_assert!(c.deadline <= MAX_IN_MEMORY_WINDOW);
+                proptest::prop_assert!(crate::Registry::builder().upstream("u", c).build().is_ok());
+            } else {
+                proptest::prop_assert!(crate::Registry::builder().upstream("u", c).build().is_err());
+            }
+        }
+    }
+
+    /// Durations from zero to [`Duration::MAX`], weighted towards the edges and the window.
+    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            (0u64..10_000).prop_map(Duration::from_millis),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub enum DenyReason {
     RuntimeDraining,
     /// Step 6: not enough time left before the deadline (or `Retry-After` points past it).
     Deadline,
+    /// Step 9: the server's `Retry-After` asks for a wait longer than the in-memory retry
+    /// window ([`MAX_IN_MEMORY_WINDOW`](crate::config::MAX_IN_MEMORY_WINDOW)), even though the
+    /// deadline would allow it: waits that long hold the caller, and belong to a durable queue.
+    RetryAfterBeyondWindow,
     /// Step 7: retrying cannot help.
     PermanentFailure(PermanentCategory),
     /// A retrying call below already retried this failure (spec 004: one retry owner).
@@ -86,6 +90,7 @@ impl DenyReason {
             DenyReason::ResponseAlreadyDelivered => "response_already_delivered",
             DenyReason::RuntimeDraining => "runtime_draining",
             DenyReason::Deadline => "deadline",
+            DenyReason::RetryAfterBeyondWindow => "retry_after_beyond_window",
             DenyReason::PermanentFailure(_) => "permanent_failure",
             DenyReason::AlreadyRetried => "already_retried",
             DenyReason::Pushback(_) => "pushback",

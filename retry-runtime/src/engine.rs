@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use crate::backoff::Backoff;
+use crate::config::MAX_IN_MEMORY_WINDOW;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
 use crate::{Evidence, Failure, Replayability};
 
@@ -143,8 +144,8 @@ impl EligibilityEngine for DefaultEngine {
             Err(other) => return other,
         };
         match delay(ctx, f, reason, rng) {
-            Some(delay) => Decision::Retry { delay, reason },
-            None => Decision::Denied(Deadline),
+            Ok(delay) => Decision::Retry { delay, reason },
+            Err(denied) => Decision::Denied(denied),
         }
     }
 }
@@ -189,26 +190,33 @@ pub fn status_rule(ctx: &Context<'_>, status: u16) -> Result<RetryReason, Decisi
 }
 
 /// The delay before the retry: `Retry-After` when the server sent one, else the jittered
-/// backoff; `None` when waiting would leave less than the minimum attempt budget.
+/// backoff. Denied with [`DenyReason::Deadline`] when waiting would leave less than the minimum
+/// attempt budget, and with [`DenyReason::RetryAfterBeyondWindow`] when the server asks for a
+/// wait beyond the in-memory window (a deadline inherited from a scope may be longer than the
+/// window; no single wait in memory is).
 fn delay(
     ctx: &Context<'_>,
     f: &Failure,
     reason: RetryReason,
     rng: &mut fastrand::Rng,
-) -> Option<Duration> {
-    let room = ctx.remaining.checked_sub(ctx.min_attempt_budget)?;
+) -> Result<Duration, DenyReason> {
+    let room = ctx
+        .remaining
+        .checked_sub(ctx.min_attempt_budget)
+        .ok_or(DenyReason::Deadline)?;
     if reason == RetryReason::RefreshAuth {
-        return Some(Duration::ZERO);
+        return Ok(Duration::ZERO);
     }
     match f.retry_after {
         // A server's hint is a floor, never a reason to retry past the deadline.
-        Some(hint) if hint > room => None,
-        Some(hint) => Some(hint),
-        None => Some(
-            ctx.backoff
-                .delay(ctx.attempt, ctx.previous_delay, rng)
-                .min(room),
-        ),
+        Some(hint) if hint > room => Err(DenyReason::Deadline),
+        Some(hint) if hint > MAX_IN_MEMORY_WINDOW => Err(DenyReason::RetryAfterBeyondWindow),
+        Some(hint) => Ok(hint),
+        None => Ok(ctx
+            .backoff
+            .delay(ctx.attempt, ctx.previous_delay, rng)
+            .min(room)
+            .min(MAX_IN_MEMORY_WINDOW)),
     }
 }
 

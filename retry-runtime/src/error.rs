@@ -65,7 +65,9 @@ pub enum Error {
     UnknownUpstream {
         /// The name asked for.
         name: String,
-        /// The names the registry knows.
+        /// Names the registry knows: all of them, sorted, when there are at most
+        /// [`KNOWN_IN_ERRORS`](crate::registry::KNOWN_IN_ERRORS); otherwise that many closest
+        /// to `name` ([`Registry::names`](crate::Registry::names) lists them all).
         known: Vec<String>,
     },
     /// An attempt ran past its timeout (clamped to the deadline). The request may have been

@@ -47,6 +47,9 @@
 //! `retry_runtime::tower` layers (feature `tower`). For outages longer than the in-memory
 //! window: the durable queue (features `durable-sqlite`, `durable-postgres`).
 //!
+//! What the library promises when things go wrong, with the test behind each promise: the
+//! [`guarantees`] page. How the crate is built: `ARCHITECTURE.md` at the repository root.
+//!
 //! # The decision order
 //! The [`DefaultEngine`] evaluates, in order, and a later rule never re-enables an earlier
 //! denial: attempts, budget, body replayability, response already delivered, draining,
@@ -128,6 +131,11 @@ pub use scope::{Operation, OperationBuilder, operation};
 /// assert_eq!(r.permanent(), Some(PermanentCategory::Contract));
 /// ```
 pub use retry_macros::Classify;
+
+/// What the library promises under bad input, concurrency, crashes and clock jumps, each
+/// promise with the test that shows it.
+#[doc = include_str!("guarantees.md")]
+pub mod guarantees {}
 
 #[doc = include_str!("retry_macro.md")]
 #[doc(inline)]

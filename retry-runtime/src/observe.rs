@@ -8,6 +8,12 @@
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
 //! - `retry.breaker.state{upstream}` (gauge): 0 closed, 1 half-open, 2 open (set as calls end)
+//!
+//! The gauges are set as calls retry or end, so between calls they show the last value set,
+//! not the state now: a budget refills as its window slides (every call deposits, but reading
+//! the balance costs every call a pass over the window, which the happy path does not pay).
+//! Call [`Registry::record_gauges`](crate::Registry::record_gauges) where metrics are scraped (or on a timer) so both gauges
+//! show every upstream's state when read.
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
@@ -61,9 +67,15 @@ pub(crate) fn retried(upstream: &str, budget: &RetryBudget) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("retry.retries", "upstream" => upstream.to_owned()).increment(1);
-        metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
-            .set(budget.available() as f64);
     }
+    set_budget_gauge(upstream, budget);
+}
+
+/// The `retry.budget.available` gauge: whole retries left in `upstream`'s budget now.
+pub(crate) fn set_budget_gauge(upstream: &str, budget: &RetryBudget) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
+        .set(budget.available() as f64);
 }
 
 /// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open (read only when metrics are

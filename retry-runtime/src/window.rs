@@ -4,6 +4,11 @@
 //! (high bits) and its count (low bits), so a stale slot reads as zero and is reset by the first
 //! writer of the new epoch: no lock, no background task. Each counter is striped: a thread
 //! writes its own copy of the slots and readers add the copies up.
+//!
+//! A count may arrive late: an attempt is counted at its start time when it ends, and an attempt
+//! can run longer than the window. A count whose epoch is older than the epoch its slot already
+//! holds is outside the window the slot now serves, so it is dropped; it never resets the slot
+//! (that would erase every newer count in it).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -13,7 +18,10 @@ use tokio::time::Instant;
 /// Number of slots a window is divided into.
 pub const SLOTS: usize = 10;
 
-const EPOCH_BITS: u32 = 24;
+/// 32 bits of epoch: at the shortest window the registry accepts (1 s, so 100 ms slots) the tag
+/// wraps after 13 years, and "older than the slot" is judged over half of that. 32 bits of count
+/// per slot and stripe (4 billion) is beyond any call rate.
+const EPOCH_BITS: u32 = 32;
 const COUNT_BITS: u32 = 64 - EPOCH_BITS;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
@@ -83,21 +91,26 @@ impl Counter {
         &self.stripes[stripe].0[(epoch % SLOTS as u64) as usize]
     }
 
-    pub(crate) fn add(&self, epoch: u64, by: u64) {
+    /// Adds `by` to the count of `epoch`. Returns `false`, counting nothing, when the slot
+    /// already holds a newer epoch: the count is outside the window (see the module docs).
+    pub(crate) fn add(&self, epoch: u64, by: u64) -> bool {
         let tag = epoch & EPOCH_MASK;
         let slot = self.slot(own_stripe(), epoch);
         let mut current = slot.load(Ordering::Acquire);
         loop {
-            let next = if current >> COUNT_BITS == tag {
+            let held = current >> COUNT_BITS;
+            let next = if held == tag {
                 pack(
                     tag,
                     (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK),
                 )
+            } else if is_newer(held, tag) {
+                return false;
             } else {
                 pack(tag, by)
             };
             match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return,
+                Ok(_) => return true,
                 Err(actual) => current = actual,
             }
         }
@@ -150,6 +163,13 @@ impl Counter {
     }
 }
 
+/// Whether epoch tag `held` is later than `tag`, judged modulo the tag's width (a tag less than
+/// half the range ahead is newer; a slot untouched for that long reads as older and is reset).
+fn is_newer(held: u64, tag: u64) -> bool {
+    let ahead = held.wrapping_sub(tag) & EPOCH_MASK;
+    ahead != 0 && ahead < 1 << (EPOCH_BITS - 1)
+}
+
 fn pack(epoch: u64, count: u64) -> u64 {
     ((epoch & EPOCH_MASK) << COUNT_BITS) | (count & COUNT_MASK)
 }
@@ -187,6 +207,35 @@ mod tests {
         );
         c.clear();
         assert_eq!(c.sum(clock.epoch()), 0);
+    }
+
+    #[test]
+    fn a_late_count_never_erases_newer_counts() {
+        let c = Counter::default();
+        let now = 1_000;
+        assert!(c.add(now, 100));
+        // An attempt that started a whole window ago lands in the same slot: it is outside the
+        // window, so it is dropped instead of resetting the slot to its own epoch.
+        assert!(!c.add(now - SLOTS as u64, 1));
+        assert_eq!(c.sum(now), 100);
+        // Late but inside the window: counted in its own slot.
+        assert!(c.add(now - 3, 1));
+        assert_eq!(c.sum(now), 101);
+        // A slot holding an old epoch is still reset by a newer one.
+        assert!(c.add(now + SLOTS as u64, 7));
+        assert_eq!(c.sum(now + SLOTS as u64), 7);
+    }
+
+    #[test]
+    fn newer_is_judged_across_the_tag_wrap() {
+        let last = EPOCH_MASK;
+        assert!(is_newer(0, last), "0 follows the last tag");
+        assert!(!is_newer(last, 0));
+        assert!(!is_newer(5, 5));
+        assert!(
+            !is_newer(0, 1 << (EPOCH_BITS - 1)),
+            "half a range away reads as older"
+        );
     }
 
     #[test]

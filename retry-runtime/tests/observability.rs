@@ -264,3 +264,31 @@ fn at_info_decisions_are_events_and_calls_make_no_span() {
         "no attempt span at INFO: {out}"
     );
 }
+
+/// The budget gauge shows the budget when scraped, not when the last retry happened: calls
+/// that never retry still earn tokens, and `record_gauges` (called where metrics are scraped)
+/// publishes them.
+#[test]
+fn the_budget_gauge_shows_the_state_when_recorded() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let capture = Capture::default();
+    let registry = Registry::builder()
+        .upstream(
+            "up",
+            UpstreamConfig::new()
+                .with_budget(retry_runtime::budget::BudgetConfig::new().with_min_per_second(0)),
+        )
+        .build()
+        .unwrap();
+    let budget = "retry.budget.available{upstream=up}";
+    metrics::with_local_recorder(&capture, || {
+        registry.record_gauges();
+        assert_eq!(capture.get(budget), 0, "no calls yet, no floor");
+        for _ in 0..200 {
+            registry.upstream("up").unwrap().budget().deposit();
+        }
+        registry.record_gauges();
+    });
+    assert_eq!(capture.get(budget), 40, "200 calls at 0.2");
+    assert_eq!(capture.get("retry.breaker.state{upstream=up}"), 0, "closed");
+}

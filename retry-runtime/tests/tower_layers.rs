@@ -254,7 +254,8 @@ async fn the_handler_stops_when_the_caller_has_given_up() {
     let t0 = tokio::time::Instant::now();
     let response = svc.call(req).await.unwrap();
     assert_eq!(response.status(), 504);
-    assert_eq!(response.headers()[PUSHBACK], "retries-spent");
+    // The handler made no upstream call: no retries were spent, and the answer must not say so.
+    assert_eq!(response.headers().get(PUSHBACK), None);
     assert_eq!(tokio::time::Instant::now() - t0, Duration::from_millis(300));
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(
@@ -262,6 +263,27 @@ async fn the_handler_stops_when_the_caller_has_given_up() {
         0,
         "the handler's work was dropped"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn limits_of_duration_max_mean_no_limit_not_a_panic() {
+    let handler = FnService(|_req: Req| async {
+        let op = Operation::current().expect("a scope");
+        assert!(op.remaining().unwrap() >= Duration::from_secs(86_400));
+        status(200)
+    });
+    let limits = InboundLimits {
+        deadline: Duration::MAX,
+        ..InboundLimits::default()
+    };
+    let mut svc = ScopeLayer::new(limits).layer(handler);
+    for deadline in [None, Some("86400000")] {
+        let mut req = request(Method::GET);
+        if let Some(d) = deadline {
+            req.headers_mut().insert(DEADLINE_MS, d.parse().unwrap());
+        }
+        assert_eq!(svc.call(req).await.unwrap().status(), 200);
+    }
 }
 
 /// Counts of one API -> middle -> catalog chain.

@@ -47,7 +47,7 @@ fn registry(config: UpstreamConfig) -> Registry {
 fn config() -> UpstreamConfig {
     UpstreamConfig::new()
         .with_max_attempts(3)
-        .with_deadline(Duration::from_secs(7))
+        .with_deadline(Duration::from_secs(4))
         // Keyed writes are retried only where the upstream deduplicates on the key.
         .with_dedups_idempotency_key(true)
 }
@@ -119,7 +119,7 @@ async fn a_body_that_asks_gets_the_attempt_with_the_builders_method_key_and_name
                 number: 1,
                 method,
                 key: Some("order-1:pay".into()),
-                remaining: Duration::from_secs(7),
+                remaining: Duration::from_secs(4),
                 retries_left: Some(2),
                 operation: operation.into(),
             }
@@ -248,7 +248,7 @@ async fn calls_to_two_upstreams_with_one_method_each_find_their_own_entry() {
             (fast.operation.as_str(), fast.retries_left),
             ("fast", Some(2))
         );
-        assert_eq!(fast.remaining, Duration::from_secs(7));
+        assert_eq!(fast.remaining, Duration::from_secs(4));
         let other = seen_by_a_read(&registry, "other").await;
         assert_eq!(
             (other.operation.as_str(), other.retries_left),

@@ -295,6 +295,7 @@ async fn several_processes_claim_each_attempt_once_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
 async fn several_processes_claim_each_attempt_once_postgres() {
     let Some(db) = PgDb::new().await else { return };
     several_processes(db.store.clone(), pg_env(&db)).await;
@@ -309,6 +310,7 @@ async fn killed_worker_task_is_completed_once_by_another_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
 async fn killed_worker_task_is_completed_once_by_another_postgres() {
     let Some(db) = PgDb::new().await else { return };
     crash_mid_attempt(db.store.clone(), pg_env(&db)).await;

@@ -154,13 +154,13 @@ async fn every_call_is_counted_in_the_budget_as_it_happens() {
 
 #[tokio::test(start_paused = true)]
 async fn a_body_that_asks_gets_the_first_attempt_with_its_key_deadline_and_allowance() {
-    let adapter = Adapter::new(config().with_deadline(Duration::from_secs(7)));
+    let adapter = Adapter::new(config().with_deadline(Duration::from_secs(4)));
     let (number, key, remaining, retries_left) = adapter.describe("order-1:pay").await.unwrap();
     assert_eq!(number, 1);
     assert_eq!(key, "order-1:pay");
     assert_eq!(
         remaining,
-        Duration::from_secs(7),
+        Duration::from_secs(4),
         "the whole deadline, from now"
     );
     assert_eq!(retries_left, Some(2), "3 attempts: 2 retries");

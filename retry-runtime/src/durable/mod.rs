@@ -30,9 +30,14 @@
 //! # Backends
 //!
 //! - `durable-sqlite`: [`SqliteStore`], one embedded file (WAL, `synchronous = FULL`). The
-//!   default for a single instance; several processes on one host may share the file.
+//!   default for a single instance. Several processes on one host may share the file, but they
+//!   share its one write lock too: see [`SqliteStore`] (one stalled writer stalls them all).
 //! - `durable-postgres`: [`PgStore`], for several instances sharing one database; claims use
 //!   `FOR UPDATE SKIP LOCKED`.
+//!
+//! A worker runs a claimed task only if its attempt can end within the lease: a process
+//! stopped after claiming (SIGSTOP, a long pause) and resumed later gives the task back instead
+//! of running it, since another worker may have taken it over meanwhile.
 //!
 //! Both run the same conformance suite. Migrations are embedded and tracked in
 //! `retry_durable_migrations`, away from the application's own migration table. This crate

@@ -79,6 +79,18 @@ impl SqliteStoreOptions {
 }
 
 /// A [`DurableStore`] in one SQLite file.
+///
+/// # Several processes
+///
+/// SQLite has one write lock per file. Processes sharing the file take turns, which is fine
+/// while each write is short; but one writer that stalls while holding the lock (a process
+/// stopped or starved mid-transaction) makes every other process's writes fail once they have
+/// waited `busy_timeout` (5 s by default). Nothing is lost: a failed claim claims nothing, and a
+/// result that could not be written leaves the lease to expire and the task to be rescued and
+/// run again (so handlers must be idempotent, as they must be anyway). But the queue stalls with
+/// the slowest process. For several worker processes use PostgreSQL (`durable-postgres`), whose
+/// row locks let workers skip each other's tasks; with SQLite, run one worker process (with as
+/// much [`concurrency`](crate::durable::WorkerConfig::with_concurrency) as needed).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,

@@ -191,9 +191,10 @@ pub struct WorkerStats {
     pub retried: u64,
     /// Tasks failed (permanent error or last attempt).
     pub failed: u64,
-    /// Results not written because the lease had been taken over.
+    /// Results not written, or claimed tasks not run, because the lease had been taken over.
     pub lost_leases: u64,
-    /// Leases given back unfinished at shutdown.
+    /// Leases given back unfinished (due again at once, the attempt not counted): at shutdown,
+    /// or claimed too long ago for the attempt to end within the lease.
     pub released: u64,
     /// Alerts delivered.
     pub alerted: u64,
@@ -350,6 +351,8 @@ enum Outcome {
     Retried,
     Failed,
     LeaseLost,
+    /// Not run: claimed too long ago to finish within its lease, and given back.
+    Released,
     StoreError,
 }
 
@@ -361,6 +364,7 @@ impl Outcome {
             Outcome::Retried => s.retried = 1,
             Outcome::Failed => s.failed = 1,
             Outcome::LeaseLost => s.lost_leases = 1,
+            Outcome::Released => s.released = 1,
             Outcome::StoreError => s.store_errors = 1,
         }
         s
@@ -436,7 +440,12 @@ impl<S: DurableStore> Worker<S> {
                         tracing::error!(target: TARGET, error = %e, "lease rescue failed");
                     }
                 }
-                next_rescue = tokio::time::Instant::now() + cfg.rescue_interval;
+                // Checked: a `rescue_interval` of `Duration::MAX` means "hardly ever", not a
+                // panic.
+                let now = tokio::time::Instant::now();
+                next_rescue = now
+                    .checked_add(cfg.rescue_interval)
+                    .unwrap_or(now + Duration::from_secs(86_400 * 365));
                 alerts_due = true;
             }
             let free = cfg.concurrency.saturating_sub(set.len());
@@ -599,6 +608,29 @@ impl<S: DurableStore> Worker<S> {
             max_attempts: task.max_attempts,
             operation: task.operation.clone(),
         };
+        // A task claimed long ago (the process was stopped and resumed, or starved) may have
+        // been rescued and taken by another worker since: running it now would repeat its side
+        // effect, and the fence would only refuse the result afterwards. Run it only if the
+        // attempt can end within the lease; otherwise give the lease back (a no-op if it was
+        // taken over) and leave the task to whoever holds it.
+        let now = inner.clock.now();
+        let fits = task
+            .locked_until
+            .is_some_and(|until| now.saturating_add(inner.config.attempt_timeout) < until);
+        if !fits {
+            tracing::warn!(target: TARGET, event = "stale_claim", task_id = task.id.0,
+                attempt = claimed.fence.attempt, worker = %inner.id, locked_until = ?task.locked_until,
+                %now, "claimed too long ago to finish within the lease; not running it");
+            return match inner.store.release(&claimed.fence, now).await {
+                Ok(true) => Outcome::Released,
+                Ok(false) => Outcome::LeaseLost,
+                Err(e) => {
+                    tracing::error!(target: TARGET, task_id = task.id.0, error = %e,
+                        "could not give back a stale lease; it will expire and be rescued");
+                    Outcome::StoreError
+                }
+            };
+        }
         let result = match inner.handlers.get(&task.operation) {
             Some(handler) => {
                 let fut = handler.call(TaskContext::from_task(&task));

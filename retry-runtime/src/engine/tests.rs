@@ -414,3 +414,47 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn retry_after_beyond_the_in_memory_window_denies_even_when_the_deadline_allows_it() {
+    // A scope deadline of an hour, and a server asking for half of it.
+    let long = Context {
+        remaining: Duration::from_secs(3600),
+        ..open()
+    };
+    let f = Failure::status(429).with_retry_after(Duration::from_secs(1800));
+    assert_eq!(
+        denied(decide(&long, &f)),
+        Some(DenyReason::RetryAfterBeyondWindow)
+    );
+    assert_eq!(
+        DenyReason::RetryAfterBeyondWindow.as_str(),
+        "retry_after_beyond_window"
+    );
+    let at_the_window = Failure::status(429).with_retry_after(MAX_IN_MEMORY_WINDOW);
+    assert!(matches!(
+        decide(&long, &at_the_window),
+        Decision::Retry { delay, .. } if delay == MAX_IN_MEMORY_WINDOW
+    ));
+    // Past the remaining deadline too: the deadline is named, as before.
+    assert_eq!(denied(decide(&open(), &f)), Some(DenyReason::Deadline));
+}
+
+proptest! {
+    /// Whatever the deadline and the server say, no planned wait exceeds the in-memory window.
+    #[test]
+    fn no_delay_exceeds_the_in_memory_window(
+        remaining_s in 0u64..7_200, retry_after_s in proptest::option::of(0u64..7_200),
+        attempt in 1u32..3, seed: u64,
+    ) {
+        let backoff = Backoff::new().with_initial(Duration::from_secs(60)).with_max_backoff(Duration::from_secs(3600));
+        let ctx = Context {
+            attempt, remaining: Duration::from_secs(remaining_s), backoff: &backoff, ..open()
+        };
+        let mut f = Failure::status(503);
+        f.retry_after = retry_after_s.map(Duration::from_secs);
+        if let Decision::Retry { delay, .. } = DefaultEngine.decide(&ctx, &f, &mut fastrand::Rng::with_seed(seed)) {
+            prop_assert!(delay <= MAX_IN_MEMORY_WINDOW);
+        }
+    }
+}

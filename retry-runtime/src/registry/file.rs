@@ -679,7 +679,64 @@ failure_rate = 1.5
         assert_eq!(positions(&errors), ["3:12 a/deadline"]);
     }
 
+    #[test]
+    fn a_deadline_beyond_the_in_memory_window_is_located_at_its_value() {
+        let text = "[upstreams.a]\nmax_attempts = 2\ndeadline = \"1h\"\n";
+        let errors = parse_toml(text, "f.toml", []).unwrap_err();
+        assert_eq!(positions(&errors), ["3:12 a/deadline"]);
+        assert!(
+            errors.errors()[0]
+                .to_string()
+                .contains("above the 5s in-memory retry window"),
+            "{}",
+            errors.errors()[0]
+        );
+        // Through the environment, located at the variable.
+        let errors = parse_toml(
+            "[upstreams.a]\n",
+            "f.toml",
+            env(&[("RETRY__A__DEADLINE", "30m")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            errors.errors()[0]
+                .location
+                .as_ref()
+                .map(|l| l.source.display().to_string()),
+            Some("environment: RETRY__A__DEADLINE".to_owned())
+        );
+    }
+
     proptest! {
+        /// The example file with random edits (a byte replaced, inserted or deleted, many
+        /// times): parsing never panics, and every error it reports points inside the file.
+        #[test]
+        fn mutated_example_files_never_panic_and_errors_stay_located(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<u8>()), 1..40),
+        ) {
+            let mut bytes = EXAMPLE.as_bytes().to_vec();
+            for (at, kind, byte) in edits {
+                let byte = if byte.is_ascii() { byte } else { b"\"[]=.\n#'"[usize::from(byte) % 8] };
+                match kind {
+                    0 if !bytes.is_empty() => { let i = at.index(bytes.len()); bytes[i] = byte; }
+                    1 => { let i = at.index(bytes.len() + 1); bytes.insert(i, byte); }
+                    _ if !bytes.is_empty() => { let i = at.index(bytes.len()); bytes.remove(i); }
+                    _ => {}
+                }
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            let lines = text.lines().count() + 1;
+            if let Err(errors) = parse_toml(&text, "f.toml", []) {
+                prop_assert!(!errors.errors().is_empty());
+                for e in errors.errors() {
+                    let at = e.location.as_ref();
+                    prop_assert!(at.is_some(), "an error without a location: {e}");
+                    let at = at.unwrap();
+                    prop_assert!(!at.has_position() || (1..=lines).contains(&at.line), "{e}");
+                }
+            }
+        }
+
         #[test]
         fn never_panics_on_arbitrary_text(text in "\\PC*") {
             let _ = parse_toml(&text, "f.toml", []);

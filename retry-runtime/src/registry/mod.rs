@@ -53,7 +53,7 @@
 //! | `jitter` | `"full"` or `"decorrelated"` | `"full"` | |
 //! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused (spec 003 R-RES-RE-X3) |
 //! | `attempt_timeout` | duration | `"1s"` | above zero |
-//! | `deadline` | duration | `"5s"` | above zero |
+//! | `deadline` | duration | `"5s"` | above zero, at most 5s (the in-memory window) |
 //! | `min_attempt_budget` | duration | `"50ms"` | below `attempt_timeout` |
 //! | `transient_500` | boolean | `false` | |
 //! | `idempotency_header` | string | `"Idempotency-Key"` | a valid header name |
@@ -69,6 +69,9 @@
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
 //! | `breaker.open_for` | duration | `"5s"` | above zero |
 //! | `breaker.half_open_probes` | integer | 3 | at least 1 |
+//!
+//! The deadline is the longest a call may wait in memory, whatever a server's `Retry-After`
+//! asks, so it is held to the same 5 s as the window below.
 //!
 //! Across keys: the worst-case in-memory retry window (every backoff at its ceiling plus
 //! `max_attempts` x `attempt_timeout`) must not exceed 5 s (spec 003 R-RES-RE-4); longer outages
@@ -288,6 +291,11 @@ impl Hasher for NameHasher {
 /// ```
 pub struct Registry {
     snapshot: ArcSwap<Snapshot>,
+    /// The refresh hooks by upstream name, and the lock every writer of `snapshot` holds from
+    /// reading the old snapshot to storing the new one ([`Registry::replace`],
+    /// [`Registry::on_unauthorized`]): without it a reload and a hook registration racing each
+    /// other could each build on the snapshot before the other's, and the later store would
+    /// silently revert the reload or lose the hook. Readers never take it.
     hooks: Mutex<HashMap<String, Arc<dyn RefreshAuth>>>,
     drain: Drain,
     engine: Arc<dyn EligibilityEngine>,
@@ -342,14 +350,15 @@ impl Registry {
         })
     }
 
-    /// The upstream named `name`, or [`Error::UnknownUpstream`] listing the known ones.
+    /// The upstream named `name`, or [`Error::UnknownUpstream`] listing known ones (at most
+    /// [`KNOWN_IN_ERRORS`], the closest to `name`).
     pub fn upstream(&self, name: &str) -> Result<Arc<Upstream>, Error> {
         let snapshot = self.snapshot.load();
         match snapshot.upstreams.get(name) {
             Some(u) => Ok(u.clone()),
             None => Err(Error::UnknownUpstream {
                 name: name.to_owned(),
-                known: sorted_names(&snapshot),
+                known: closest_names(&snapshot, name),
             }),
         }
     }
@@ -357,6 +366,22 @@ impl Registry {
     /// The names of every configured upstream, sorted.
     pub fn names(&self) -> Vec<String> {
         sorted_names(&self.snapshot.load())
+    }
+
+    /// Sets the `retry.budget.available` and `retry.breaker.state` gauges of every upstream to
+    /// its state now (feature `metrics`; a no-op without it). Call it where metrics are scraped
+    /// (or on a timer): the gauges are otherwise set only as calls retry or end, so a budget
+    /// that refilled since, or a breaker whose open time ran out, would not show. Costs one pass
+    /// over each upstream's window counters and one allocation per upstream name.
+    pub fn record_gauges(&self) {
+        for name in self.names() {
+            if let Ok(upstream) = self.upstream(&name) {
+                crate::observe::set_budget_gauge(&name, upstream.budget());
+                if let Some(breaker) = upstream.breaker() {
+                    crate::observe::breaker_state(&name, breaker);
+                }
+            }
+        }
     }
 
     /// This registry's drain switch.
@@ -394,8 +419,9 @@ impl Registry {
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        let old = self.snapshot.load();
+        // Held until the new snapshot is stored: see the field's docs.
         let hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.snapshot.load();
         let mut upstreams =
             HashMap::with_capacity_and_hasher(configs.len(), BuildHasherDefault::default());
         for (name, config) in configs {
@@ -430,8 +456,8 @@ impl Registry {
                 }),
             );
         }
-        drop(hooks);
         self.swap_in(Snapshot { upstreams });
+        drop(hooks);
         tracing::info!(target: "retry_runtime::registry", upstreams = ?self.names(), "registry loaded");
         Ok(())
     }
@@ -470,10 +496,10 @@ impl Registry {
     /// Registers the 401 refresh hook of upstream `name` (kept across reloads).
     pub fn on_unauthorized(&self, name: &str, hook: impl RefreshAuth + 'static) {
         let hook: Arc<dyn RefreshAuth> = Arc::new(hook);
-        self.hooks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_owned(), hook.clone());
+        // Held until the new snapshot is stored, so a reload cannot slip in between the load
+        // and the store (and be reverted by it): see the field's docs.
+        let mut hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+        hooks.insert(name.to_owned(), hook.clone());
         let old = self.snapshot.load();
         let mut upstreams = old.upstreams.clone();
         if let Some(u) = upstreams.get_mut(name) {
@@ -487,6 +513,7 @@ impl Registry {
             });
             self.swap_in(Snapshot { upstreams });
         }
+        drop(hooks);
     }
 
     /// A random source for one call: seeded deterministically when the registry has a seed
@@ -515,6 +542,39 @@ fn read_config(path: &Path) -> Result<String, ConfigErrors> {
             .at(Location::whole(path)),
         ])
     })
+}
+
+/// The most names an [`Error::UnknownUpstream`] lists.
+///
+/// A miss must stay cheap even with many upstreams and names that come from input: listing and
+/// sorting 10,000 names took 25 ms per miss. The error lists the names sharing the longest
+/// prefix with the one asked for (ties in name order), found in one pass that copies at most
+/// this many; [`Registry::names`] lists them all.
+pub const KNOWN_IN_ERRORS: usize = 16;
+
+/// Up to [`KNOWN_IN_ERRORS`] names closest to `name`, sorted.
+fn closest_names(snapshot: &Snapshot, name: &str) -> Vec<String> {
+    let shared = |k: &str| {
+        k.bytes()
+            .zip(name.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    // Best first: longest shared prefix, then name order.
+    let mut best: Vec<(usize, &str)> = Vec::with_capacity(KNOWN_IN_ERRORS + 1);
+    for key in snapshot.upstreams.keys() {
+        let candidate = (shared(key), &**key);
+        let worse = |a: &(usize, &str), b: &(usize, &str)| b.0.cmp(&a.0).then(a.1.cmp(b.1));
+        if best.len() == KNOWN_IN_ERRORS && worse(&candidate, best.last().expect("full")).is_ge() {
+            continue;
+        }
+        let at = best.partition_point(|held| worse(held, &candidate).is_lt());
+        best.insert(at, candidate);
+        best.truncate(KNOWN_IN_ERRORS);
+    }
+    let mut names: Vec<String> = best.into_iter().map(|(_, k)| k.to_owned()).collect();
+    names.sort();
+    names
 }
 
 fn sorted_names(snapshot: &Snapshot) -> Vec<String> {
@@ -710,6 +770,36 @@ mod tests {
         assert_eq!(now.config().deadline, Duration::from_secs(3));
         // The budget settings did not change, so the budget carried over.
         assert!(std::ptr::eq(in_flight.budget(), now.budget()));
+    }
+
+    #[test]
+    fn an_unknown_name_lists_a_bounded_set_of_the_closest_names() {
+        let small = Registry::builder()
+            .upstream("b", UpstreamConfig::new())
+            .upstream("a", UpstreamConfig::new())
+            .build()
+            .unwrap();
+        let Err(Error::UnknownUpstream { known, .. }) = small.upstream("c") else {
+            panic!("a miss is an error")
+        };
+        assert_eq!(
+            known,
+            ["a", "b"],
+            "a small registry lists every name, sorted"
+        );
+
+        let many = Registry::builder()
+            .upstreams((0..10_000).map(|i| (format!("svc-{i:05}"), UpstreamConfig::new())))
+            .build()
+            .unwrap();
+        let Err(Error::UnknownUpstream { name, known }) = many.upstream("svc-0420x") else {
+            panic!("a miss is an error")
+        };
+        assert_eq!(name, "svc-0420x");
+        assert_eq!(known.len(), KNOWN_IN_ERRORS);
+        // The ten sharing "svc-0420", then the first six sharing "svc-042".
+        let expected: Vec<String> = (4200..4216).map(|i| format!("svc-{i:05}")).collect();
+        assert_eq!(known, expected);
     }
 
     #[test]

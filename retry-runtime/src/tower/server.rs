@@ -2,7 +2,9 @@
 //!
 //! A 5xx answer gets `retry-pushback: retries-spent` when the request already retried below,
 //! and `retry-pushback: overloaded` when a retry below was refused because the upstream's retry
-//! budget is exhausted, its breaker is open or its bulkhead is full.
+//! budget is exhausted, its breaker is open or its bulkhead is full. The layer's own 504 (the
+//! deadline passed before the handler answered) follows the same rules: it says
+//! `retries-spent` only if a retry really happened below, never by default.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,11 +23,21 @@ use crate::{Operation, Pushback};
 /// - `max_retries`: 2 (the retries a request may cause here, across every upstream it calls)
 /// - `enforce_deadline`: true (the handler is dropped, answering 504, once the deadline passes)
 /// - `transit_margin`: zero (a caller's remaining time is taken as it was sent, as gRPC does)
+///
+/// # Where attempts are configured
+///
+/// An upstream's `max_attempts` bounds one call; `max_retries` bounds the
+/// retries of *every* call a request makes, across upstreams (the request's operation scope
+/// shares one allowance). The smaller wins: behind this layer with the default 2 retries, an
+/// upstream configured with `max_attempts = 5` makes at most 3 attempts per request. Raise
+/// `max_retries` here if requests should be allowed more (a caller's
+/// [`RETRIES_LEFT`](crate::propagation::RETRIES_LEFT) header can only lower it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboundLimits {
     /// The longest deadline a request gets.
     pub deadline: Duration,
-    /// The most retries one request may cause.
+    /// The most retries one request may cause, across every upstream it calls. It caps each
+    /// upstream's `max_attempts` (see "Where attempts are configured" above).
     pub max_retries: u32,
     /// Stop the handler when the deadline passes.
     pub enforce_deadline: bool,
@@ -108,7 +120,10 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let inbound = Inbound::from_headers(request.headers());
         let (deadline, retries) = self.limits.apply(&inbound);
-        let deadline = Instant::now() + deadline;
+        // Saturating: `InboundLimits { deadline: Duration::MAX, .. }` means "no limit of ours",
+        // not a panic on every request.
+        let now = Instant::now();
+        let deadline = now.checked_add(deadline).unwrap_or_else(|| far_future(now));
         let name = format!("{} {}", request.method(), request.uri().path());
         let op = Operation::root(name, Some(deadline), Some(retries));
         let enforce = self.limits.enforce_deadline;
@@ -123,7 +138,11 @@ where
                         tracing::info!(target: "retry_runtime::propagation", operation = op.name(), "caller's deadline passed: handler stopped");
                         let mut response = http::Response::new(RB::default());
                         *response.status_mut() = http::StatusCode::GATEWAY_TIMEOUT;
-                        propagation::set_pushback(response.headers_mut(), Pushback::RetriesSpent);
+                        // Only what happened below: a handler that retried nothing has spent
+                        // no retries, and saying so would be false.
+                        if let Some(pushback) = pushback(&op) {
+                            propagation::set_pushback(response.headers_mut(), pushback);
+                        }
                         return Ok(response);
                     }
                 }
@@ -131,18 +150,32 @@ where
                 scoped.await
             };
             result.map(|mut response| {
-                if response.status().is_server_error() {
-                    if op.retried_failures() > 0 {
-                        // A failure this request already retried below must not be retried above.
-                        propagation::set_pushback(response.headers_mut(), Pushback::RetriesSpent);
-                    } else if op.overloaded() {
-                        // A retry below was refused because the upstream is failing for
-                        // everyone (budget, breaker, bulkhead): retrying above would bypass it.
-                        propagation::set_pushback(response.headers_mut(), Pushback::Overloaded);
-                    }
+                if response.status().is_server_error()
+                    && let Some(pushback) = pushback(&op)
+                {
+                    propagation::set_pushback(response.headers_mut(), pushback);
                 }
                 response
             })
         })
     }
+}
+
+/// The pushback a failed request's answer carries, from what happened below.
+fn pushback(op: &Operation) -> Option<Pushback> {
+    if op.retried_failures() > 0 {
+        // A failure this request already retried below must not be retried above.
+        Some(Pushback::RetriesSpent)
+    } else if op.overloaded() {
+        // A retry below was refused because the upstream is failing for everyone (budget,
+        // breaker, bulkhead): retrying above would bypass it.
+        Some(Pushback::Overloaded)
+    } else {
+        None
+    }
+}
+
+/// A deadline too far away to matter (about 30 years), for limits given as `Duration::MAX`.
+fn far_future(now: Instant) -> Instant {
+    now + Duration::from_secs(86_400 * 365 * 30)
 }

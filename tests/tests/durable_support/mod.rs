@@ -102,12 +102,20 @@ impl PgDb {
     }
 }
 
-/// Runs every conformance test against one backend. `$db` is a type with
+/// Runs every conformance test against one backend; `ignore = "why";` before the backend marks
+/// every test `#[ignore = "why"]`. `$db` is a type with
 /// `async fn new() -> Option<Self>` (or `Self`), a `store` field and `async fn cleanup(self)`.
 #[macro_export]
 macro_rules! conformance_suite {
+    // `ignore = "why"; make`: every test is `#[ignore = "why"]` (a backend that needs a server).
+    (ignore = $why:literal; $make:expr) => {
+        $crate::conformance_suite!(@all [#[ignore = $why]] $make);
+    };
     ($make:expr) => {
-        $crate::conformance_suite!(@each $make;
+        $crate::conformance_suite!(@all [] $make);
+    };
+    (@all $attrs:tt $make:expr) => {
+        $crate::conformance_suite!(@each $attrs $make;
             enqueue_is_idempotent_and_refuses_missing_keys,
             claim_takes_due_tasks_once_and_counts_the_attempt,
             claim_only_takes_registered_operations,
@@ -126,17 +134,20 @@ macro_rules! conformance_suite {
             graceful_shutdown_releases_unfinished_leases,
             concurrent_workers_claim_each_attempt_once,
             retry_after_is_honoured,
-            every_attempt_gets_the_task_key
+            every_attempt_gets_the_task_key,
+            a_task_claimed_too_long_ago_is_not_run,
         );
     };
-    (@each $make:expr; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let Some(db) = $make.await else { return };
-                durable_support::suite::$name(db.store.clone()).await;
-                db.cleanup().await;
-            }
-        )*
+    (@each $attrs:tt $make:expr; $($name:ident),* $(,)?) => {
+        $( $crate::conformance_suite!(@one $attrs $name $make); )*
+    };
+    (@one [$($attr:tt)*] $name:ident $make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($attr)*
+        async fn $name() {
+            let Some(db) = $make.await else { return };
+            durable_support::suite::$name(db.store.clone()).await;
+            db.cleanup().await;
+        }
     };
 }

@@ -900,3 +900,70 @@ pub async fn every_attempt_gets_the_task_key<S: DurableStore>(store: S) {
         .collect();
     assert_eq!(*seen, expected);
 }
+
+/// A clock that reads `clock` until it has been read `reads` times, then runs `jump` ahead of
+/// it: a process stopped (SIGSTOP) and resumed (SIGCONT) between two steps of a worker.
+struct StoppedAfter {
+    clock: ManualClock,
+    reads: AtomicU32,
+    jump: Duration,
+}
+
+impl Clock for StoppedAfter {
+    fn now(&self) -> Timestamp {
+        let left = self
+            .reads
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        match left {
+            Ok(_) => self.clock.now(),
+            Err(_) => self.clock.now().saturating_add(self.jump),
+        }
+    }
+}
+
+/// A worker that claimed a task and was then stopped past its lease must not run the task when
+/// it resumes: another worker may have taken it over, and the fence would only refuse the
+/// result after the side effect happened twice. The task is given back and run once, by a
+/// worker whose lease is current.
+pub async fn a_task_claimed_too_long_ago_is_not_run<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    let runs = Arc::new(AtomicU32::new(0));
+    let counting = |runs: &Arc<AtomicU32>| {
+        let runs = runs.clone();
+        move |_t: TaskContext| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        }
+    };
+    // `tick` reads the clock to rescue, then to claim; every later read is two leases on.
+    let stopped = Worker::builder(store.clone())
+        .handler(OP, counting(&runs))
+        .clock(StoppedAfter {
+            clock: clock.clone(),
+            reads: AtomicU32::new(2),
+            jump: LEASE * 2,
+        })
+        .config(config("stopped"))
+        .build()
+        .expect("worker");
+    let stats = stopped.tick().await.unwrap();
+    assert_eq!(stats.claimed, 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a stale claim must not run");
+    assert_eq!((stats.released, stats.succeeded), (1, 0), "{stats:?}");
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Pending);
+    assert_eq!(t.retry_count, 0, "a released attempt is not counted");
+
+    clock.advance(LEASE * 2);
+    let current = Worker::builder(store.clone())
+        .handler(OP, counting(&runs))
+        .clock(clock.clone())
+        .config(config("current"))
+        .build()
+        .expect("worker");
+    assert_eq!(current.tick().await.unwrap().succeeded, 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "run exactly once");
+    assert_eq!(get(&store, id).await.status, TaskStatus::Succeeded);
+}

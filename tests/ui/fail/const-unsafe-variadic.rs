@@ -1,4 +1,5 @@
-// `const fn`, `unsafe fn` and variadics cannot hold an attempt loop.
+// `const fn`, `unsafe fn` and variadics cannot hold an attempt loop. (The variadic is named `_`
+// so rustc has no future-compatibility warning of its own to add to the snapshot.)
 use retry_runtime::retry;
 use retry_tests::AdapterError;
 
@@ -13,7 +14,7 @@ async unsafe fn dangerous() -> Result<u32, AdapterError> {
 }
 
 #[retry(upstream = "sber", method = GET)]
-async fn variadic(n: u32, ...) -> Result<u32, AdapterError> {
+async fn variadic(n: u32, _: ...) -> Result<u32, AdapterError> {
     Ok(n)
 }
 
