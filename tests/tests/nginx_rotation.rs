@@ -254,8 +254,11 @@ async fn keepalive_requests_3_is_invisible_to_callers() {
             let registry = Arc::new(registry);
             let tag = format!("ka-{protocol}-{n}");
             let mut all = Tally::default();
+            let mut took = String::new();
             for kind in Kind::ALL {
+                let start = Instant::now();
                 let t = batch(&registry, &client, &nginx.url(protocol), kind, n, &tag).await;
+                took.push_str(&format!("{} {:?}; ", name(kind), start.elapsed()));
                 for ((k, o), c) in t.outcomes {
                     *all.outcomes.entry((k, o)).or_default() += c;
                 }
@@ -266,7 +269,7 @@ async fn keepalive_requests_3_is_invisible_to_callers() {
             let (twice, most) = check_log(&nginx.processed(), &tag);
             eprintln!(
                 "keepalive_requests 3, {protocol}, {n} concurrent: {}keyed processed twice: \
-                 {twice}, most requests on one connection: {most}",
+                 {twice}, most requests on one connection: {most}; batches took {took}",
                 all.summary()
             );
             for kind in [Kind::Get, Kind::PostWithKey] {
