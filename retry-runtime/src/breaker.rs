@@ -135,8 +135,19 @@ const HALF_OPEN: u8 = 2;
 /// Whether an attempt's outcome says the upstream is unhealthy. A response the upstream chose
 /// to send (2xx, 3xx, 4xx other than 408/429) is the upstream working; our own local refusals
 /// (invalid request, configuration, circuit or bulkhead) say nothing about it.
+///
+/// Neither does **connection rotation** ([`Failure::connection_rotated`]): a server closing a
+/// healthy connection on purpose (HTTP/2 GOAWAY with `NO_ERROR`, `REFUSED_STREAM`, a pooled
+/// HTTP/1.1 connection closed before the request was written). nginx does it after every
+/// `keepalive_requests`, proxies after their request limit, every server on reload; counted as
+/// failures, a few dozen concurrent requests on one rotating HTTP/2 connection open the breaker
+/// against a perfectly healthy server. What still counts: 5xx (and 408/429), connect failures
+/// (refused, DNS, connect timeout), timeouts, and resets or closes after the request was sent.
+/// A rotation attempt is not recorded at all (neither failure nor success), so it does not
+/// dilute the failure rate either.
 pub fn is_upstream_failure(f: &Failure) -> bool {
-    if f.rejection.is_some()
+    if f.connection_rotated
+        || f.rejection.is_some()
         || matches!(
             f.permanent,
             Some(
@@ -419,5 +430,20 @@ mod tests {
         let mut local = Failure::new(Evidence::NotSent);
         local.rejection = Some(crate::Rejection::CircuitOpen);
         assert!(!is_upstream_failure(&local));
+    }
+
+    #[test]
+    fn connection_rotation_is_not_an_upstream_failure() {
+        // GOAWAY NO_ERROR (sent, maybe processed), REFUSED_STREAM or a request handed back.
+        assert!(!is_upstream_failure(
+            &Failure::new(Evidence::SentNoResponse).rotated()
+        ));
+        assert!(!is_upstream_failure(
+            &Failure::new(Evidence::NotSent).rotated()
+        ));
+        // A connect failure is NotSent too, and does say the upstream is down.
+        assert!(is_upstream_failure(&Failure::new(Evidence::NotSent)));
+        // A reset after the request was sent, a timeout: the upstream may be failing.
+        assert!(is_upstream_failure(&Failure::new(Evidence::SentNoResponse)));
     }
 }

@@ -18,8 +18,19 @@
 //! Calls and retries are counted in lock-free sliding-window counters (see `window`): a
 //! deposit is one CAS in the common case. A retrying call is deposited once, when it starts, so
 //! the budget sees every call as it happens.
+//!
+//! ## Connection rotation
+//! An attempt lost to connection rotation (a GOAWAY with `NO_ERROR`, `REFUSED_STREAM`, a request
+//! handed back unsent) is retried at once and *for free* (no token, not counted in the attempts)
+//! while the upstream makes **progress**: the budget also counts the upstream's successful
+//! attempts ([`RetryBudget::record_progress`]), and a call's second and later rotation retries
+//! are free only if that count moved since its previous rotation. A server rotating connections
+//! serves requests between two rotations; one that turns every request away does not, and its
+//! rotations then become ordinary retries: a token each, backoff, the attempt limit. So a
+//! rotation storm is stopped by this budget like any other.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::window::{Clock, Counter};
@@ -112,6 +123,7 @@ pub struct RetryBudget {
     clock: Clock,
     deposits: Counter,
     withdrawals: Counter,
+    progress: AtomicU64,
 }
 
 impl fmt::Debug for RetryBudget {
@@ -135,6 +147,7 @@ impl RetryBudget {
             clock: Clock::new(config.window),
             deposits: Counter::default(),
             withdrawals: Counter::default(),
+            progress: AtomicU64::new(0),
         })
     }
 
@@ -179,6 +192,17 @@ impl RetryBudget {
         // Lost a race for the last token: give it back.
         self.withdrawals.sub_one(epoch);
         false
+    }
+
+    /// Records that an attempt to the upstream succeeded: the upstream is making progress (see
+    /// "Connection rotation" in the module docs). One relaxed atomic add.
+    pub fn record_progress(&self) {
+        self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Successful attempts recorded so far (only its changes mean anything).
+    pub fn progress(&self) -> u64 {
+        self.progress.load(Ordering::Relaxed)
     }
 
     /// Whole retries available now (never negative).

@@ -22,7 +22,30 @@
 //! so the macro can ask a reconcile check between attempts with the same borrows.
 //!
 //! Every decision the loop takes is traceable to a named reason: the engine's
-//! ([`Decision`]), or the loop's own (no time left, breaker open, bulkhead full, draining).
+//! ([`Decision`]), or the loop's own (no time left, breaker open, bulkhead full, draining,
+//! connection rotated).
+//!
+//! # Connection rotation
+//! An attempt lost to connection rotation ([`Classify::connection_rotated`]: a GOAWAY with
+//! `NO_ERROR`, `REFUSED_STREAM`, a request hyper handed back unsent) is not counted by the
+//! breaker, and when the engine would retry it (a read, a keyed write, or any method with
+//! evidence `NotSent`: an unkeyed write after a GOAWAY stays ambiguous) it is retried in the
+//! manner of gRPC's transparent retries: **at once**, **without a budget token** and **not
+//! counted** in the call's attempts or the operation's allowance, while the upstream makes
+//! progress. The bound: a call's first two rotations in a row are free; a later one is free only
+//! if some attempt to the upstream succeeded since the call's rotation before last (the
+//! upstream's success count, kept by its budget). A server rotating connections serves requests
+//! between rotations; one that turns every request away does not, and its rotations become
+//! ordinary retries (backoff, token, attempt limit), so the budget stops the storm. Every
+//! attempt still needs the minimum attempt budget before the deadline, and `max_attempts = 1`
+//! turns rotation retries off with the others.
+//!
+//! Why two and not one: one HTTP/2 connection carries every concurrent request, and a GOAWAY
+//! turns away all of them but the few the server accepted (with nginx's `keepalive_requests 3`
+//! and 200 concurrent requests, 197 at once; hyper opens one connection at a time, so a request
+//! can be turned away by some 65 connections in a row). The successes on the connection before
+//! last are certain to have completed by the time the next GOAWAY arrives; those on the last
+//! connection race with its GOAWAY.
 
 use std::borrow::Cow;
 use std::fmt::Display;
@@ -164,6 +187,10 @@ pub struct Call<'r> {
     span: tracing::Span,
     attempt_span: tracing::Span,
     local: Local,
+    /// Free rotation retries granted so far (attempts not counted against the limit).
+    rotations: u32,
+    /// The upstream's progress when this call saw its last two rotations (older, newer).
+    rotation_marks: [Option<u64>; 2],
 }
 
 /// The span of one retrying call. At `DEBUG`: a service logging at `INFO` pays nothing for it.
@@ -199,6 +226,7 @@ fn attempt_span(call: &tracing::Span, attempt: u32, method: &http::Method) -> tr
         evidence = tracing::field::Empty,
         "error.type" = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
+        connection_rotated = tracing::field::Empty,
     )
 }
 
@@ -271,6 +299,8 @@ impl<'r> Call<'r> {
             span,
             attempt_span: tracing::Span::none(),
             local: Local::Nothing,
+            rotations: 0,
+            rotation_marks: [None; 2],
         })
     }
 
@@ -450,11 +480,24 @@ impl<'r> Call<'r> {
                 }))
             }
         };
+        if result.is_ok() {
+            // Progress: what makes further rotation retries free (module docs).
+            self.upstream.budget().record_progress();
+        }
         if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
             let failed = match &result {
                 Ok(_) => false,
                 Err(_) if self.local == Local::TimedOut => true,
-                Err(e) => crate::breaker::is_upstream_failure(&Failure::of(e)),
+                Err(e) => {
+                    let failure = Failure::of(e);
+                    if failure.connection_rotated {
+                        // Neither a failure nor a success: the server closed a healthy
+                        // connection (see `breaker::is_upstream_failure`).
+                        breaker.release(admission);
+                        return result;
+                    }
+                    crate::breaker::is_upstream_failure(&failure)
+                }
             };
             // Counted when it ended: an attempt that completed in its first poll ended when it
             // started (no clock read).
@@ -505,6 +548,9 @@ impl<'r> Call<'r> {
             Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
             Local::Nothing | Local::NoTime => {}
         }
+        if self.local != Local::Nothing {
+            failure.connection_rotated = false;
+        }
         if self.scope.retried_failures() > self.retried_mark {
             failure.already_retried = true;
         }
@@ -520,8 +566,24 @@ impl<'r> Call<'r> {
                 .attempt_span
                 .record("error.type", failure.evidence.as_str()),
         };
-        let decision = self.decide(&failure);
-        self.apply(decision, error, &failure).await
+        // `max_attempts = 1` turns retries off, rotation retries included.
+        let free_rotation = failure.connection_rotated
+            && self.rotation_is_free()
+            && self.upstream.config().max_attempts > 1;
+        let decision = self.decide(&failure, free_rotation);
+        self.apply(decision, error, &failure, free_rotation).await
+    }
+
+    /// The attempt just settled was lost to connection rotation: counts it, and says whether a
+    /// retry would be a free one (module docs): the call's first two rotations are, a later one
+    /// only if the upstream had a successful attempt since the call's rotation before last.
+    fn rotation_is_free(&mut self) -> bool {
+        observe::rotated(self.upstream.name());
+        self.attempt_span.record("connection_rotated", true);
+        let now = self.upstream.budget().progress();
+        let [older, newer] = self.rotation_marks;
+        self.rotation_marks = [newer, Some(now)];
+        older.is_none_or(|mark| now > mark)
     }
 
     /// After a reconcile check answered [`Reconciled::NotHappened`]: the write did not happen,
@@ -532,8 +594,8 @@ impl<'r> Call<'r> {
         E: Classify + From<Error> + Display,
     {
         let failure = Failure::new(Evidence::NotSent);
-        let decision = self.decide(&failure);
-        self.apply(decision, error, &failure).await
+        let decision = self.decide(&failure, false);
+        self.apply(decision, error, &failure, false).await
     }
 
     /// The reconcile check found that the write happened: the call ends successfully with the
@@ -560,14 +622,29 @@ impl<'r> Call<'r> {
         E::from(Error::from(ambiguous))
     }
 
-    fn decide(&mut self, failure: &Failure) -> Decision {
+    /// Asks the engine. A free rotation retry (`free_rotation`) spends neither an attempt, nor
+    /// the operation's allowance, nor a budget token, so those rules are told there is room;
+    /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
+    /// applies as to any retry.
+    fn decide(&mut self, failure: &Failure, free_rotation: bool) -> Decision {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let config = self.upstream.config();
+        // Attempts that count: free rotation retries were not.
+        let mut attempt = self.attempt - self.rotations;
+        let mut operation_retries_left = self.scope.retries_left().unwrap_or(u32::MAX);
+        let budget_has_token = match free_rotation {
+            true => {
+                attempt = attempt.min(config.max_attempts.saturating_sub(1));
+                operation_retries_left = operation_retries_left.max(1);
+                true
+            }
+            false => self.upstream.budget().has_token(),
+        };
         let ctx = Context {
-            attempt: self.attempt,
+            attempt,
             max_attempts: config.max_attempts,
-            operation_retries_left: self.scope.retries_left().unwrap_or(u32::MAX),
-            budget_has_token: self.upstream.budget().has_token(),
+            operation_retries_left,
+            budget_has_token,
             replay: self.replay,
             draining: self.registry.drain().is_draining(),
             remaining,
@@ -583,7 +660,13 @@ impl<'r> Call<'r> {
         registry.engine().decide(&ctx, failure, rng)
     }
 
-    async fn apply<T, E>(&mut self, decision: Decision, error: E, failure: &Failure) -> Step<T, E>
+    async fn apply<T, E>(
+        &mut self,
+        decision: Decision,
+        error: E,
+        failure: &Failure,
+        free_rotation: bool,
+    ) -> Step<T, E>
     where
         E: Classify + From<Error> + Display,
     {
@@ -592,6 +675,23 @@ impl<'r> Call<'r> {
             Decision::Denied(reason) => return self.stop(reason, error, failure),
             Decision::Ambiguous(reason) => return self.ambiguous_step(reason, error, failure),
         };
+        if free_rotation {
+            // At once, spending nothing (module docs, "Connection rotation").
+            self.rotations += 1;
+            self.span.in_scope(|| {
+                tracing::info!(
+                    target: "retry_runtime::decision",
+                    decision = "retry",
+                    reason = RetryReason::ConnectionRotated.as_str(),
+                    attempt = self.attempt,
+                    evidence = failure.evidence.as_str(),
+                    delay_ms = 0u64,
+                    "retrying at once on another connection"
+                )
+            });
+            observe::rotation_retried(self.upstream.name());
+            return Step::Retry;
+        }
         // Spend only now that the retry really happens: a denied retry is free.
         if !self.scope.take_retry() {
             return self.stop(DenyReason::MaxAttempts, error, failure);

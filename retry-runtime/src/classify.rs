@@ -193,6 +193,21 @@ pub trait Classify {
     fn rejection(&self) -> Option<Rejection> {
         self.via().and_then(Classify::rejection)
     }
+
+    /// `true` when the attempt was lost to *connection rotation*: the server (or a proxy)
+    /// closed a healthy connection on purpose and turned the request away unprocessed, as
+    /// servers do after `keepalive_requests`, while draining and on every reload. Over HTTP/2
+    /// that is a GOAWAY with `NO_ERROR` or a `REFUSED_STREAM` reset; over HTTP/1.1 a pooled
+    /// connection closed before the request was written (hyper hands the request back).
+    ///
+    /// It says nothing about the upstream's health, so the circuit breaker does not count it,
+    /// and a read or a keyed write (any method when the evidence is
+    /// [`NotSent`](Evidence::NotSent)) is retried at once, without backoff (see the crate
+    /// docs, "Connection rotation"). It changes nothing about [`evidence`](Classify::evidence):
+    /// a rotation whose request may have been processed (a GOAWAY) stays `SentNoResponse`.
+    fn connection_rotated(&self) -> bool {
+        self.via().is_some_and(Classify::connection_rotated)
+    }
 }
 
 impl<T: Classify + ?Sized> Classify for Box<T> {
@@ -223,6 +238,9 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
     fn rejection(&self) -> Option<Rejection> {
         (**self).rejection()
     }
+    fn connection_rotated(&self) -> bool {
+        (**self).connection_rotated()
+    }
 }
 
 /// The facts the engine decides from, copied out of a [`Classify`] error so the error itself
@@ -245,6 +263,8 @@ pub struct Failure {
     pub pushback: Option<Pushback>,
     /// A local refusal (breaker, bulkhead).
     pub rejection: Option<Rejection>,
+    /// The attempt was lost to connection rotation ([`Classify::connection_rotated`]).
+    pub connection_rotated: bool,
 }
 
 impl Failure {
@@ -259,6 +279,7 @@ impl Failure {
             already_retried: false,
             pushback: None,
             rejection: None,
+            connection_rotated: false,
         }
     }
 
@@ -280,6 +301,7 @@ impl Failure {
             already_retried: error.already_retried(),
             pushback: error.pushback(),
             rejection: error.rejection(),
+            connection_rotated: error.connection_rotated(),
         }
     }
 
@@ -287,6 +309,12 @@ impl Failure {
     pub fn reject(&mut self, rejection: Rejection) {
         self.evidence = Evidence::NotSent;
         self.rejection = Some(rejection);
+    }
+
+    /// Marks the attempt as lost to connection rotation.
+    pub const fn rotated(mut self) -> Self {
+        self.connection_rotated = true;
+        self
     }
 
     /// Sets the `Retry-After` delay.

@@ -32,6 +32,24 @@ pub enum RetryReason {
     Status(u16),
     /// 401: refresh credentials once, then replay.
     RefreshAuth,
+    /// The attempt was lost to connection rotation (a server closing a healthy connection:
+    /// GOAWAY `NO_ERROR`, `REFUSED_STREAM`, a request handed back unsent) while the upstream
+    /// makes progress: retried at once, without a budget token, not counted in the attempts.
+    /// Chosen by the attempt loop, never by the engine.
+    ConnectionRotated,
+}
+
+impl RetryReason {
+    /// The stable snake-case name used in traces and metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RetryReason::NotSent => "not_sent",
+            RetryReason::Transport(_) => "transport",
+            RetryReason::Status(_) => "status",
+            RetryReason::RefreshAuth => "refresh_auth",
+            RetryReason::ConnectionRotated => "connection_rotated",
+        }
+    }
 }
 
 impl fmt::Display for RetryReason {
@@ -41,6 +59,7 @@ impl fmt::Display for RetryReason {
             RetryReason::Transport(e) => write!(f, "transport failure ({e})"),
             RetryReason::Status(s) => write!(f, "status {s}"),
             RetryReason::RefreshAuth => f.write_str("refresh credentials and replay"),
+            RetryReason::ConnectionRotated => f.write_str("connection rotated"),
         }
     }
 }

@@ -280,4 +280,12 @@ impl Classify for Error {
     fn already_retried(&self) -> bool {
         matches!(self, Error::Ambiguous(a) if a.attempts > 1)
     }
+
+    fn connection_rotated(&self) -> bool {
+        match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => Classify::connection_rotated(e),
+            _ => false,
+        }
+    }
 }

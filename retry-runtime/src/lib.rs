@@ -50,6 +50,25 @@
 //! What the library promises when things go wrong, with the test behind each promise: the
 //! [`guarantees`] page. How the crate is built: `ARCHITECTURE.md` at the repository root.
 //!
+//! # Connection rotation is not failure
+//! Servers close healthy connections all the time: nginx after `keepalive_requests`, proxies
+//! after their request limit, load balancers while draining, every reload. Over HTTP/2 that is a
+//! GOAWAY with `NO_ERROR` (or a `REFUSED_STREAM`), over HTTP/1.1 a pooled connection closed
+//! before the request was written. The classifier reports it
+//! ([`Classify::connection_rotated`]), and the loop treats it as what it is:
+//! - the **circuit breaker does not count it** (neither failure nor success): it says nothing
+//!   about the upstream's health. Connect failures, timeouts, 5xx and resets after the request
+//!   was sent still count;
+//! - a read or a keyed write (any method when nothing was sent) is **retried at once**, without
+//!   a budget token and without counting against the attempts, like gRPC's transparent retries,
+//!   as long as the upstream makes progress (see the attempt loop's docs for the exact bound);
+//!   otherwise the rotation is an ordinary retry, and the budget stops a storm of them;
+//! - the evidence does not change: an unkeyed write turned away by a GOAWAY may have been
+//!   processed (hyper can attribute a GOAWAY to a stream the server accepted), so it stays
+//!   [`Ambiguous`];
+//! - it is counted apart: the `retry.rotations` and `retry.rotation_retries` metrics, the
+//!   `connection_rotated` field of the attempt span, the retry reason `connection_rotated`.
+//!
 //! # The decision order
 //! The [`DefaultEngine`] evaluates, in order, and a later rule never re-enables an earlier
 //! denial: attempts, budget, body replayability, response already delivered, draining,

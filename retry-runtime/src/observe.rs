@@ -3,7 +3,11 @@
 //! Names follow Resilience4j's `retry.calls{kind}` so dashboards carry over:
 //! - `retry.calls{upstream, kind}`: `successful_without_retry`, `successful_with_retry`,
 //!   `failed_without_retry`, `failed_with_retry`, `ambiguous`
-//! - `retry.retries{upstream}`: retries started
+//! - `retry.retries{upstream}`: retries started (rotation retries excluded)
+//! - `retry.rotations{upstream}`: attempts lost to connection rotation (GOAWAY `NO_ERROR`,
+//!   `REFUSED_STREAM`, a request handed back unsent); the circuit breaker does not count them
+//! - `retry.rotation_retries{upstream}`: of those, retried at once for free (reason
+//!   `connection_rotated`); the others were decided as ordinary retries
 //! - `retry.denials{upstream, reason}`: denied retries by named reason
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
@@ -94,4 +98,16 @@ pub(crate) fn breaker_state(upstream: &str, breaker: &CircuitBreaker) {
 pub(crate) fn denied(upstream: &str, reason: DenyReason) {
     #[cfg(feature = "metrics")]
     metrics::counter!("retry.denials", "upstream" => upstream.to_owned(), "reason" => reason.as_str()).increment(1);
+}
+
+/// An attempt lost to connection rotation.
+pub(crate) fn rotated(upstream: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.rotations", "upstream" => upstream.to_owned()).increment(1);
+}
+
+/// A free, immediate rotation retry granted.
+pub(crate) fn rotation_retried(upstream: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.rotation_retries", "upstream" => upstream.to_owned()).increment(1);
 }

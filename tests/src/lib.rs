@@ -7,5 +7,6 @@
 pub mod adapter_error;
 pub mod fault;
 pub mod loopback;
+pub mod nginx;
 pub mod support;
 pub use adapter_error::AdapterError;

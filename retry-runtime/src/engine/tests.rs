@@ -359,6 +359,7 @@ prop_compose! {
         Failure {
             evidence, status, retry_after: retry_after.map(Duration::from_millis), permanent,
             response_delivered, already_retried, pushback: None, rejection: None,
+            connection_rotated: false,
         }
     }
 }

@@ -9,9 +9,9 @@
 //! | 2 | invalid URL, bad scheme, builder error | `is_builder()` | `NotSent` |
 //! | 21/24 | final headers arrived (`error_for_status`, redirect policy) | `is_status()` / `is_redirect()` | `ResponseReceived` |
 //! | 3-8 | DNS, TCP refused/reset during connect, connect timeout, TLS/proxy, pool checkout | `is_connect()` (a hyper-util `legacy::Error` of kind Connect in the chain) | `NotSent` |
-//! | 9 | hyper handed the request back unsent | the **first** `hyper::Error` in the chain `is_canceled()` | `NotSent` |
-//! | 10 | HTTP/2 `REFUSED_STREAM` before headers | first `h2::Error`: `is_reset() && is_remote() && reason == REFUSED_STREAM` | `NotSent` |
-//! | 11 | HTTP/2 GOAWAY reported for the request | first `h2::Error`: `is_go_away() && is_remote()` | `SentNoResponse` (see below) |
+//! | 9 | hyper handed the request back unsent | the **first** `hyper::Error` in the chain `is_canceled()` | `NotSent`, rotation |
+//! | 10 | HTTP/2 `REFUSED_STREAM` before headers | first `h2::Error`: `is_reset() && is_remote() && reason == REFUSED_STREAM` | `NotSent`, rotation |
+//! | 11 | HTTP/2 GOAWAY reported for the request | first `h2::Error`: `is_go_away() && is_remote()` | `SentNoResponse` (see below); rotation when its code is `NO_ERROR` |
 //! | 12-20 | every other failure: total/read timeout, reset, EOF (`IncompleteMessage`), partial head, other RST_STREAM codes, h2 connection loss, handshake failure, an unknown chain | default | `SentNoResponse` |
 //!
 //! The body phase is classified by the caller of [`ResponseExt`](super::ResponseExt): any failure
@@ -25,6 +25,15 @@
 //! race under load. reqwest, pingora and linkerd accept the risk; we do not, because it is
 //! exactly how a graceful shutdown becomes a double charge. Reads and keyed writes are still
 //! retried after a GOAWAY; an unkeyed write is ambiguous (or reconciled).
+//!
+//! **Connection rotation.** Three of these rows are a server closing a *healthy* connection on
+//! purpose (`keepalive_requests`, a proxy's request limit, draining, a reload), not a failure:
+//! a remote GOAWAY with `NO_ERROR` (row 11), a remote `REFUSED_STREAM` (row 10), and a request
+//! hyper handed back unsent (row 9: over HTTP/1.1, a pooled connection closed before the request
+//! was written). [`ChainFacts::connection_rotated`] reports them; the circuit breaker does not
+//! count them and the loop retries them at once (see the crate docs). This is independent of the
+//! evidence: a GOAWAY stays `SentNoResponse`. A GOAWAY with any other code (`ENHANCE_YOUR_CALM`,
+//! `INTERNAL_ERROR`, ...) is the server complaining, and is not rotation.
 //!
 //! A generic I/O error is never upgraded to `NotSent`: a reset on a connection where the server
 //! read the whole request and one where it read nothing produce identical chains. When a
@@ -40,6 +49,9 @@ use crate::Evidence;
 
 /// The HTTP/2 `REFUSED_STREAM` error code (RFC 9113 §7).
 pub const REFUSED_STREAM: u32 = 0x7;
+
+/// The HTTP/2 `NO_ERROR` error code (RFC 9113 §7): a graceful GOAWAY.
+pub const NO_ERROR: u32 = 0x0;
 
 /// What the classifier found in a `reqwest::Error`'s chain. Exposed so tests (and curious
 /// operators) can see why an error got its class.
@@ -145,6 +157,20 @@ impl ChainFacts {
         // A remote GOAWAY falls through: it may be attributed to a request the server processes.
         Evidence::SentNoResponse
     }
+
+    /// Whether these facts show connection rotation (see the module docs): the first
+    /// `hyper::Error` is `is_canceled()` (the request was handed back unsent), or the first
+    /// `h2::Error` came from the peer and is a `REFUSED_STREAM` reset or a GOAWAY with
+    /// `NO_ERROR`. Only for an error returned by `send()` (no final headers), like
+    /// [`send_evidence`](Self::send_evidence).
+    pub fn connection_rotated(&self) -> bool {
+        if self.builder || self.response || self.connect {
+            return false;
+        }
+        let refused = self.h2_reset && self.h2_reason == Some(REFUSED_STREAM);
+        let graceful = self.h2_go_away && self.h2_reason == Some(NO_ERROR);
+        self.hyper_canceled || (self.h2_remote && (refused || graceful))
+    }
 }
 
 /// The evidence of an error returned by reqwest's `send()`/`execute()`: for code that calls
@@ -220,5 +246,80 @@ mod tests {
             Evidence::SentNoResponse,
             "GOAWAY is not proof"
         );
+    }
+
+    #[test]
+    fn rotation_is_a_graceful_goaway_a_refused_stream_or_a_request_handed_back() {
+        let graceful = ChainFacts {
+            h2_reason: Some(NO_ERROR),
+            h2_go_away: true,
+            h2_remote: true,
+            ..facts()
+        };
+        assert!(graceful.connection_rotated());
+        assert_eq!(
+            graceful.send_evidence(),
+            Evidence::SentNoResponse,
+            "rotation changes nothing about the evidence"
+        );
+        let refused = ChainFacts {
+            h2_reason: Some(REFUSED_STREAM),
+            h2_reset: true,
+            h2_remote: true,
+            ..facts()
+        };
+        assert!(refused.connection_rotated());
+        let canceled = ChainFacts {
+            hyper: true,
+            hyper_canceled: true,
+            ..facts()
+        };
+        assert!(canceled.connection_rotated());
+
+        // The server complaining, our own h2 library, or no proof at all: not rotation.
+        for not in [
+            ChainFacts {
+                h2_reason: Some(0xb),
+                ..graceful
+            },
+            ChainFacts {
+                h2_reason: Some(0x2),
+                ..graceful
+            },
+            ChainFacts {
+                h2_remote: false,
+                ..graceful
+            },
+            ChainFacts {
+                h2_remote: false,
+                ..refused
+            },
+            ChainFacts {
+                h2_reason: Some(0x8),
+                ..refused
+            },
+            ChainFacts {
+                hyper: true,
+                hyper_incomplete: true,
+                ..facts()
+            },
+            ChainFacts {
+                hyper: true,
+                io: Some(io::ErrorKind::ConnectionReset),
+                ..facts()
+            },
+            ChainFacts {
+                connect: true,
+                io: Some(io::ErrorKind::ConnectionRefused),
+                ..facts()
+            },
+            ChainFacts {
+                timeout: true,
+                ..facts()
+            },
+            facts(),
+        ] {
+            assert!(!not.connection_rotated(), "{not:?}");
+        }
     }
 }

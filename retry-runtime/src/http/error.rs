@@ -64,6 +64,7 @@ struct Inner {
     retry_after: Option<Duration>,
     pushback: Option<Pushback>,
     permanent: Option<PermanentCategory>,
+    connection_rotated: bool,
     message: Option<Cow<'static, str>>,
     response: Option<reqwest::Response>,
     headers: Option<HeaderMap>,
@@ -82,6 +83,7 @@ impl HttpError {
                 retry_after: None,
                 pushback: None,
                 permanent: None,
+                connection_rotated: false,
                 message: None,
                 response: None,
                 headers: None,
@@ -121,6 +123,7 @@ impl HttpError {
         let facts = ChainFacts::of(&error);
         let evidence = facts.send_evidence();
         let mut e = HttpError::new(HttpErrorKind::Transport, evidence);
+        e.inner.connection_rotated = facts.connection_rotated();
         e.inner.method = method.cloned();
         e.inner.target = target.or_else(|| error.url().map(target_of));
         e.inner.status = error.status();
@@ -200,6 +203,13 @@ impl HttpError {
         self.inner.method.as_ref()
     }
 
+    /// The attempt was lost to connection rotation (HTTP/2 GOAWAY `NO_ERROR` or
+    /// `REFUSED_STREAM`, or a request hyper handed back unsent): see
+    /// [`Classify::connection_rotated`].
+    pub fn connection_rotated(&self) -> bool {
+        self.inner.connection_rotated
+    }
+
     /// The response headers, when final headers arrived.
     pub fn headers(&self) -> Option<&HeaderMap> {
         match &self.inner.response {
@@ -275,6 +285,7 @@ impl fmt::Debug for HttpError {
             .field("retry_after", &i.retry_after)
             .field("pushback", &i.pushback)
             .field("permanent", &i.permanent)
+            .field("connection_rotated", &i.connection_rotated)
             .field("message", &i.message)
             .field("source", &i.source)
             .finish_non_exhaustive()
@@ -340,6 +351,9 @@ impl Classify for HttpError {
     }
     fn pushback(&self) -> Option<Pushback> {
         self.inner.pushback
+    }
+    fn connection_rotated(&self) -> bool {
+        self.inner.connection_rotated
     }
 }
 
