@@ -181,7 +181,7 @@ impl Args {
                     path,
                     format!(
                         "`{key}` belongs in the upstream's registry entry, not in code: tuning in code \
-                         cannot change without a rebuild (spec 003); {hint}"
+                         cannot change without a rebuild; {hint}"
                     ),
                 );
             } else if let Some((_, meant)) = DID_YOU_MEAN.iter().find(|(k, _)| *k == key) {

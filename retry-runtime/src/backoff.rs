@@ -1,6 +1,6 @@
 //! Backoff between attempts: exponential with jitter, never linear or fixed.
 //!
-//! Linear retry adds load to a system that is already down (spec 003 R-RES-RE-X3), and
+//! Linear retry adds load to a system that is already down, and
 //! un-jittered exponential backoff synchronises clients into waves. Two jitter schemes are
 //! offered, both from AWS's "Exponential Backoff And Jitter" study:
 //!

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::Evidence;
 
-/// A failure that can never be fixed by sending the same request again (spec 000 step 7).
+/// A failure that can never be fixed by sending the same request again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PermanentCategory {
@@ -179,7 +179,7 @@ pub trait Classify {
     }
 
     /// `true` when this failure was already retried by a retrying call below (in this process or
-    /// in a callee): retrying it again multiplies traffic (spec 004).
+    /// in a callee): retrying it again multiplies traffic.
     fn already_retried(&self) -> bool {
         self.via().is_some_and(Classify::already_retried)
     }

@@ -1,7 +1,7 @@
-//! The configuration of one named upstream, its defaults and the rules of spec 003.
+//! The configuration of one named upstream, its defaults and the rules it must follow.
 //!
-//! Tuning lives here, not in code: a config in code cannot change without a rebuild (spec 003,
-//! R-RES-RE-X4). Every rule is checked at load time and every violation is reported at once.
+//! Tuning lives here, not in code: a config in code cannot change without a rebuild, and an
+//! outage is exactly when an operator needs to change it. Every rule is checked at load time and every violation is reported at once.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,11 +10,11 @@ use crate::backoff::{Backoff, Jitter};
 use crate::breaker::BreakerConfig;
 use crate::budget::BudgetConfig;
 
-/// The longest in-memory retry window allowed (spec 003 R-RES-RE-4): beyond it, a handler holds
+/// The longest in-memory retry window allowed: beyond it, a handler holds
 /// a worker for too long; hand the work to a durable queue instead.
 pub const MAX_IN_MEMORY_WINDOW: Duration = Duration::from_secs(5);
 
-/// The largest `max_attempts` allowed (spec 003 R-RES-RE-3).
+/// The largest `max_attempts` allowed.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 
 /// Settings of one named upstream.
@@ -22,9 +22,9 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// # Default
 /// | field | default | why |
 /// |---|---|---|
-/// | `max_attempts` | 3 | spec 003: 3 typical (the first attempt included), 5 at most |
-/// | `backoff.initial` | 500 ms | spec 003 R-RES-RE-2 |
-/// | `backoff.multiplier` | 2.0 | spec 003 R-RES-RE-2 |
+/// | `max_attempts` | 3 | 3 typical (the first attempt included), 5 at most |
+/// | `backoff.initial` | 500 ms | exponential, as the AWS backoff study recommends |
+/// | `backoff.multiplier` | 2.0 | exponential, as the AWS backoff study recommends |
 /// | `backoff.max_backoff` | 1 s | keeps the window within 5 s with either jitter |
 /// | `backoff.jitter` | full | least total work in AWS's study |
 /// | `attempt_timeout` | 1 s | 0.5 + 1 + 3 x 1 = 4.5 s worst case, under the 5 s window |
@@ -36,7 +36,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `propagate` | true | send the deadline and retry headers (off for third-party APIs) |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
-/// | `breaker` | on: 50 % of >= 20 attempts in 10 s, open 5 s, 3 probes | spec 003: retry always with a breaker |
+/// | `breaker` | on: 50 % of >= 20 attempts in 10 s, open 5 s, 3 probes | retries without a breaker keep hitting a dead upstream |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
@@ -59,7 +59,7 @@ pub struct UpstreamConfig {
     /// Request header carrying the idempotency key.
     pub idempotency_header: String,
     /// Whether the upstream's contract promises to deduplicate writes by key. If not, a write
-    /// with a key is not safely idempotent (spec 003: no dedup promise, no retry of writes).
+    /// with a key is not safely idempotent (no dedup promise, no retry of writes).
     pub dedups_idempotency_key: bool,
     /// Whether requests to this upstream carry the [propagation](crate::propagation) headers
     /// (remaining deadline, retries left, attempt number). Turn it off for an upstream that
@@ -182,7 +182,7 @@ impl UpstreamConfig {
             push(
                 "max_attempts",
                 format!(
-                    "max_attempts = {} is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)",
+                    "max_attempts = {} is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue",
                     self.max_attempts
                 ),
             );
@@ -191,7 +191,7 @@ impl UpstreamConfig {
             push(
                 "multiplier",
                 format!(
-                    "multiplier = {} must be above 1: linear or fixed backoff hammers a failing upstream (spec 003 R-RES-RE-X3); use 2.0",
+                    "multiplier = {} must be above 1: linear or fixed backoff hammers a failing upstream; use 2.0",
                     self.backoff.multiplier
                 ),
             );
@@ -248,7 +248,7 @@ impl UpstreamConfig {
                     "max_attempts",
                     format!(
                         "the in-memory retry window is {window:?} (backoffs + max_attempts x attempt_timeout), above 5s: \
-                         lower max_attempts, the backoffs or attempt_timeout, or hand longer outages to the durable queue (spec 003 R-RES-RE-4)"
+                         lower max_attempts, the backoffs or attempt_timeout, or hand longer outages to the durable queue"
                     ),
                 );
             }

@@ -64,7 +64,7 @@ impl fmt::Display for RetryReason {
     }
 }
 
-/// Why a retry was denied. Each maps to one step of the decision order (spec 000).
+/// Why a retry was denied. Each maps to one step of the decision order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DenyReason {
@@ -86,7 +86,7 @@ pub enum DenyReason {
     RetryAfterBeyondWindow,
     /// Step 7: retrying cannot help.
     PermanentFailure(PermanentCategory),
-    /// A retrying call below already retried this failure (spec 004: one retry owner).
+    /// A retrying call below already retried this failure (one retry owner per operation).
     AlreadyRetried,
     /// The callee said "do not retry".
     Pushback(Pushback),

@@ -1,4 +1,4 @@
-//! Runtime draining: once a service starts shutting down, no new retry begins (spec 000 step 5).
+//! Runtime draining: once a service starts shutting down, no new retry begins.
 //!
 //! A retry started during shutdown holds a worker and a connection for another backoff and
 //! attempt the process may not live to finish. Draining lets in-flight attempts complete but

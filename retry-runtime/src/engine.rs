@@ -1,4 +1,4 @@
-//! The eligibility engine: the nine steps of spec 000, in order.
+//! The eligibility engine: the nine steps of the decision order, in order.
 //!
 //! Each step can only deny; none re-enables what an earlier one denied. The engine is pure: it
 //! reads a [`Context`] and a [`Failure`], spends nothing, and sleeps nothing. The attempt loop
@@ -35,7 +35,8 @@ impl Safety {
         }
     }
 
-    /// "Safely idempotent" in spec 000's sense.
+    /// "Safely idempotent": repeating it cannot apply it twice (a read, or a keyed write the
+    /// upstream deduplicates).
     pub const fn is_safe(self) -> bool {
         !matches!(self, Safety::UnsafeWrite)
     }
@@ -87,7 +88,7 @@ pub trait EligibilityEngine: Send + Sync {
     fn decide(&self, ctx: &Context<'_>, failure: &Failure, rng: &mut fastrand::Rng) -> Decision;
 }
 
-/// The decision order of spec 000.
+/// The default decision order (the crate docs list its steps).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultEngine;
 
@@ -122,7 +123,7 @@ impl EligibilityEngine for DefaultEngine {
         if let Some(category) = f.permanent {
             return Decision::Denied(PermanentFailure(category));
         }
-        // 7b. one retry owner (spec 004): a failure retried below, or a callee's pushback.
+        // 7b. one retry owner per operation: a failure retried below, or a callee's pushback.
         if f.already_retried {
             return Decision::Denied(AlreadyRetried);
         }
@@ -168,7 +169,7 @@ fn rule(ctx: &Context<'_>, f: &Failure) -> Result<RetryReason, Decision> {
     }
 }
 
-/// The status table of spec 000.
+/// The status rules: which statuses are retried, for which methods.
 pub fn status_rule(ctx: &Context<'_>, status: u16) -> Result<RetryReason, Decision> {
     let safe = ctx.safety.is_safe();
     let deny = Err(Decision::Denied(DenyReason::Status(status)));

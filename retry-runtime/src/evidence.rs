@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-/// How far a failed attempt is proven to have got (spec 000, "Execution evidence").
+/// How far a failed attempt is proven to have got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Evidence {
     /// Proven that the server never received (or never processed) the request: a local

@@ -1,4 +1,4 @@
-//! Body replayability: whether a request body can be sent again (spec 000, "Body replayability").
+//! Body replayability: whether a request body can be sent again.
 
 use std::fmt;
 

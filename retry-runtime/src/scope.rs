@@ -1,7 +1,7 @@
 //! The operation scope: one deadline and one retry allowance per business operation.
 //!
 //! Two layers that each allow 3 attempts turn one user action into 9 calls on a failing
-//! dependency (spec 004). The scope fixes that: every retrying call inside one operation shares
+//! dependency. The scope fixes that: every retrying call inside one operation shares
 //! the scope's absolute deadline and its retry allowance, so the operation as a whole makes at
 //! most the first owner's attempts, however deep the call chain.
 //!

@@ -1,4 +1,4 @@
-//! One retry owner per operation, across two real processes on loopback (issue 5, spec 004).
+//! One retry owner per operation, across two real processes on loopback .
 //!
 //! ```text
 //! API (this test process)  --HTTP-->  middle (tests/src/bin/middle.rs)  --HTTP-->  catalog (this test process)

@@ -1,8 +1,7 @@
 //! The durable retry schedule: `base * 2^n`, capped.
 //!
 //! After attempt `n` fails (attempts are counted from 1 when claimed), the task waits
-//! `min(base * 2^n, cap)`: 2 s, 4 s, 8 s … with the default 1 s base, the schedule of spec 003
-//! R-RES-RE-5. The schedule is deliberately unjittered and computed in Rust, in one place, so
+//! `min(base * 2^n, cap)`: 2 s, 4 s, 8 s … with the default 1 s base. The schedule is deliberately unjittered and computed in Rust, in one place, so
 //! that the worker and the lease rescuer agree and tests can assert it exactly; poll intervals
 //! and claim batches already spread work between instances. Cap it below the upstream's
 //! idempotency-key retention, or a late retry could be applied as new work.

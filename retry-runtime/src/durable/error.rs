@@ -13,8 +13,7 @@ use std::fmt;
 #[non_exhaustive]
 pub enum DurableError {
     /// A task was handed off without an idempotency key. Durable retries re-send the request
-    /// after an unknown outcome, so a write without a key could be applied twice (spec 003
-    /// R-RES-RE-X1): generate the key once, before the first in-memory attempt, and pass it here.
+    /// after an unknown outcome, so a write without a key could be applied twice: generate the key once, before the first in-memory attempt, and pass it here.
     MissingIdempotencyKey {
         /// The operation whose hand-off was refused.
         operation: String,

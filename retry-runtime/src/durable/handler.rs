@@ -57,7 +57,7 @@ pub enum AttemptError {
         /// A minimum wait the upstream asked for (`Retry-After`), capped by the backoff cap.
         retry_after: Option<Duration>,
     },
-    /// A failure that repeating cannot fix (a 4xx contract error, spec 003 R-RES-RE-X2): the
+    /// A failure that repeating cannot fix (a 4xx contract error): the
     /// task fails at once and alerts.
     Permanent {
         /// What happened, stored as the task's `last_error`.
@@ -135,7 +135,7 @@ pub type AlertError = Box<dyn StdError + Send + Sync>;
 /// The boxed future an [`AlertHook`] returns.
 pub type AlertFuture = Pin<Box<dyn Future<Output = Result<(), AlertError>> + Send + 'static>>;
 
-/// Tells a human that a task failed for good (spec 003: "a human must see it").
+/// Tells a human that a task failed for good (a failure nobody sees is a failure nobody fixes).
 ///
 /// Delivery is at-least-once and survives crashes: the failed row owes an alert until the hook
 /// returns `Ok` and the worker records it. A hook that returns `Err` (pager unreachable) is

@@ -2,11 +2,11 @@
 //!
 //! # Why a second retry mechanism
 //!
-//! In-memory retry is for transient failures that clear within about five seconds (spec 003
-//! R-RES-RE-4): it is fast and costs nothing, but it holds a request, a connection and a bulkhead
-//! slot while it waits, and it dies with the process. An upstream that is down for minutes
-//! needs something else: the work is written to a table and a polling worker retries it later
-//! (R-RES-RE-5). The task survives restarts and deploys, and no request thread waits for it.
+//! In-memory retry is for transient failures that clear within about five seconds: it is fast
+//! and costs nothing, but it holds a request, a connection and a bulkhead slot while it waits,
+//! and it dies with the process. An upstream that is down for minutes needs something else: the
+//! work is written to a table and a polling worker retries it later, with exponential backoff.
+//! The task survives restarts and deploys, and no request thread waits for it.
 //!
 //! # Guarantees, and why they hold
 //!

@@ -228,7 +228,7 @@ pub struct Fence {
 /// Options for one hand-off.
 ///
 /// # Default
-/// - `max_attempts`: 10 (spec 003 R-RES-RE-5)
+/// - `max_attempts`: 10
 /// - `delay`: zero (the task is due at once)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnqueueOptions {

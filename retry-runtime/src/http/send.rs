@@ -67,7 +67,7 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
     }
 }
 
-/// The checks and headers of spec 000 for a request sent inside `attempt`. Everything that can
+/// The checks and headers for a request sent inside `attempt`. Everything that can
 /// refuse runs before anything is sent.
 fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), HttpError> {
     // Rendered only when something is refused (the happy path allocates nothing for it).

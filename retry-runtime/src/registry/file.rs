@@ -556,14 +556,14 @@ failure_rate = 1.5
     fn the_report_reads_well() {
         let errors = parse_toml(BROKEN, "upstreams.toml", []).unwrap_err();
         let expected = r#"12 configuration error(s):
-  - upstreams.toml:3:16: upstream `sber`: max_attempts = 7 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)
+  - upstreams.toml:3:16: upstream `sber`: max_attempts = 7 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
   - upstreams.toml:4:19: upstream `sber`: `initial_backoff` = "500" is not a valid duration: it has no unit: write "500ms" or "500s"
-  - upstreams.toml:5:14: upstream `sber`: multiplier = 1 must be above 1: linear or fixed backoff hammers a failing upstream (spec 003 R-RES-RE-X3); use 2.0
+  - upstreams.toml:5:14: upstream `sber`: multiplier = 1 must be above 1: linear or fixed backoff hammers a failing upstream; use 2.0
   - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, breaker
-  - upstreams.toml:7:11: upstream `sber`: backoff = "linear" is refused: linear retry piles load onto a failing upstream (spec 003 R-RES-RE-X3); use "exponential" with a multiplier such as 2.0
+  - upstreams.toml:7:11: upstream `sber`: backoff = "linear" is refused: linear retry piles load onto a failing upstream; use "exponential" with a multiplier such as 2.0
   - upstreams.toml:8:17: upstream `sber`: `transient_500` must be true or false, found a string: write `transient_500 = false`
   - upstreams.toml:12:10: upstream `sber`: `budget.window` = "5sec" is not a valid duration: unknown unit `sec`: use one of ns, us, ms, s, m, h
-  - upstreams.toml:14:1: upstream `catalog`: the in-memory retry window is 7.5s (backoffs + max_attempts x attempt_timeout), above 5s: lower max_attempts, the backoffs or attempt_timeout, or hand longer outages to the durable queue (spec 003 R-RES-RE-4)
+  - upstreams.toml:14:1: upstream `catalog`: the in-memory retry window is 7.5s (backoffs + max_attempts x attempt_timeout), above 5s: lower max_attempts, the backoffs or attempt_timeout, or hand longer outages to the durable queue
   - upstreams.toml:16:12: upstream `catalog`: `deadline` needs a unit: write `deadline = "5s"`
   - upstreams.toml:17:12: upstream `catalog`: bulkhead = 0 would refuse every attempt: use the upstream's capacity, or remove the key for no limit
   - upstreams.toml:19:1: upstream `catalog`: unknown key `widnow` in [upstreams.catalog.budget]: did you mean `window`? valid keys: ratio, min_per_second, window
@@ -654,10 +654,10 @@ failure_rate = 1.5
             errors.to_string(),
             "5 configuration error(s):
   - environment: RETRY__NOPE__MAX_ATTEMPTS: no upstream of the file is spelled `NOPE`: an override only adjusts an upstream the file defines (known: CATALOG, SBER, SMS_GATEWAY); fix the name or add the upstream to the file
-  - environment: RETRY__SBER__BACKOFF: upstream `sber`: backoff = \"fixed\" is refused: fixed retry piles load onto a failing upstream (spec 003 R-RES-RE-X3); use \"exponential\" with a multiplier such as 2.0
+  - environment: RETRY__SBER__BACKOFF: upstream `sber`: backoff = \"fixed\" is refused: fixed retry piles load onto a failing upstream; use \"exponential\" with a multiplier such as 2.0
   - environment: RETRY__SBER__BUDGET__WINDOW: upstream `sber`: budget window 120s is outside 1s..=60s: use 10s
   - environment: RETRY__SBER__DEADLINE: upstream `sber`: `deadline` = \"soon\" is not a valid duration: expected one number and one unit, such as \"500ms\" or \"1.5s\" (units: ns, us, ms, s, m, h)
-  - environment: RETRY__SBER__MAX_ATTEMPTS: upstream `sber`: max_attempts = 8 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)
+  - environment: RETRY__SBER__MAX_ATTEMPTS: upstream `sber`: max_attempts = 8 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
 "
         );
     }

@@ -263,8 +263,8 @@ impl KeySpec {
                 "exponential" => {}
                 s @ ("linear" | "fixed" | "constant") => {
                     return Err(format!(
-                        "backoff = \"{s}\" is refused: {s} retry piles load onto a failing upstream \
-                         (spec 003 R-RES-RE-X3); use \"exponential\" with a multiplier such as 2.0"
+                        "backoff = \"{s}\" is refused: {s} retry piles load onto a failing upstream; \
+                         use \"exponential\" with a multiplier such as 2.0"
                     ));
                 }
                 s => {

@@ -46,12 +46,12 @@
 //!
 //! | key | type | default | rule |
 //! |---|---|---|---|
-//! | `max_attempts` | integer | 3 | 1..=5; beyond 5, hand off to a durable queue (spec 003 R-RES-RE-3) |
+//! | `max_attempts` | integer | 3 | 1..=5; beyond 5, hand off to a durable queue |
 //! | `initial_backoff` | duration | `"500ms"` | above zero |
-//! | `multiplier` | number | 2.0 | above 1 (spec 003 R-RES-RE-X3) |
+//! | `multiplier` | number | 2.0 | above 1 |
 //! | `max_backoff` | duration | `"1s"` | at least `initial_backoff` |
 //! | `jitter` | `"full"` or `"decorrelated"` | `"full"` | |
-//! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused (spec 003 R-RES-RE-X3) |
+//! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused |
 //! | `attempt_timeout` | duration | `"1s"` | above zero |
 //! | `deadline` | duration | `"5s"` | above zero, at most 5s (the in-memory window) |
 //! | `min_attempt_budget` | duration | `"50ms"` | below `attempt_timeout` |
@@ -63,7 +63,7 @@
 //! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
 //! | `budget.min_per_second` | integer | 10 | |
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
-//! | `breaker.enabled` | boolean | `true` | spec 003: retry with a breaker |
+//! | `breaker.enabled` | boolean | `true` | retries without a breaker keep hitting a dead upstream |
 //! | `breaker.failure_rate` | number | 0.5 | above 0, at most 1 |
 //! | `breaker.min_attempts` | integer | 20 | at least 1 |
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
@@ -74,7 +74,7 @@
 //! asks, so it is held to the same 5 s as the window below.
 //!
 //! Across keys: the worst-case in-memory retry window (every backoff at its ceiling plus
-//! `max_attempts` x `attempt_timeout`) must not exceed 5 s (spec 003 R-RES-RE-4); longer outages
+//! `max_attempts` x `attempt_timeout`) must not exceed 5 s; longer outages
 //! belong to a durable task queue.
 //!
 //! **Durations** are strings of one number and one unit (`ns`, `us`, `ms`, `s`, `m`, `h`):
@@ -127,7 +127,7 @@
 //! assert_eq!(
 //!     errors.errors()[0].to_string(),
 //!     "upstreams.toml:2:16: upstream `sber`: max_attempts = 10 is outside 1..=5: 3 is typical; \
-//!      beyond 5, hand off to the durable queue (spec 003 R-RES-RE-3)"
+//!      beyond 5, hand off to the durable queue"
 //! );
 //! assert_eq!(registry.upstream("sber").unwrap().config().max_attempts, 2);
 //! ```
