@@ -33,7 +33,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `transient_500` | false | a 500 is usually a bug, not an outage |
 /// | `idempotency_header` | `Idempotency-Key` | IETF draft header name |
 /// | `dedups_idempotency_key` | true | the upstream's contract promises dedup by key |
-/// | `propagate` | true | send the deadline and retry headers (off for third-party APIs) |
+/// | `propagate` | false | send the deadline and retry headers: turn it on for your own services behind the server layer |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
 /// | `breaker` | on: 50 % of >= 20 attempts in 10 s, open 5 s, 3 probes | retries without a breaker keep hitting a dead upstream |
@@ -62,9 +62,11 @@ pub struct UpstreamConfig {
     /// with a key is not safely idempotent (no dedup promise, no retry of writes).
     pub dedups_idempotency_key: bool,
     /// Whether requests to this upstream carry the [propagation](crate::propagation) headers
-    /// (remaining deadline, retries left, attempt number). Turn it off for an upstream that
-    /// does not read them, such as a third-party API: it would only learn your timeouts and
-    /// retry counts, and every header costs each request something.
+    /// (remaining deadline, retries left, attempt number). Off by default: a third-party API (a
+    /// bank, a payment provider) does not read them and would only learn your timeouts and
+    /// retry counts. Turn it on for your own services that run the server layer
+    /// (`tower::ScopeLayer`), so a callee stops working for a caller that gave up and does not
+    /// add retries of its own on top of yours.
     pub propagate: bool,
     /// The retry budget.
     pub budget: BudgetConfig,
@@ -96,7 +98,7 @@ impl UpstreamConfig {
             transient_500: false,
             idempotency_header: "Idempotency-Key".to_owned(),
             dedups_idempotency_key: true,
-            propagate: true,
+            propagate: false,
             budget: BudgetConfig::new(),
             bulkhead: None,
             breaker: Some(BreakerConfig::new()),

@@ -14,8 +14,8 @@
 //! already retried for this operation, or `overloaded` when it sheds load: the caller's engine
 //! then denies its own retry with [`DenyReason::Pushback`](crate::DenyReason).
 //!
-//! An upstream configured with `propagate = false` (a third-party API that does not read them)
-//! is sent none of these headers.
+//! Only an upstream configured with `propagate = true` is sent these headers (off by default:
+//! a third-party API does not read them, and would only learn your timeouts and retry counts).
 //!
 //! Inbound values only ever **shrink** the callee's own limits: a hostile or buggy client cannot
 //! grant itself a longer deadline or more retries than the callee's configuration allows.

@@ -50,7 +50,12 @@ fn status(code: u16) -> Resp {
 fn registry(names: &[&str]) -> Arc<Registry> {
     let mut b = Registry::builder().seed(3);
     for n in names {
-        b = b.upstream(*n, UpstreamConfig::new().with_breaker(None));
+        b = b.upstream(
+            *n,
+            UpstreamConfig::new()
+                .with_breaker(None)
+                .with_propagate(true),
+        );
     }
     Arc::new(b.build().unwrap())
 }
@@ -359,7 +364,12 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
     let reg = Arc::new(
         Registry::builder()
             .seed(3)
-            .upstream("middle", UpstreamConfig::new().with_breaker(None))
+            .upstream(
+                "middle",
+                UpstreamConfig::new()
+                    .with_breaker(None)
+                    .with_propagate(true),
+            )
             .upstream(
                 "catalog",
                 UpstreamConfig::new()

@@ -13,9 +13,11 @@ use crate::fault::dns::FakeDns;
 pub const UPSTREAM: &str = "up";
 
 /// A config with a tiny backoff, so retry tests run in milliseconds. The circuit breaker is off:
-/// tables of deliberate failures would open it and turn later rows into local rejections.
+/// tables of deliberate failures would open it and turn later rows into local rejections. The
+/// test servers are "our own services", so the propagation headers are on (off by default).
 pub fn fast_config() -> UpstreamConfig {
     UpstreamConfig::new()
+        .with_propagate(true)
         .with_breaker(None)
         .with_max_attempts(3)
         .with_backoff(

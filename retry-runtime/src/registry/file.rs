@@ -457,8 +457,8 @@ mod tests {
         assert!(!sms.dedups_idempotency_key);
         assert_eq!(sms.idempotency_header, "X-Request-Id");
         assert_eq!(sms.bulkhead, Some(20));
-        assert!(!sms.propagate);
-        assert!(catalog.propagate, "on by default");
+        assert!(!sms.propagate, "off by default");
+        assert!(catalog.propagate, "turned on for our own service");
         assert_eq!(sms.breaker.unwrap().failure_rate, 0.3);
     }
 

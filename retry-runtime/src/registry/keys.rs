@@ -97,7 +97,7 @@ pub(crate) const UPSTREAM_KEYS: &[KeySpec] = &[
     key("transient_500",          "transient_500",          Kind::Flag,     "false"),
     key("idempotency_header",     "idempotency_header",     Kind::Text,     "Idempotency-Key"),
     key("dedups_idempotency_key", "dedups_idempotency_key", Kind::Flag,     "true"),
-    key("propagate",              "propagate",              Kind::Flag,     "true"),
+    key("propagate",              "propagate",              Kind::Flag,     "false"),
     // No default: left out, the bulkhead is unlimited.
     key("bulkhead",               "bulkhead",               Kind::Count,    "100"),
 ];

@@ -27,7 +27,7 @@
 //! transient_500 = false
 //! idempotency_header = "Idempotency-Key"
 //! dedups_idempotency_key = true
-//! propagate = true           # false for a third-party API: no deadline/retry headers
+//! propagate = true           # your own service behind the server layer (default false)
 //! bulkhead = 100             # no default: left out, unlimited
 //!
 //! [upstreams.sber.budget]
@@ -58,7 +58,7 @@
 //! | `transient_500` | boolean | `false` | |
 //! | `idempotency_header` | string | `"Idempotency-Key"` | a valid header name |
 //! | `dedups_idempotency_key` | boolean | `true` | |
-//! | `propagate` | boolean | `true` | |
+//! | `propagate` | boolean | `false` | turn on for your own services that run the server layer |
 //! | `bulkhead` | integer | none (unlimited) | at least 1 |
 //! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
 //! | `budget.min_per_second` | integer | 10 | |

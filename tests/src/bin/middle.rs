@@ -81,6 +81,8 @@ fn main() {
 
 async fn serve(args: Args) {
     let config = UpstreamConfig::new()
+        // The catalog is our own service: it reads the propagated deadline.
+        .with_propagate(true)
         // The breaker stays out of the way: these tests measure the allowance and the budget.
         .with_breaker(None)
         .with_max_attempts(3)
