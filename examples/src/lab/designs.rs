@@ -126,7 +126,26 @@ pub struct Chain {
     /// The middle's server.
     pub middle: Server,
     /// Calls B's services answered at once because a breaker was open (A and C: none).
-    pub breaker_refusals: Arc<AtomicUsize>,
+    pub breaker_refusals: Arc<BreakerRefusals>,
+}
+
+/// Calls refused by an open breaker, per breaker.
+#[derive(Debug, Default)]
+pub struct BreakerRefusals {
+    /// By the API's breaker on the middle (the `middle` upstream).
+    pub api: AtomicUsize,
+    /// By the middle's breaker on the catalog (the `catalog` upstream).
+    pub middle: AtomicUsize,
+}
+
+impl BreakerRefusals {
+    /// (API's, middle's) so far.
+    pub fn get(&self) -> [usize; 2] {
+        [
+            self.api.load(Ordering::Relaxed),
+            self.middle.load(Ordering::Relaxed),
+        ]
+    }
 }
 
 /// Starts the API and the middle of `design` in front of the catalog at `catalog_url`.
@@ -137,7 +156,7 @@ pub async fn start(
     catalog_url: String,
     registries: Registries,
 ) -> std::io::Result<Chain> {
-    let breaker_refusals = Arc::new(AtomicUsize::new(0));
+    let breaker_refusals = Arc::new(BreakerRefusals::default());
     let refused = breaker_refusals.clone();
     let middle = match design {
         Design::A => {
@@ -354,7 +373,7 @@ async fn api_b(
     middle: String,
     contract: WriteContract,
     request: Req,
-    refused: Arc<AtomicUsize>,
+    refused: Arc<BreakerRefusals>,
 ) -> Resp {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -380,7 +399,7 @@ async fn api_b(
         .await;
     match result {
         Ok(body) => servers::respond(200, body),
-        Err(e) => error_response(&e, &refused),
+        Err(e) => error_response(&e, &refused.api),
     }
 }
 
@@ -390,7 +409,7 @@ async fn middle_b(
     adapter: Arc<CatalogAdapter>,
     contract: WriteContract,
     request: Req,
-    refused: Arc<AtomicUsize>,
+    refused: Arc<BreakerRefusals>,
 ) -> Resp {
     let Some(order) = servers::order_of(request.uri().path()).map(OrderId) else {
         return servers::respond(404, "no such route");
@@ -398,7 +417,7 @@ async fn middle_b(
     if request.method() == Method::GET {
         return match adapter.order_status(&order).await {
             Ok(status) => servers::respond(200, format!("{status:?}")),
-            Err(e) => error_response(&e, &refused),
+            Err(e) => error_response(&e, &refused.middle),
         };
     }
     let cmd = RegisterCommand::new(order);
@@ -416,7 +435,7 @@ async fn middle_b(
                 r.order, r.registration
             ),
         ),
-        Err(e) => error_response(&e, &refused),
+        Err(e) => error_response(&e, &refused.middle),
     }
 }
 

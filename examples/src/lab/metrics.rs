@@ -71,8 +71,9 @@ pub struct RunMetrics {
     pub timeline: Vec<(usize, usize)>,
     /// How late the driver started operations against their schedule (p99): the lab's own lag.
     pub lag_p99: Duration,
-    /// Calls B's services answered at once because a breaker was open.
-    pub breaker_refusals: usize,
+    /// Calls B's services answered at once because a breaker was open: the API's breaker on
+    /// the middle, the middle's on the catalog.
+    pub breaker_refusals: [usize; 2],
     /// Every operation's start, from the start of the load (for [`RunMetrics::started_beyond`]).
     starts: Vec<Duration>,
     /// The scenario's fault window, if it has one.
@@ -174,7 +175,7 @@ pub fn compute(
         calls_histogram,
         timeline,
         lag_p99: percentile(&lags, 0.99),
-        breaker_refusals: 0,
+        breaker_refusals: [0; 2],
         starts: records.iter().map(|r| r.start).collect(),
         fault: scenario.outage_window(duration),
         latencies,
@@ -248,10 +249,15 @@ pub struct Aggregate {
     /// The lab's lag (p99), the worst seed.
     pub lag_p99: Duration,
     /// See [`RunMetrics::breaker_refusals`], summed.
-    pub breaker_refusals: usize,
+    pub breaker_refusals: [usize; 2],
 }
 
 impl Aggregate {
+    /// Calls refused by an open breaker, both breakers together.
+    pub fn refused(&self) -> usize {
+        self.breaker_refusals.iter().sum()
+    }
+
     /// The binomial standard error of the pooled success rate.
     pub fn success_se(&self) -> f64 {
         let p = self.success.pooled;
@@ -339,7 +345,9 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
         timeline,
         concurrency,
         lag_p99: runs.iter().map(|m| m.lag_p99).max().unwrap_or_default(),
-        breaker_refusals: runs.iter().map(|m| m.breaker_refusals).sum(),
+        breaker_refusals: runs.iter().fold([0; 2], |[a, m], r| {
+            [a + r.breaker_refusals[0], m + r.breaker_refusals[1]]
+        }),
         runs,
     }
 }

@@ -267,7 +267,7 @@ async fn run_together(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             sampler.abort();
-            let refused = refusals.load(std::sync::atomic::Ordering::Relaxed);
+            let refused = refusals.get();
             (design, seed, state, records, refused)
         });
     }

@@ -89,7 +89,7 @@ fn row(a: &Aggregate) -> Vec<String> {
         a.ambiguous.to_string(),
         a.duplicates.to_string(),
         a.failed_but_done.to_string(),
-        a.breaker_refusals.to_string(),
+        format!("{}+{}", a.breaker_refusals[0], a.breaker_refusals[1]),
     ]
 }
 
@@ -135,17 +135,26 @@ ops: operations behind the figures (all seeds); calls/op, max: catalog requests 
 max); peak: most requests in flight at the catalog; recovery: time from the fault clearing until every
 later 250 ms bin of operations succeeds at >= 95 %, per seed; ambig: writes reported as 'outcome
 unknown'; dup: writes the catalog executed more than once; lost-ack: writes reported as failed that the
-catalog had executed; open: calls B's services answered at once because a breaker was open.
+catalog had executed; open: calls B's services answered at once because a breaker was open (the API's
+breaker on the middle + the middle's on the catalog).
 A user gives up after 15 s: an operation still running then counts as failed.";
 
-/// Per scenario, the designs ranked on success (higher first; within the measured spread of
-/// the best counts as tied), catalog calls per operation and p99 (lower first).
+/// Whether `a`'s success is statistically indistinguishable from `best`'s: within two standard
+/// errors of the difference of their pooled rates.
+fn tied(a: &Aggregate, best: &Aggregate) -> bool {
+    let se = (a.success_se().powi(2) + best.success_se().powi(2)).sqrt();
+    a.success.pooled + 2.0 * se >= best.success.pooled
+}
+
+/// Per scenario, the designs ranked on success (higher first), catalog calls per operation and
+/// p99 (lower first). A design that executed a write twice is never picked.
 pub struct Ranking<'a> {
     /// The scenario.
     pub scenario: Scenario,
     /// Best success first.
     pub success: Vec<&'a Aggregate>,
-    /// The designs whose success is within the spread of the best.
+    /// The designs without duplicate side effects whose success is tied with the best of
+    /// them (within two standard errors).
     pub best_success: Vec<&'a Aggregate>,
     /// Fewest calls first.
     pub calls: Vec<&'a Aggregate>,
@@ -167,12 +176,14 @@ pub fn rankings(results: &[Aggregate]) -> Vec<Ranking<'_>> {
                 v
             };
             let success = sorted(&|a| -a.success.pooled);
-            let best = success[0];
-            let best_success = success
+            let safe: Vec<&Aggregate> = success
                 .iter()
                 .copied()
-                .filter(|a| a.success.pooled + checks::tolerance(a, best) >= best.success.pooled)
+                .filter(|a| a.duplicates == 0)
                 .collect();
+            let best_success = safe.first().map_or_else(Vec::new, |best| {
+                safe.iter().copied().filter(|a| tied(a, best)).collect()
+            });
             Ranking {
                 scenario,
                 best_success,
@@ -188,14 +199,13 @@ pub fn rankings(results: &[Aggregate]) -> Vec<Ranking<'_>> {
 pub const USER_P99: Duration = Duration::from_secs(3);
 
 impl Ranking<'_> {
-    /// The design to use when users wait as long as it takes: of those tied on success, the
-    /// one with the fewest catalog calls.
-    pub fn pick(&self) -> &Aggregate {
+    /// The design to use when users wait as long as it takes: of those tied on success (and
+    /// without duplicate side effects), the one with the fewest catalog calls.
+    pub fn pick(&self) -> Option<&Aggregate> {
         self.best_success
             .iter()
             .copied()
             .min_by(|x, y| x.calls.pooled.total_cmp(&y.calls.pooled))
-            .expect("a scenario has a design")
     }
 
     /// The same among the designs whose p99 is at most `limit`.
@@ -205,11 +215,11 @@ impl Ranking<'_> {
             .success
             .iter()
             .copied()
-            .filter(|a| a.p99_ms.pooled <= limit_ms)
+            .filter(|a| a.p99_ms.pooled <= limit_ms && a.duplicates == 0)
             .collect();
         let best = *fast.first()?;
         fast.into_iter()
-            .filter(|a| a.success.pooled + checks::tolerance(a, best) >= best.success.pooled)
+            .filter(|a| tied(a, best))
             .min_by(|x, y| x.calls.pooled.total_cmp(&y.calls.pooled))
     }
 }
@@ -226,18 +236,24 @@ pub fn summary(results: &[Aggregate]) -> String {
     let mut out = String::new();
     for r in rankings(results) {
         let best: Vec<&str> = r.best_success.iter().map(|a| a.design.letter()).collect();
-        let fast = r
-            .pick_within(USER_P99)
-            .map_or("none".to_owned(), |a| a.design.to_string());
+        let name = |a: Option<&Aggregate>| a.map_or("none".to_owned(), |a| a.design.to_string());
+        let fast = name(r.pick_within(USER_P99));
         let _ = writeln!(
             out,
-            "{}: use {} (most successful: {}; of those, fewest catalog calls); with p99 <= {} s: {}\n  success   {}\n  calls/op  {}\n  p99       {}",
+            "{}: use {} (most successful without duplicate side effects: {}; of those, fewest catalog calls); with p99 <= {} s: {}\n  success   {}\n  calls/op  {}\n  p99       {}",
             r.scenario,
-            r.pick().design,
+            name(r.pick()),
             best.join(", "),
             USER_P99.as_secs(),
             fast,
-            ranked(&r.success, |a| format!("{:.1}%", a.success.pooled * 100.0)),
+            ranked(&r.success, |a| {
+                let dup = if a.duplicates > 0 {
+                    format!(" ({} duplicates)", a.duplicates)
+                } else {
+                    String::new()
+                };
+                format!("{:.1}%{dup}", a.success.pooled * 100.0)
+            }),
             ranked(&r.calls, |a| format!("{:.2}", a.calls.pooled)),
             ranked(&r.p99, |a| format!("{:.0}ms", a.p99_ms.pooled)),
         );
@@ -278,15 +294,18 @@ pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<Strin
             out,
             "{}: window {} (the catalog's worst-case retry window within the {} deadline), so \
              {:.0} % of its operations started too early in the outage for any in-memory retry; \
-             {:.2} catalog calls per operation and {} calls refused by its open breaker, which \
-             opens once most attempts fail (by design: the dependency is down) and stays open \
-             {} after the outage. ",
+             {:.2} catalog calls per operation, and {} calls refused by an open breaker ({} by \
+             the API's on the middle, {} by the middle's on the catalog): a breaker opens once \
+             most attempts fail (by design: the dependency is down), and the catalog's stays \
+             open {} after the outage. ",
             a.design,
             secs(window),
             secs(middle.deadline),
             beyond as f64 * 100.0 / a.ops.max(1) as f64,
             a.calls.pooled,
-            a.breaker_refusals,
+            a.refused(),
+            a.breaker_refusals[0],
+            a.breaker_refusals[1],
             secs(open_for),
         );
         if let Some(c) = none {
@@ -353,7 +372,7 @@ pub fn json(config: &LabConfig, results: &LabResults) -> Value {
                 "duplicate_side_effects": a.duplicates,
                 "failed_but_executed": a.failed_but_done,
                 "success_over_time": a.timeline.iter().map(|(ok, all)| json!([ok, all])).collect::<Vec<_>>(),
-                "breaker_refusals": a.breaker_refusals,
+                "breaker_refusals": {"api": a.breaker_refusals[0], "middle": a.breaker_refusals[1]},
                 "lab_lag_p99_ms": a.lag_p99.as_secs_f64() * 1000.0,
                 "runs": a.runs.iter().map(run_json).collect::<Vec<_>>(),
             })
@@ -415,7 +434,7 @@ fn run_json(m: &RunMetrics) -> Value {
         },
         "duplicate_side_effects": m.duplicates,
         "failed_but_executed": m.failed_but_done,
-        "breaker_refusals": m.breaker_refusals,
+        "breaker_refusals": {"api": m.breaker_refusals[0], "middle": m.breaker_refusals[1]},
     })
 }
 
@@ -689,12 +708,12 @@ pub fn html(
         USER_P99.as_secs()
     );
     for r in rankings(&aggregates) {
-        let pick = r.pick().design;
+        let pick = r.pick().map(|a| a.design);
         let cell = |list: &[&Aggregate], value: &dyn Fn(&Aggregate) -> String| {
             list.iter()
                 .map(|a| {
                     let text = format!("{} {}", a.design, value(a));
-                    if a.design == pick {
+                    if Some(a.design) == pick {
                         format!("<span class=\"pick\">{}</span>", escape(&text))
                     } else {
                         escape(&text)
@@ -707,15 +726,22 @@ pub fn html(
             h,
             "<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"pick\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
             r.scenario,
-            pick,
+            pick.map_or("none".to_owned(), |d| d.to_string()),
             r.pick_within(USER_P99)
                 .map_or("none".to_owned(), |a| a.design.to_string()),
-            cell(&r.success, &|a| format!("{:.1}%", a.success.pooled * 100.0)),
+            cell(&r.success, &|a| {
+                let dup = if a.duplicates > 0 {
+                    format!(" ({} duplicates)", a.duplicates)
+                } else {
+                    String::new()
+                };
+                format!("{:.1}%{dup}", a.success.pooled * 100.0)
+            }),
             cell(&r.calls, &|a| format!("{:.2}", a.calls.pooled)),
             cell(&r.p99, &|a| format!("{:.0}", a.p99_ms.pooled)),
         );
     }
-    h.push_str("</table><p><i>use</i>: of the designs whose success is within the measured spread of the best, the one with the fewest catalog calls (bold); \
+    h.push_str("</table><p><i>use</i>: of the designs without duplicate side effects whose success is within two standard errors of the best of them, the one with the fewest catalog calls (bold); \
                 <i>use if p99 &le; 3 s</i>: the same among the designs whose users wait at most that long in 99 % of operations.</p>\n");
     let _ = writeln!(h, "<h2>All figures</h2><pre>{}</pre>", escape(LEGEND));
     h.push_str("<table><tr>");
@@ -812,4 +838,75 @@ pub fn write(
     let html_path = dir.join("outage-lab.html");
     std::fs::write(&html_path, html(config, results)?)?;
     Ok((json_path, html_path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::catalog::CatalogCounts;
+    use crate::lab::load::{OpRecord, Outcome};
+    use crate::lab::metrics::{Run, aggregate, compute};
+
+    fn run(design: Design, ok: usize, calls: u32, executions: u32) -> RunMetrics {
+        let records: Vec<OpRecord> = (0..200)
+            .map(|i| OpRecord {
+                id: i + 1,
+                start: Duration::from_millis(i),
+                latency: Duration::from_millis(5),
+                outcome: if (i as usize) < ok {
+                    Outcome::Ok
+                } else {
+                    Outcome::Failed
+                },
+                lag: Duration::ZERO,
+            })
+            .collect();
+        let mut counts = CatalogCounts::default();
+        for r in &records {
+            counts.calls.insert(r.id, calls);
+            counts.executions.insert(r.id, executions);
+        }
+        let run = Run {
+            scenario: Scenario::ResetUnkeyed,
+            design,
+            seed: 1,
+            duration: Duration::from_secs(1),
+        };
+        compute(run, &records, &counts, Vec::new())
+    }
+
+    #[test]
+    fn the_pick_is_the_cheapest_of_the_tied_best_and_never_duplicates_a_write() {
+        let results = aggregate(&[
+            // A succeeds most, by executing writes twice.
+            run(Design::A, 200, 2, 2),
+            run(Design::B, 150, 2, 1),
+            // Tied with B (one operation apart), fewer calls.
+            run(Design::BTuned, 149, 1, 1),
+            run(Design::C, 100, 1, 1),
+        ]);
+        let ranking = rankings(&results);
+        let r = &ranking[0];
+        assert_eq!(r.success[0].design, Design::A, "ranked on success alone");
+        let tied: Vec<Design> = r.best_success.iter().map(|a| a.design).collect();
+        assert_eq!(tied, [Design::B, Design::BTuned]);
+        assert_eq!(r.pick().map(|a| a.design), Some(Design::BTuned));
+        assert!(summary(&results).contains("A 100.0% (200 duplicates)"));
+    }
+
+    #[test]
+    fn a_spread_shows_its_seeds_only_when_they_differ() {
+        let same = Spread {
+            pooled: 0.5,
+            min: 0.5,
+            max: 0.5,
+        };
+        assert_eq!(spread(same, 100.0, 1), "50.0");
+        let apart = Spread {
+            pooled: 0.5,
+            min: 0.4,
+            max: 0.61,
+        };
+        assert_eq!(spread(apart, 100.0, 1), "50.0 [40.0-61.0]");
+    }
 }
