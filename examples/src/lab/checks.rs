@@ -7,8 +7,13 @@
 //!    is repeated only with a key the catalog deduplicates, or after a check says it did not
 //!    happen);
 //! 3. B-tuned: never less successful than no retry (C) by more than the measured spread: the
-//!    larger of the two designs' ranges between seeds, and two standard errors of the
-//!    difference (so a run whose seeds happen to agree is not failed for one operation).
+//!    larger of the two designs' ranges between seeds, and three standard errors of the
+//!    difference of their pooled rates (binomial noise alone exceeds that about once in a
+//!    thousand runs). A short run needs that floor: `--quick`'s transient outage lasts 0.8 s,
+//!    and B-tuned's breaker, open 250 ms after it, costs it several points against C that a
+//!    4 s run does not show; with three seeds of 40 operations their range alone would fail
+//!    one quick run in ten on that, while a regression (B at the defaults falls 20-45 points
+//!    below C) is far beyond it.
 //!
 //! Property 3 is checked everywhere but **reported, not asserted**, where the lab has shown
 //! that it does not hold, so that `--quick` fails on a regression and not on a known finding:
@@ -65,7 +70,7 @@ pub const LAG_LIMIT: Duration = Duration::from_millis(100);
 /// module docs.
 pub fn tolerance(ours: &Aggregate, none: &Aggregate) -> f64 {
     let se = (ours.success_se().powi(2) + none.success_se().powi(2)).sqrt();
-    ours.success.range().max(none.success.range()).max(2.0 * se)
+    ours.success.range().max(none.success.range()).max(3.0 * se)
 }
 
 /// Every headline property that does not hold in `results` (empty: all hold), asserted or
