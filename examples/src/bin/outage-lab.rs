@@ -29,7 +29,7 @@ use retry_examples::lab::{self, Design, LabConfig, Progress, Scenario, checks, r
 #[derive(Parser, Debug)]
 #[command(name = "outage-lab", version)]
 struct Args {
-    /// Seconds of load per scenario (2 with --quick).
+    /// Seconds of load per scenario: 4, or 2 with --quick.
     #[arg(long, value_parser = positive)]
     duration: Option<f64>,
     /// User operations per second, per design and seed (Poisson arrivals); 40, or 20 with
@@ -56,7 +56,8 @@ struct Args {
     /// Directory for the JSON and HTML reports.
     #[arg(long, default_value = "target/outage-lab")]
     out: PathBuf,
-    /// A few seconds of every scenario, side by side, asserting the headline properties: B
+    /// Two seconds of every scenario (about 20 s in all; every design side by side, the
+    /// limited-capacity scenarios too), asserting the headline properties: B
     /// and B-tuned make at most one catalog call per operation under a dead catalog and no
     /// duplicate side effect; B-tuned is never below no retry's success by more than the
     /// spread (reported where the lab has shown it does not hold: see the report).
@@ -121,7 +122,8 @@ fn main() -> std::process::ExitCode {
         } else {
             Design::ALL.to_vec()
         },
-        // Quick mode checks counts and rates, not the storm's timing: everything side by side.
+        // Quick mode checks counts and rates, not the storm's timing: the designs run side by
+        // side in every scenario.
         isolate: !args.quick,
         out: args.out,
         upstreams,
