@@ -1,5 +1,7 @@
-//! A tiny outage lab (about a second of load per scenario) asserting the headline properties.
-//! Counts only, never durations: the assertions hold however slow the machine is.
+//! A tiny outage lab (about a second of load per scenario) asserting how design B treats writes
+//! whose response is lost, and how the limited catalog treats a caller that stopped waiting.
+//! Counts only, never durations: the assertions hold however slow the machine is. (The
+//! headline properties over every scenario are `outage-lab --quick`'s, run by `quick.rs`.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ fn config(scenarios: &[Scenario], designs: &[Design]) -> LabConfig {
         duration: Duration::from_secs(1),
         load: 15.0,
         seed: 7,
+        seeds: 1,
         scenarios: scenarios.to_vec(),
         designs: designs.to_vec(),
         ..LabConfig::default()
@@ -25,37 +28,12 @@ fn find(results: &[RunMetrics], scenario: Scenario, design: Design) -> &RunMetri
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_retry_owner_bounds_calls_and_never_duplicates_writes() {
-    let results = lab::run(
-        &config(&[Scenario::Always503], &[Design::A, Design::B]),
-        Arc::new(Quiet),
-    )
-    .await
-    .unwrap();
-    let a = find(&results, Scenario::Always503, Design::A);
-    let b = find(&results, Scenario::Always503, Design::B);
-    assert!(
-        a.ops > 0 && a.ops == b.ops,
-        "same schedule: {} vs {}",
-        a.ops,
-        b.ops
-    );
-    assert_eq!(a.ok + b.ok, 0, "the catalog is dead");
-    assert!(
-        b.calls_max <= 3,
-        "B: at most 3 catalog calls per operation, got {}",
-        b.calls_max
-    );
-    assert!(
-        a.calls_mean > 3.0,
-        "A: retries multiply across layers, got {:.2} calls per operation",
-        a.calls_mean
-    );
-
+async fn one_retry_owner_never_duplicates_writes() {
     let writes = [Scenario::ResetKeyed, Scenario::ResetUnkeyed];
     let results = lab::run(&config(&writes, &[Design::B]), Arc::new(Quiet))
         .await
-        .unwrap();
+        .unwrap()
+        .runs;
     let keyed = find(&results, Scenario::ResetKeyed, Design::B);
     assert!(keyed.ops > 0);
     assert_eq!(
@@ -93,7 +71,7 @@ async fn the_limited_catalog_skips_work_whose_caller_stopped_waiting() {
     use retry_examples::lab::catalog::{self, CatalogState};
     use retry_runtime::propagation::DEADLINE_MS;
 
-    let state = CatalogState::new(Scenario::Slowdown, 7, Duration::from_secs(5));
+    let state = CatalogState::new(Scenario::Slowdown, 7, Duration::from_secs(5), 40.0);
     let server = catalog::start(state.clone()).await.unwrap();
     let client = reqwest::Client::new();
     let url = format!("{}/orders/1", server.url());

@@ -1,5 +1,6 @@
-//! The spec 003 adapters against the lab's catalog, which executes half the registrations and
-//! then resets the connection before answering.
+//! The catalog adapters (a read, a keyed write, a checked write, a write sent once) against the
+//! lab's catalog, which executes half the registrations and then resets the connection before
+//! answering.
 //!
 //! ```text
 //! cargo run -p retry-examples --bin adapters
@@ -14,10 +15,10 @@ use retry_examples::lab::scenarios::Scenario;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let state = CatalogState::new(Scenario::ResetUnkeyed, 7, Duration::from_secs(60));
+    let state = CatalogState::new(Scenario::ResetUnkeyed, 7, Duration::from_secs(60), 40.0);
     let server = catalog::start(state.clone()).await?;
-    let registries =
-        LabUpstreams::load(&retry_examples::lab::config::default_path())?.registries(7);
+    let registries = LabUpstreams::load(&retry_examples::lab::config::default_path())?
+        .registries(retry_examples::lab::Design::BTuned, 7);
     let adapter = CatalogAdapter::new(server.url(), registries.middle);
     println!(
         "catalog at {}: half the writes are executed, then the connection is reset\n",

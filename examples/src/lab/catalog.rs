@@ -70,8 +70,8 @@ pub struct CatalogCounts {
 }
 
 impl CatalogState {
-    /// A catalog for `scenario`, whose load lasts `duration`.
-    pub fn new(scenario: Scenario, seed: u64, duration: Duration) -> Arc<Self> {
+    /// A catalog for `scenario`, whose load of `load` operations per second lasts `duration`.
+    pub fn new(scenario: Scenario, seed: u64, duration: Duration, load: f64) -> Arc<Self> {
         Arc::new(CatalogState {
             scenario,
             seed,
@@ -83,7 +83,7 @@ impl CatalogState {
             books: Mutex::new(Books::default()),
             samples: Mutex::new(Vec::new()),
             workers: scenario
-                .workers()
+                .workers(load)
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
         })
     }
@@ -163,8 +163,10 @@ impl CatalogState {
             // this attempt: a worker that picks the request up later skips it, as a service
             // built on the runtime's `ScopeLayer` would, since the work would be done for
             // nobody. A and C send no deadline: their abandoned requests are served.
+            // A catalog that ignores the header (a third-party service) serves them all.
             let caller_waits_until = propagation::Inbound::from_headers(request.headers())
                 .deadline
+                .filter(|_| self.scenario.honours_deadline())
                 .map(|left| Instant::now() + left);
             let workers = workers.clone();
             let state = self.clone();

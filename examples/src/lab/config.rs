@@ -1,6 +1,7 @@
-//! Design B's upstream configuration: `examples/lab.toml`, read through the registry's TOML
-//! loader (with the usual `RETRY__<UPSTREAM>__<KEY>` environment overrides), exactly as a
-//! service reads its own file at start-up.
+//! The upstream configuration of the library's designs. B-tuned reads `examples/lab.toml`
+//! through the registry's TOML loader (with the usual `RETRY__<UPSTREAM>__<KEY>` environment
+//! overrides), exactly as a service reads its own file at start-up. B is what a user starts
+//! from: [`DEFAULTS_TOML`], every key at its library default but the catalog's attempt timeout.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,7 +9,11 @@ use std::sync::Arc;
 use retry_runtime::registry::{ConfigErrors, parse_toml};
 use retry_runtime::{Registry, UpstreamConfig};
 
-use super::designs::Registries;
+use super::designs::{Design, Registries};
+
+fn defaults() -> Vec<(String, UpstreamConfig)> {
+    parse_toml(DEFAULTS_TOML, "defaults.toml", []).expect("the defaults are valid")
+}
 
 /// The lab's configuration file in the repository.
 pub fn default_path() -> PathBuf {
@@ -19,12 +24,24 @@ pub fn default_path() -> PathBuf {
 /// binary run from elsewhere).
 pub const LAB_TOML: &str = include_str!("../../lab.toml");
 
-/// The parsed upstreams of a lab configuration file.
+/// Design B's upstreams: the library's defaults, but for the catalog's attempt timeout, which
+/// is the same 300 ms in every design (the slow-catalog scenario is defined by it). The API ->
+/// middle hop keeps the default 1 s: the 1.5 s of the other designs would take the default
+/// backoff past the library's 5 s in-memory retry window, which the registry refuses.
+pub const DEFAULTS_TOML: &str = "\
+[upstreams.middle]
+
+[upstreams.catalog]
+attempt_timeout = \"300ms\"
+";
+
+/// The parsed upstreams of the library's designs.
 #[derive(Debug, Clone)]
 pub struct LabUpstreams {
-    /// Where they were read from.
+    /// Where B-tuned's were read from.
     pub source: PathBuf,
     configs: Vec<(String, UpstreamConfig)>,
+    defaults: Vec<(String, UpstreamConfig)>,
 }
 
 impl LabUpstreams {
@@ -51,6 +68,7 @@ impl LabUpstreams {
         Ok(LabUpstreams {
             source: path.to_owned(),
             configs: parse_toml(&text, path, env)?,
+            defaults: defaults(),
         })
     }
 
@@ -59,21 +77,33 @@ impl LabUpstreams {
         LabUpstreams {
             source: default_path(),
             configs: parse_toml(LAB_TOML, default_path(), []).expect("lab.toml is valid"),
+            defaults: defaults(),
         }
     }
 
-    /// One upstream's config.
-    pub fn get(&self, name: &str) -> Option<&UpstreamConfig> {
-        self.configs.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    /// One upstream's config under `design` (B: the defaults; otherwise B-tuned's file).
+    pub fn get(&self, design: Design, name: &str) -> Option<&UpstreamConfig> {
+        self.of(design)
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c)
     }
 
-    /// Fresh registries for one run (budgets, breakers and bulkheads start empty), their jitter
-    /// seeded from `seed`.
-    pub fn registries(&self, seed: u64) -> Registries {
+    fn of(&self, design: Design) -> &[(String, UpstreamConfig)] {
+        match design {
+            Design::B => &self.defaults,
+            _ => &self.configs,
+        }
+    }
+
+    /// Fresh registries for one run of `design` (budgets, breakers and bulkheads start empty),
+    /// their jitter seeded from `seed`. A and C do not use them.
+    pub fn registries(&self, design: Design, seed: u64) -> Registries {
+        let configs = self.of(design);
         let build = |seed: u64| {
             Arc::new(
                 Registry::builder()
-                    .upstreams(self.configs.iter().cloned())
+                    .upstreams(configs.iter().cloned())
                     .seed(seed)
                     .build()
                     .expect("validated when loaded"),
@@ -93,10 +123,19 @@ mod tests {
     #[test]
     fn the_shipped_file_is_valid_and_says_what_the_lab_assumes() {
         let lab = LabUpstreams::builtin();
-        let catalog = lab.get("catalog").unwrap();
+        let catalog = lab.get(Design::BTuned, "catalog").unwrap();
         assert_eq!(catalog.max_attempts, 3);
         assert_eq!(catalog.bulkhead, Some(32));
         assert!(catalog.breaker.is_some());
-        assert!(lab.get("middle").is_some());
+        assert!(lab.get(Design::BTuned, "middle").is_some());
+    }
+
+    #[test]
+    fn design_b_runs_the_library_defaults_but_for_the_catalog_timeout() {
+        let lab = LabUpstreams::builtin();
+        let mut expected = UpstreamConfig::new();
+        assert_eq!(lab.get(Design::B, "middle"), Some(&expected));
+        expected.attempt_timeout = std::time::Duration::from_millis(300);
+        assert_eq!(lab.get(Design::B, "catalog"), Some(&expected));
     }
 }

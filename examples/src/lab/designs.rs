@@ -1,24 +1,34 @@
-//! The three designs of spec 004, as the API and the middle service call downstream.
+//! The retry designs the lab compares, as the API and the middle service call downstream.
 //!
 //! | design | API -> middle | middle -> catalog |
 //! |---|---|---|
-//! | A, retry in every layer | 3 attempts on 5xx, 429, timeouts and resets, any method; backoff 100 ms, 200 ms; no budget, no deadline, `Retry-After` ignored | the same |
-//! | B, one retry owner | the runtime (`middle` upstream): one attempt unless the middle did not retry; propagates deadline and retries left | `ScopeLayer` restores the API's scope; the catalog adapter (`catalog` upstream) owns the retries: shared allowance, budget, breaker, bulkhead, `Retry-After` |
+//! | A, retry in every layer | backon's `ExponentialBuilder::default()` around a reqwest call (`error_for_status`): every error retried, 3 retries after 1 s, 2 s, 4 s, no jitter | reqwest-middleware with reqwest-retry's `RetryTransientMiddleware` and `ExponentialBackoff::builder().build_with_max_retries(3)` (the crate's documented setup): 5xx, 408, 429, timeouts and connection errors retried whatever the method, 3 retries after up to 1 s, 2 s, 4 s (full jitter) |
+//! | B, one retry owner, library defaults | the runtime (`middle` upstream): one attempt unless the middle did not retry; propagates deadline and retries left | `ScopeLayer` restores the API's scope; the catalog adapter (`catalog` upstream) owns the retries: shared allowance, budget, breaker, `Retry-After` |
+//! | B-tuned | the same code, with `examples/lab.toml`'s upstreams | the same, with a bulkhead |
 //! | C, no retry | one attempt | one attempt |
 //!
-//! Timeouts are the same in every design: 1.5 s per API -> middle attempt, 300 ms per
-//! middle -> catalog attempt. In B the API's operation deadline is 2.5 s and both limits come
-//! from the registry (`examples/lab.toml`). B's attempts tell their callee how long they still
-//! wait (`retry-deadline-ms`: the attempt's timeout, clamped to the deadline), so the middle's
-//! retries end when the API stops waiting, and the brief slowdown's catalog skips queued
-//! requests nobody waits for; A and C send nothing of the kind.
+//! Timeouts: 1.5 s per API -> middle attempt and 300 ms per middle -> catalog attempt in A, C
+//! and B-tuned. B keeps every library default except the catalog's 300 ms attempt timeout (the
+//! environment every design runs in); its API -> middle attempts time out after the default 1 s
+//! (1.5 s with the default backoff would exceed the library's 5 s in-memory window). B's
+//! operation deadline is its `middle` upstream's `deadline` (5 s by default, 2.5 s tuned).
+//! B's attempts tell their callee how long they still wait (`retry-deadline-ms`: the attempt's
+//! timeout, clamped to the deadline), so the middle's retries end when the API stops waiting,
+//! and the brief slowdown's catalog skips queued requests nobody waits for (unless the scenario
+//! says the catalog ignores the header, as a third-party service would); A and C send nothing
+//! of the kind.
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable as _};
 use bytes::Bytes;
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_retry::RetryTransientMiddleware;
+use reqwest_retry::policies::ExponentialBackoff;
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
 use retry_runtime::tower::{InboundLimits, ScopeLayer};
 use retry_runtime::{Method, Pushback, Registry, Retry, propagation};
@@ -36,29 +46,30 @@ pub const OUTCOME: &str = "x-lab-outcome";
 pub const API_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Attempt timeout of middle -> catalog calls (A and C; B's comes from the registry).
 pub const MIDDLE_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
-/// The operation deadline B's API sets.
-pub const OPERATION_DEADLINE: Duration = Duration::from_millis(2500);
 
 /// A retry design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Design {
-    /// Retry in every layer.
+    /// Retry in every layer, with backon and reqwest-retry at their defaults.
     A,
-    /// One retry owner with shared allowance, budget and deadline.
+    /// One retry owner (this library) at its defaults.
     B,
+    /// One retry owner with the lab's tuned configuration (`examples/lab.toml`).
+    BTuned,
     /// No retry.
     C,
 }
 
 impl Design {
     /// Every design.
-    pub const ALL: [Design; 3] = [Design::A, Design::B, Design::C];
+    pub const ALL: [Design; 4] = [Design::A, Design::B, Design::BTuned, Design::C];
 
-    /// The flag value.
+    /// The flag value and report label.
     pub const fn letter(self) -> &'static str {
         match self {
             Design::A => "A",
             Design::B => "B",
+            Design::BTuned => "B-tuned",
             Design::C => "C",
         }
     }
@@ -66,10 +77,16 @@ impl Design {
     /// A short description.
     pub const fn describe(self) -> &'static str {
         match self {
-            Design::A => "retry in every layer",
-            Design::B => "one retry owner",
+            Design::A => "retry in every layer (backon + reqwest-retry defaults)",
+            Design::B => "one retry owner, library defaults",
+            Design::BTuned => "one retry owner, examples/lab.toml",
             Design::C => "no retry",
         }
+    }
+
+    /// Whether this is one of the library's designs (B or B-tuned).
+    pub const fn is_ours(self) -> bool {
+        matches!(self, Design::B | Design::BTuned)
     }
 }
 
@@ -85,13 +102,15 @@ impl FromStr for Design {
         match s.to_ascii_uppercase().as_str() {
             "A" => Ok(Design::A),
             "B" => Ok(Design::B),
+            "B-TUNED" | "BT" => Ok(Design::BTuned),
             "C" => Ok(Design::C),
-            _ => Err(format!("unknown design `{s}`: use A, B or C")),
+            _ => Err(format!("unknown design `{s}`: use A, B, B-tuned or C")),
         }
     }
 }
 
-/// The registries design B uses: the API's (`middle` upstream) and the middle's (`catalog`).
+/// The registries designs B and B-tuned use: the API's (`middle` upstream) and the middle's
+/// (`catalog`).
 #[derive(Clone, Debug)]
 pub struct Registries {
     /// The API process's registry.
@@ -106,74 +125,114 @@ pub struct Chain {
     pub api: Server,
     /// The middle's server.
     pub middle: Server,
+    /// Calls B's services answered at once because a breaker was open (A and C: none).
+    pub breaker_refusals: Arc<BreakerRefusals>,
+}
+
+/// Calls refused by an open breaker, per breaker.
+#[derive(Debug, Default)]
+pub struct BreakerRefusals {
+    /// By the API's breaker on the middle (the `middle` upstream).
+    pub api: AtomicUsize,
+    /// By the middle's breaker on the catalog (the `catalog` upstream).
+    pub middle: AtomicUsize,
+}
+
+impl BreakerRefusals {
+    /// (API's, middle's) so far.
+    pub fn get(&self) -> [usize; 2] {
+        [
+            self.api.load(Ordering::Relaxed),
+            self.middle.load(Ordering::Relaxed),
+        ]
+    }
 }
 
 /// Starts the API and the middle of `design` in front of the catalog at `catalog_url`.
+/// `registries` are used by B and B-tuned only.
 pub async fn start(
     design: Design,
     contract: WriteContract,
     catalog_url: String,
     registries: Registries,
 ) -> std::io::Result<Chain> {
+    let breaker_refusals = Arc::new(BreakerRefusals::default());
+    let refused = breaker_refusals.clone();
     let middle = match design {
-        Design::A | Design::C => {
-            let attempts = if design == Design::A { 3 } else { 1 };
+        Design::A => {
+            let client = reqwest_middleware::ClientBuilder::new(plain_client())
+                .with(RetryTransientMiddleware::new_with_policy(
+                    ExponentialBackoff::builder().build_with_max_retries(3),
+                ))
+                .build();
+            servers::serve(FnService(move |request: Req| {
+                middle_a(client.clone(), catalog_url.clone(), request)
+            }))
+            .await?
+        }
+        Design::C => {
             let client = plain_client();
             servers::serve(FnService(move |request: Req| {
-                forward(
+                once(
                     client.clone(),
                     catalog_url.clone(),
                     request,
-                    attempts,
                     MIDDLE_ATTEMPT_TIMEOUT,
                 )
             }))
             .await?
         }
-        Design::B => {
+        Design::B | Design::BTuned => {
+            let deadline = registries
+                .middle
+                .upstream("catalog")
+                .expect("a `catalog` upstream")
+                .config()
+                .deadline;
             let adapter = Arc::new(CatalogAdapter::new(catalog_url, registries.middle.clone()));
-            let handler =
-                FnService(move |request: Req| middle_b(adapter.clone(), contract, request));
+            let handler = FnService(move |request: Req| {
+                middle_b(adapter.clone(), contract, request, refused.clone())
+            });
             let limits = InboundLimits {
-                deadline: OPERATION_DEADLINE,
-                max_retries: 2,
-                enforce_deadline: true,
+                deadline,
                 ..InboundLimits::default()
             };
             servers::serve(ScopeLayer::new(limits).layer(handler)).await?
         }
     };
     let middle_url = middle.url();
-    let client = match design {
-        Design::B => {
-            let upstream = registries
-                .api
-                .upstream("middle")
-                .expect("a `middle` upstream");
-            retry_runtime::http::client_builder_for(upstream.config())
-                .pool_max_idle_per_host(64)
-                .build()
-                .expect("a plain HTTP client builds")
-        }
-        Design::A | Design::C => plain_client(),
-    };
     let api = match design {
-        Design::A | Design::C => {
-            let attempts = if design == Design::A { 3 } else { 1 };
+        Design::A => {
+            let client = plain_client();
             servers::serve(FnService(move |mut request: Req| {
                 add_key(&mut request, contract);
-                forward(
+                api_a(client.clone(), middle_url.clone(), request)
+            }))
+            .await?
+        }
+        Design::C => {
+            let client = plain_client();
+            servers::serve(FnService(move |mut request: Req| {
+                add_key(&mut request, contract);
+                once(
                     client.clone(),
                     middle_url.clone(),
                     request,
-                    attempts,
                     API_ATTEMPT_TIMEOUT,
                 )
             }))
             .await?
         }
-        Design::B => {
+        Design::B | Design::BTuned => {
+            let upstream = registries
+                .api
+                .upstream("middle")
+                .expect("a `middle` upstream");
+            let client = retry_runtime::http::client_builder_for(upstream.config())
+                .build()
+                .expect("a plain HTTP client builds");
             let registry = registries.api.clone();
+            let refused = breaker_refusals.clone();
             servers::serve(FnService(move |request: Req| {
                 api_b(
                     client.clone(),
@@ -181,19 +240,23 @@ pub async fn start(
                     middle_url.clone(),
                     contract,
                     request,
+                    refused.clone(),
                 )
             }))
             .await?
         }
     };
-    Ok(Chain { api, middle })
+    Ok(Chain {
+        api,
+        middle,
+        breaker_refusals,
+    })
 }
 
-/// The client A and C use: plain reqwest, as their services would.
+/// The client every design's services start from: plain reqwest, as their services would.
 fn plain_client() -> reqwest::Client {
     reqwest::Client::builder()
         .retry(reqwest::retry::never())
-        .pool_max_idle_per_host(64)
         .build()
         .expect("a plain HTTP client builds")
 }
@@ -211,49 +274,90 @@ fn add_key(request: &mut Req, contract: WriteContract) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Designs A and C: the loop people write with backon or reqwest-retry in each service.
+/// The method, downstream URL and idempotency key of an inbound request, forwarded as is.
+fn target(base: &str, request: &Req) -> (Method, String, Option<http::HeaderValue>) {
+    (
+        request.method().clone(),
+        format!("{base}{}", request.uri().path()),
+        request.headers().get(IDEMPOTENCY_KEY).cloned(),
+    )
+}
 
-/// Forwards `request` to `base` with up to `attempts` attempts: retries 5xx, 429, timeouts
-/// and connection errors whatever the method, after 100 ms, then 200 ms.
-async fn forward(
-    client: reqwest::Client,
-    base: String,
-    request: Req,
-    attempts: u32,
-    timeout: Duration,
-) -> Resp {
-    let method = request.method().clone();
-    let url = format!("{base}{}", request.uri().path());
-    let key = request.headers().get(IDEMPOTENCY_KEY).cloned();
-    let mut delay = Duration::from_millis(100);
-    let mut attempt = 1;
-    loop {
-        let mut builder = client.request(method.clone(), &url).timeout(timeout);
+/// How A and C answer a failed call: the status they got, else 504 for a timeout and 502 for
+/// anything else.
+fn failure(status: Option<http::StatusCode>, timeout: bool) -> Resp {
+    match status {
+        Some(status) => servers::respond(status.as_u16(), "upstream failed"),
+        None if timeout => servers::respond(504, "upstream timed out"),
+        None => servers::respond(502, "upstream connection failed"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Design A: the popular crates at their defaults, in each service.
+
+/// A's API: backon around a reqwest call, as its README shows it: `error_for_status` turns a
+/// status into an error, and `ExponentialBuilder::default()` retries every error (3 retries,
+/// after 1 s, 2 s, 4 s, no jitter).
+async fn api_a(client: reqwest::Client, middle: String, request: Req) -> Resp {
+    let (method, url, key) = target(&middle, &request);
+    let call = || async {
+        let mut builder = client
+            .request(method.clone(), &url)
+            .timeout(API_ATTEMPT_TIMEOUT);
         if let Some(key) = &key {
             builder = builder.header(IDEMPOTENCY_KEY, key.clone());
         }
-        let result = async {
-            let response = builder.send().await?;
-            let status = response.status().as_u16();
-            let body = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, body))
-        }
-        .await;
-        let retryable = match &result {
-            Ok((status, _)) => *status >= 500 || *status == 429,
-            Err(_) => true,
-        };
-        if !retryable || attempt >= attempts {
-            return match result {
-                Ok((status, body)) => servers::respond(status, body),
-                Err(e) if e.is_timeout() => servers::respond(504, "upstream timed out"),
-                Err(_) => servers::respond(502, "upstream connection failed"),
-            };
-        }
-        tokio::time::sleep(delay).await;
-        delay *= 2;
-        attempt += 1;
+        let response = builder.send().await?.error_for_status()?;
+        response.bytes().await
+    };
+    match call.retry(ExponentialBuilder::default()).await {
+        Ok(body) => servers::respond(200, body),
+        Err(e) => failure(e.status(), e.is_timeout()),
+    }
+}
+
+/// A's middle: a reqwest-middleware client with reqwest-retry's transient-retry middleware and
+/// its documented policy (`ExponentialBackoff::builder().build_with_max_retries(3)`).
+async fn middle_a(client: ClientWithMiddleware, catalog: String, request: Req) -> Resp {
+    let (method, url, key) = target(&catalog, &request);
+    let mut builder = client.request(method, &url).timeout(MIDDLE_ATTEMPT_TIMEOUT);
+    if let Some(key) = key {
+        builder = builder.header(IDEMPOTENCY_KEY, key);
+    }
+    let result = async {
+        let response = builder.send().await?;
+        let status = response.status();
+        let body = response.bytes().await?;
+        Ok::<_, reqwest_middleware::Error>((status, body))
+    }
+    .await;
+    match result {
+        Ok((status, body)) => servers::respond(status.as_u16(), body),
+        Err(e) => failure(e.status(), e.is_timeout()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Design C.
+
+/// One attempt, its status passed on.
+async fn once(client: reqwest::Client, base: String, request: Req, timeout: Duration) -> Resp {
+    let (method, url, key) = target(&base, &request);
+    let mut builder = client.request(method, &url).timeout(timeout);
+    if let Some(key) = key {
+        builder = builder.header(IDEMPOTENCY_KEY, key);
+    }
+    let result = async {
+        let response = builder.send().await?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await?;
+        Ok::<_, reqwest::Error>((status, body))
+    }
+    .await;
+    match result {
+        Ok((status, body)) => servers::respond(status, body),
+        Err(e) => failure(e.status(), e.is_timeout()),
     }
 }
 
@@ -269,11 +373,14 @@ async fn api_b(
     middle: String,
     contract: WriteContract,
     request: Req,
+    refused: Arc<BreakerRefusals>,
 ) -> Resp {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let order = servers::order_of(&path).unwrap_or_default();
     let url = format!("{middle}{path}");
+    let upstream = registry.upstream("middle").expect("a `middle` upstream");
+    let deadline = upstream.config().deadline;
     let call = Retry::in_registry(&registry, "middle").method(method.clone());
     let call = if contract == WriteContract::Keyed && method == Method::POST {
         call.idempotency(RegisterCommand::new(OrderId(order)).idempotency_key())
@@ -281,7 +388,7 @@ async fn api_b(
         call
     };
     let result: Result<Bytes, AdapterError> = retry_runtime::operation("api")
-        .deadline(OPERATION_DEADLINE)
+        .deadline(deadline)
         .run(call.run(|_attempt| {
             let request = client.request(method.clone(), &url);
             async move {
@@ -292,20 +399,25 @@ async fn api_b(
         .await;
     match result {
         Ok(body) => servers::respond(200, body),
-        Err(e) => error_response(&e),
+        Err(e) => error_response(&e, &refused.api),
     }
 }
 
 /// The middle: runs inside the scope the `ScopeLayer` restored from the API's headers; the
 /// catalog adapter owns the retries.
-async fn middle_b(adapter: Arc<CatalogAdapter>, contract: WriteContract, request: Req) -> Resp {
+async fn middle_b(
+    adapter: Arc<CatalogAdapter>,
+    contract: WriteContract,
+    request: Req,
+    refused: Arc<BreakerRefusals>,
+) -> Resp {
     let Some(order) = servers::order_of(request.uri().path()).map(OrderId) else {
         return servers::respond(404, "no such route");
     };
     if request.method() == Method::GET {
         return match adapter.order_status(&order).await {
             Ok(status) => servers::respond(200, format!("{status:?}")),
-            Err(e) => error_response(&e),
+            Err(e) => error_response(&e, &refused.middle),
         };
     }
     let cmd = RegisterCommand::new(order);
@@ -323,16 +435,20 @@ async fn middle_b(adapter: Arc<CatalogAdapter>, contract: WriteContract, request
                 r.order, r.registration
             ),
         ),
-        Err(e) => error_response(&e),
+        Err(e) => error_response(&e, &refused.middle),
     }
 }
 
 /// How B's services answer a failed call: an unknown outcome is said so (502 and
 /// `x-lab-outcome: ambiguous`), a local refusal (breaker, bulkhead) is `503` with the
-/// `overloaded` pushback, a catalog status is passed on with its `Retry-After`.
-fn error_response(e: &AdapterError) -> Resp {
+/// `overloaded` pushback, a catalog status is passed on with its `Retry-After`. A refusal by
+/// an open breaker is counted in `refused`.
+fn error_response(e: &AdapterError, refused: &AtomicUsize) -> Resp {
     if std::env::var_os("LAB_DEBUG").is_some() {
         eprintln!("lab: {e}");
+    }
+    if let AdapterError::Runtime(retry_runtime::Error::CircuitOpen { .. }) = e {
+        refused.fetch_add(1, Ordering::Relaxed);
     }
     if e.as_ambiguous().is_some() {
         let mut r = servers::respond(502, e.to_string());

@@ -22,6 +22,9 @@ pub enum Outcome {
     Ambiguous,
 }
 
+/// How long a user waits for an operation before giving up (it then counts as failed).
+pub const USER_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// One operation's record.
 #[derive(Debug, Clone, Copy)]
 pub struct OpRecord {
@@ -33,6 +36,9 @@ pub struct OpRecord {
     pub latency: Duration,
     /// How it ended.
     pub outcome: Outcome,
+    /// How late it started against its schedule: the lab's own lag (a driver that cannot keep
+    /// up with `--load` shows here, not in the designs' figures).
+    pub lag: Duration,
 }
 
 /// Arrival offsets of a Poisson process at `rate` per second over `duration`, from `seed`.
@@ -64,8 +70,7 @@ pub async fn drive(
 ) -> Vec<OpRecord> {
     let client = reqwest::Client::builder()
         .retry(reqwest::retry::never())
-        .timeout(Duration::from_secs(15))
-        .pool_max_idle_per_host(256)
+        .timeout(USER_TIMEOUT)
         .build()
         .expect("a plain HTTP client builds");
     let mut ops = JoinSet::new();
@@ -98,6 +103,7 @@ pub async fn drive(
                 start: began.saturating_duration_since(start),
                 latency: began.elapsed(),
                 outcome,
+                lag: began.saturating_duration_since(at),
             };
             done();
             record

@@ -1,5 +1,5 @@
-//! What one scenario x design run measured, computed from the load driver's records and the
-//! catalog's counters.
+//! What one scenario x design x seed run measured, computed from the load driver's records and
+//! the catalog's counters, and the same pooled over seeds with its spread ([`Aggregate`]).
 
 use std::time::Duration;
 
@@ -13,13 +13,31 @@ pub const RECOVERY_BIN: Duration = Duration::from_millis(250);
 /// The success rate a bin must reach to count as recovered.
 pub const RECOVERED_AT: f64 = 0.95;
 
-/// The results of one scenario under one design.
+/// How many bins of operation start times the success-over-time series has.
+pub const TIMELINE_BINS: usize = 20;
+
+/// Which run a set of records comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct Run {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The design.
+    pub design: Design,
+    /// The seed.
+    pub seed: u64,
+    /// How long the load ran.
+    pub duration: Duration,
+}
+
+/// The results of one scenario under one design and seed.
 #[derive(Debug, Clone)]
 pub struct RunMetrics {
     /// The scenario.
     pub scenario: Scenario,
     /// The design.
     pub design: Design,
+    /// The seed.
+    pub seed: u64,
     /// Operations sent.
     pub ops: usize,
     /// Operations that succeeded.
@@ -47,6 +65,19 @@ pub struct RunMetrics {
     pub failed_but_done: usize,
     /// Histogram of catalog calls per operation: `calls_histogram[n]` operations made n calls.
     pub calls_histogram: Vec<usize>,
+    /// Every operation's latency, sorted (for percentiles pooled over seeds).
+    pub latencies: Vec<Duration>,
+    /// (succeeded, started) per [`TIMELINE_BINS`]th of the load duration, by start time.
+    pub timeline: Vec<(usize, usize)>,
+    /// How late the driver started operations against their schedule (p99): the lab's own lag.
+    pub lag_p99: Duration,
+    /// Calls B's services answered at once because a breaker was open: the API's breaker on
+    /// the middle, the middle's on the catalog.
+    pub breaker_refusals: [usize; 2],
+    /// Every operation's start, from the start of the load (for [`RunMetrics::started_beyond`]).
+    starts: Vec<Duration>,
+    /// The scenario's fault window, if it has one.
+    fault: Option<(Duration, Duration)>,
 }
 
 impl RunMetrics {
@@ -58,17 +89,34 @@ impl RunMetrics {
             self.ok as f64 / self.ops as f64
         }
     }
+
+    /// Operations that started during the fault window earlier than `window` before it
+    /// cleared: no in-memory retry that gives up within `window` can outlast the fault for
+    /// them.
+    pub fn started_beyond(&self, window: Duration) -> usize {
+        let Some((from, until)) = self.fault else {
+            return 0;
+        };
+        self.starts
+            .iter()
+            .filter(|s| **s >= from && **s + window < until)
+            .count()
+    }
 }
 
 /// Computes the metrics of a run.
 pub fn compute(
-    scenario: Scenario,
-    design: Design,
+    run: Run,
     records: &[OpRecord],
     counts: &CatalogCounts,
     concurrency: Vec<(f64, usize)>,
-    duration: Duration,
 ) -> RunMetrics {
+    let Run {
+        scenario,
+        design,
+        seed,
+        duration,
+    } = run;
     let calls: Vec<u32> = records
         .iter()
         .map(|r| counts.calls.get(&r.id).copied().unwrap_or(0))
@@ -82,9 +130,20 @@ pub fn compute(
     let mut latencies: Vec<Duration> = records.iter().map(|r| r.latency).collect();
     latencies.sort();
     let executed = |id: u64| counts.executions.get(&id).copied().unwrap_or(0);
+    let mut timeline = vec![(0, 0); TIMELINE_BINS];
+    for r in records {
+        let bin = ((r.start.as_secs_f64() / duration.as_secs_f64().max(1e-9))
+            * TIMELINE_BINS as f64) as usize;
+        let bin = &mut timeline[bin.min(TIMELINE_BINS - 1)];
+        bin.0 += usize::from(r.outcome == Outcome::Ok);
+        bin.1 += 1;
+    }
+    let mut lags: Vec<Duration> = records.iter().map(|r| r.lag).collect();
+    lags.sort();
     RunMetrics {
         scenario,
         design,
+        seed,
         ops: records.len(),
         ok: records.iter().filter(|r| r.outcome == Outcome::Ok).count(),
         ambiguous: records
@@ -114,6 +173,182 @@ pub fn compute(
             .filter(|r| r.outcome == Outcome::Failed && executed(r.id) > 0)
             .count(),
         calls_histogram,
+        timeline,
+        lag_p99: percentile(&lags, 0.99),
+        breaker_refusals: [0; 2],
+        starts: records.iter().map(|r| r.start).collect(),
+        fault: scenario.outage_window(duration),
+        latencies,
+    }
+}
+
+/// A figure pooled over seeds, with the lowest and highest single-seed value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Over every operation of every seed.
+    pub pooled: f64,
+    /// The lowest of the seeds.
+    pub min: f64,
+    /// The highest of the seeds.
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(pooled: f64, per_seed: impl IntoIterator<Item = f64>) -> Self {
+        let (min, max) = per_seed
+            .into_iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
+        Spread {
+            pooled,
+            min: if min.is_finite() { min } else { pooled },
+            max: if max.is_finite() { max } else { pooled },
+        }
+    }
+
+    /// Highest minus lowest single-seed value.
+    pub fn range(&self) -> f64 {
+        self.max - self.min
+    }
+}
+
+/// One scenario x design, pooled over its seeds.
+#[derive(Debug, Clone)]
+pub struct Aggregate {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The design.
+    pub design: Design,
+    /// The runs pooled, one per seed.
+    pub runs: Vec<RunMetrics>,
+    /// Operations, over every seed.
+    pub ops: usize,
+    /// Success rate in `[0, 1]`.
+    pub success: Spread,
+    /// Catalog calls per operation.
+    pub calls: Spread,
+    /// p99 latency, milliseconds.
+    pub p99_ms: Spread,
+    /// p50, p95, p99 over every operation of every seed.
+    pub latency: [Duration; 3],
+    /// Most catalog calls one operation made.
+    pub calls_max: u32,
+    /// The highest in-flight peak at the catalog.
+    pub peak: usize,
+    /// Ambiguous outcomes, duplicate side effects and lost acknowledgements, summed.
+    pub ambiguous: usize,
+    /// See [`RunMetrics::duplicates`], summed.
+    pub duplicates: usize,
+    /// See [`RunMetrics::failed_but_done`], summed.
+    pub failed_but_done: usize,
+    /// (succeeded, started) per bin, summed over seeds.
+    pub timeline: Vec<(usize, usize)>,
+    /// The catalog's in-flight peak per sample, averaged over seeds.
+    pub concurrency: Vec<(f64, f64)>,
+    /// The lab's lag (p99), the worst seed.
+    pub lag_p99: Duration,
+    /// See [`RunMetrics::breaker_refusals`], summed.
+    pub breaker_refusals: [usize; 2],
+}
+
+impl Aggregate {
+    /// Calls refused by an open breaker, both breakers together.
+    pub fn refused(&self) -> usize {
+        self.breaker_refusals.iter().sum()
+    }
+
+    /// The binomial standard error of the pooled success rate.
+    pub fn success_se(&self) -> f64 {
+        let p = self.success.pooled;
+        (p * (1.0 - p) / self.ops.max(1) as f64).sqrt()
+    }
+}
+
+/// Pools `runs` by scenario x design, keeping their order of first appearance.
+pub fn aggregate(runs: &[RunMetrics]) -> Vec<Aggregate> {
+    let mut keys: Vec<(Scenario, Design)> = Vec::new();
+    for m in runs {
+        if !keys.contains(&(m.scenario, m.design)) {
+            keys.push((m.scenario, m.design));
+        }
+    }
+    keys.into_iter()
+        .map(|(scenario, design)| {
+            let group: Vec<RunMetrics> = runs
+                .iter()
+                .filter(|m| m.scenario == scenario && m.design == design)
+                .cloned()
+                .collect();
+            pool(scenario, design, group)
+        })
+        .collect()
+}
+
+fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate {
+    let ops: usize = runs.iter().map(|m| m.ops).sum();
+    let ok: usize = runs.iter().map(|m| m.ok).sum();
+    let calls: u64 = runs.iter().map(|m| m.calls_total).sum();
+    let mut latencies: Vec<Duration> = runs.iter().flat_map(|m| m.latencies.clone()).collect();
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut timeline = vec![(0, 0); TIMELINE_BINS];
+    for m in &runs {
+        for (sum, bin) in timeline.iter_mut().zip(&m.timeline) {
+            sum.0 += bin.0;
+            sum.1 += bin.1;
+        }
+    }
+    let samples = runs.iter().map(|m| m.concurrency.len()).min().unwrap_or(0);
+    let concurrency = (0..samples)
+        .map(|i| {
+            let t = runs[0].concurrency[i].0;
+            let mean =
+                runs.iter().map(|m| m.concurrency[i].1 as f64).sum::<f64>() / runs.len() as f64;
+            (t, mean)
+        })
+        .collect();
+    Aggregate {
+        scenario,
+        design,
+        ops,
+        success: Spread::of(
+            if ops == 0 {
+                0.0
+            } else {
+                ok as f64 / ops as f64
+            },
+            runs.iter().map(RunMetrics::success_rate),
+        ),
+        calls: Spread::of(
+            if ops == 0 {
+                0.0
+            } else {
+                calls as f64 / ops as f64
+            },
+            runs.iter().map(|m| m.calls_mean),
+        ),
+        p99_ms: Spread::of(
+            ms(percentile(&latencies, 0.99)),
+            runs.iter().map(|m| ms(m.latency[2])),
+        ),
+        latency: [
+            percentile(&latencies, 0.50),
+            percentile(&latencies, 0.95),
+            percentile(&latencies, 0.99),
+        ],
+        calls_max: runs.iter().map(|m| m.calls_max).max().unwrap_or(0),
+        peak: runs.iter().map(|m| m.peak_concurrency).max().unwrap_or(0),
+        ambiguous: runs.iter().map(|m| m.ambiguous).sum(),
+        duplicates: runs.iter().map(|m| m.duplicates).sum(),
+        failed_but_done: runs.iter().map(|m| m.failed_but_done).sum(),
+        timeline,
+        concurrency,
+        lag_p99: runs.iter().map(|m| m.lag_p99).max().unwrap_or_default(),
+        breaker_refusals: runs.iter().fold([0; 2], |[a, m], r| {
+            [a + r.breaker_refusals[0], m + r.breaker_refusals[1]]
+        }),
+        runs,
     }
 }
 
@@ -158,6 +393,7 @@ mod tests {
             start: Duration::from_millis(start_ms),
             latency: Duration::from_millis(id),
             outcome,
+            lag: Duration::ZERO,
         }
     }
 
@@ -186,5 +422,36 @@ mod tests {
         );
         let never = [op(1, 2_900, Outcome::Failed)];
         assert_eq!(recovery(&never, cleared, d), None);
+    }
+
+    #[test]
+    fn seeds_pool_by_operation_and_keep_their_spread() {
+        let counts = CatalogCounts::default();
+        let run = |seed, outcomes: &[Outcome]| {
+            let records: Vec<OpRecord> = outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| op(i as u64 + 1, i as u64 * 100, *o))
+                .collect();
+            compute(
+                Run {
+                    scenario: Scenario::Flaky503,
+                    design: Design::B,
+                    seed,
+                    duration: Duration::from_secs(1),
+                },
+                &records,
+                &counts,
+                Vec::new(),
+            )
+        };
+        let (ok, failed) = (Outcome::Ok, Outcome::Failed);
+        let pooled = aggregate(&[run(1, &[ok, ok, ok, failed]), run(2, &[ok, failed])]);
+        assert_eq!(pooled.len(), 1);
+        let b = &pooled[0];
+        assert_eq!(b.ops, 6);
+        assert!((b.success.pooled - 4.0 / 6.0).abs() < 1e-9);
+        assert_eq!((b.success.min, b.success.max), (0.5, 0.75));
+        assert_eq!(b.timeline.iter().map(|t| t.1).sum::<usize>(), 6);
     }
 }

@@ -1,20 +1,27 @@
 //! The outage lab: API -> middle -> catalog on loopback, under forced faults, for each retry
-//! design of spec 004; see `src/bin/outage-lab.rs` for the command.
+//! design; see `src/bin/outage-lab.rs` for the command.
 //!
-//! For each scenario the three designs run **side by side**, each with its own catalog, middle
-//! and API servers and the same seeded load schedule, so they see the same operations, the
-//! same faults on the same requests, and the same clock. A scenario where the catalog's
-//! capacity is the point (`brief-slowdown`) runs them one after another instead, so one
-//! design's retry storm does not take the machine from the others.
+//! For each scenario every design runs **side by side** with every seed, each (design, seed)
+//! with its own catalog, middle and API servers and the seed's load schedule, so the designs
+//! see the same operations, the same faults on the same requests, and the same clock. A
+//! scenario where the catalog's capacity is the point (the brief slowdowns) runs the designs
+//! one after another instead (unless [`LabConfig::isolate`] is off), so one design's retry
+//! storm does not take the machine from the others. A scenario's load starts when the previous
+//! one's load has ended: its stragglers (design A's operations wait up to 13 s) finish while
+//! the next one runs, on catalogs of their own.
 //!
 //! - [`scenarios`]: the faults.
 //! - [`servers`]: the HTTP servers; [`catalog`]: the dependency and its counters.
-//! - [`designs`]: how the API and the middle call downstream under A, B and C.
-//! - [`config`]: design B's registry entries.
-//! - [`load`]: the load driver; [`metrics`]: what is measured; [`report`]: table, JSON, HTML.
+//! - [`designs`]: how the API and the middle call downstream under each design.
+//! - [`config`]: designs B and B-tuned's registry entries.
+//! - [`load`]: the load driver; [`metrics`]: what is measured, and its spread across seeds;
+//!   [`cpu`]: the lab's own CPU use; [`checks`]: the headline properties `--quick` asserts;
+//!   [`report`]: table, JSON, HTML.
 
 pub mod catalog;
+pub mod checks;
 pub mod config;
+pub mod cpu;
 pub mod designs;
 pub mod load;
 pub mod metrics;
@@ -26,16 +33,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use designs::Design;
-pub use metrics::RunMetrics;
+pub use metrics::{Aggregate, RunMetrics};
 pub use scenarios::Scenario;
 
 /// How often the catalog's concurrency is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-/// The longest the lab waits for operations still in flight after the load stops.
+/// The longest the lab waits for operations still in flight after the load stops (longer
+/// than a user waits, [`load::USER_TIMEOUT`]).
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(20);
 
 /// What to run.
@@ -43,38 +52,71 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(20);
 pub struct LabConfig {
     /// How long the load runs per scenario.
     pub duration: Duration,
-    /// Operations per second, per design.
+    /// Operations per second, per design and seed.
     pub load: f64,
-    /// Seeds the load, the faults and the registries' jitter.
+    /// The first seed: seeds the load, the faults and the registries' jitter.
     pub seed: u64,
+    /// How many seeds each scenario runs with (side by side); each figure is reported over
+    /// all of them, with its spread between seeds.
+    pub seeds: u32,
     /// The scenarios, in order.
     pub scenarios: Vec<Scenario>,
     /// The designs.
     pub designs: Vec<Design>,
+    /// Run a scenario whose catalog has a limited capacity one design at a time.
+    pub isolate: bool,
     /// Where the report goes.
     pub out: PathBuf,
-    /// Design B's upstreams (`examples/lab.toml`).
+    /// Designs B and B-tuned's upstreams.
     pub upstreams: config::LabUpstreams,
 }
 
 impl Default for LabConfig {
     fn default() -> Self {
         LabConfig {
-            duration: Duration::from_secs(5),
+            duration: Duration::from_secs(4),
             load: 40.0,
             seed: 42,
+            seeds: 3,
             scenarios: Scenario::ALL.to_vec(),
             designs: Design::ALL.to_vec(),
+            isolate: true,
             out: PathBuf::from("target/outage-lab"),
             upstreams: config::LabUpstreams::builtin(),
         }
     }
 }
 
+impl LabConfig {
+    /// The seeds of the `index`th scenario.
+    pub fn seeds_of(&self, index: usize) -> Vec<u64> {
+        (0..u64::from(self.seeds.max(1)))
+            .map(|k| self.seed.wrapping_add(index as u64).wrapping_add(k * 1_000))
+            .collect()
+    }
+
+    /// Seconds of load in a run of this configuration (the measurement, without the drains).
+    pub fn measured_seconds(&self) -> f64 {
+        self.scenarios
+            .iter()
+            .map(|s| {
+                let rounds = if self.isolate && s.workers(self.load).is_some() {
+                    self.designs.len()
+                } else {
+                    1
+                };
+                rounds as f64 * self.duration.as_secs_f64()
+            })
+            .sum()
+    }
+}
+
 /// Called as the lab progresses.
 pub trait Progress: Send + Sync {
-    /// A scenario starts; `ops` operations will run in it (all designs together).
-    fn scenario(&self, scenario: Scenario, ops: u64);
+    /// The run starts; `ops` operations will run in it (all scenarios, designs and seeds).
+    fn begin(&self, ops: u64);
+    /// A scenario's load starts.
+    fn scenario(&self, scenario: Scenario);
     /// One operation ended.
     fn op_done(&self);
 }
@@ -84,68 +126,131 @@ pub trait Progress: Send + Sync {
 pub struct Quiet;
 
 impl Progress for Quiet {
-    fn scenario(&self, _: Scenario, _: u64) {}
+    fn begin(&self, _: u64) {}
+    fn scenario(&self, _: Scenario) {}
     fn op_done(&self) {}
 }
 
-/// Runs every scenario under every design and returns the metrics, scenario-major.
-pub async fn run(
-    config: &LabConfig,
-    progress: Arc<dyn Progress>,
-) -> std::io::Result<Vec<RunMetrics>> {
-    let mut results = Vec::new();
-    for (i, scenario) in config.scenarios.iter().copied().enumerate() {
-        let seed = config.seed.wrapping_add(i as u64);
-        let schedule = Arc::new(load::schedule(seed, config.load, config.duration));
-        progress.scenario(scenario, (schedule.len() * config.designs.len()) as u64);
-        // Side by side, the designs share the machine: a design whose retries saturate its
-        // catalog would slow the others' too where capacity is the point of the scenario.
-        let groups: Vec<Vec<Design>> = if scenario.workers().is_some() {
-            config.designs.iter().map(|d| vec![*d]).collect()
-        } else {
-            vec![config.designs.clone()]
-        };
-        for designs in groups {
-            results.extend(
-                run_side_by_side(config, scenario, seed, &schedule, &designs, &progress).await?,
-            );
-        }
-    }
-    Ok(results)
+/// Everything a run measured.
+#[derive(Debug, Clone)]
+pub struct LabResults {
+    /// One entry per scenario x design x seed, scenario-major, then design, then seed.
+    pub runs: Vec<RunMetrics>,
+    /// The lab's own CPU use over the whole run.
+    pub cpu: cpu::CpuUse,
 }
 
-/// Runs `designs` at once on one scenario and returns their metrics, in design order.
-async fn run_side_by_side(
-    config: &LabConfig,
-    scenario: Scenario,
-    seed: u64,
-    schedule: &Arc<Vec<Duration>>,
-    designs: &[Design],
-    progress: &Arc<dyn Progress>,
-) -> std::io::Result<Vec<RunMetrics>> {
+impl LabResults {
+    /// The runs of each scenario x design, pooled over seeds, in report order.
+    pub fn aggregates(&self) -> Vec<Aggregate> {
+        metrics::aggregate(&self.runs)
+    }
+}
+
+/// Runs every scenario under every design and seed.
+pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Result<LabResults> {
+    let meter = cpu::Meter::start();
+    let config = Arc::new(config.clone());
+    let plan: Vec<(Scenario, Vec<u64>)> = config
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (*s, config.seeds_of(i)))
+        .collect();
+    let total: usize = plan
+        .iter()
+        .flat_map(|(_, seeds)| seeds.iter())
+        .map(|seed| load::schedule(*seed, config.load, config.duration).len())
+        .sum();
+    progress.begin((total * config.designs.len()) as u64);
     let mut results = Vec::new();
+    let mut pending: JoinSet<std::io::Result<Vec<RunMetrics>>> = JoinSet::new();
+    for (scenario, seeds) in plan {
+        if config.isolate && scenario.workers(config.load).is_some() {
+            // Alone on the machine: what runs before finishes first.
+            while let Some(done) = pending.join_next().await {
+                results.extend(done.expect("a scenario task does not panic")?);
+            }
+            for design in config.designs.clone() {
+                progress.scenario(scenario);
+                results.extend(
+                    run_together(
+                        config.clone(),
+                        scenario,
+                        seeds.clone(),
+                        vec![design],
+                        progress.clone(),
+                        None,
+                    )
+                    .await?,
+                );
+            }
+        } else {
+            progress.scenario(scenario);
+            let (started, load_start) = oneshot::channel();
+            pending.spawn(run_together(
+                config.clone(),
+                scenario,
+                seeds,
+                config.designs.clone(),
+                progress.clone(),
+                Some(started),
+            ));
+            // The next scenario starts when this one's load ends.
+            if let Ok(start) = load_start.await {
+                tokio::time::sleep_until(start + config.duration).await;
+            }
+        }
+    }
+    while let Some(done) = pending.join_next().await {
+        results.extend(done.expect("a scenario task does not panic")?);
+    }
+    let order = |s: Scenario| config.scenarios.iter().position(|x| *x == s);
+    results.sort_by_key(|m| (order(m.scenario), m.design, m.seed));
+    Ok(LabResults {
+        runs: results,
+        cpu: meter.finish(),
+    })
+}
+
+/// Runs `designs` x `seeds` at once on one scenario and returns their metrics. `started`
+/// learns when the load starts.
+async fn run_together(
+    config: Arc<LabConfig>,
+    scenario: Scenario,
+    seeds: Vec<u64>,
+    designs: Vec<Design>,
+    progress: Arc<dyn Progress>,
+    started: Option<oneshot::Sender<Instant>>,
+) -> std::io::Result<Vec<RunMetrics>> {
     let mut chains = Vec::new();
-    for design in designs.iter().copied() {
-        let state = catalog::CatalogState::new(scenario, seed, config.duration);
-        let catalog_server = catalog::start(state.clone()).await?;
-        let chain = designs::start(
-            design,
-            scenario.write_contract(),
-            catalog_server.url(),
-            config.upstreams.registries(seed),
-        )
-        .await?;
-        chains.push((design, state, catalog_server, chain));
+    for seed in seeds.iter().copied() {
+        let schedule = Arc::new(load::schedule(seed, config.load, config.duration));
+        for design in designs.iter().copied() {
+            let state = catalog::CatalogState::new(scenario, seed, config.duration, config.load);
+            let catalog_server = catalog::start(state.clone()).await?;
+            let chain = designs::start(
+                design,
+                scenario.write_contract(),
+                catalog_server.url(),
+                config.upstreams.registries(design, seed),
+            )
+            .await?;
+            chains.push((design, seed, schedule.clone(), state, catalog_server, chain));
+        }
     }
     // Let every server reach its accept loop before the clock starts.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let start = Instant::now();
+    if let Some(started) = started {
+        let _ = started.send(start);
+    }
     let mut runs = JoinSet::new();
-    for (design, state, _, chain) in &chains {
+    for (design, seed, schedule, state, _, chain) in &chains {
         state.start(start);
-        let (design, state) = (*design, state.clone());
+        let (design, seed, state, schedule) = (*design, *seed, state.clone(), schedule.clone());
         let api = chain.api.url();
-        let schedule = schedule.clone();
+        let refusals = chain.breaker_refusals.clone();
         let progress = progress.clone();
         runs.spawn(async move {
             let sampler = tokio::spawn(sample(state.clone(), start));
@@ -162,24 +267,26 @@ async fn run_side_by_side(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             sampler.abort();
-            (design, state, records)
+            let refused = refusals.get();
+            (design, seed, state, records, refused)
         });
     }
-    let mut finished = Vec::new();
+    let mut results = Vec::new();
     while let Some(run) = runs.join_next().await {
-        finished.push(run.expect("a run task does not panic"));
-    }
-    finished.sort_by_key(|(design, ..)| *design);
-    for (design, state, records) in finished {
-        let series = state.series();
-        results.push(metrics::compute(
-            scenario,
-            design,
+        let (design, seed, state, records, refused) = run.expect("a run task does not panic");
+        let mut metrics = metrics::compute(
+            metrics::Run {
+                scenario,
+                design,
+                seed,
+                duration: config.duration,
+            },
             &records,
             &state.counts(),
-            series,
-            config.duration,
-        ));
+            state.series(),
+        );
+        metrics.breaker_refusals = refused;
+        results.push(metrics);
     }
     drop(chains);
     Ok(results)

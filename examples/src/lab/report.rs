@@ -1,7 +1,11 @@
-//! The lab's outputs: a terminal table, a JSON file and an HTML report with SVG charts.
+//! The lab's outputs: a terminal table and summary, a JSON file and an HTML report with SVG
+//! charts.
 //!
-//! The charts are drawn with plotters' SVG backend; text is emitted as SVG `<text>` elements,
-//! laid out with plotters' built-in size estimate, so no font file is needed to produce them.
+//! Every figure is pooled over the run's seeds (every operation of every seed counts once) and
+//! shown with its spread: the lowest and highest single-seed value, in brackets, and the number
+//! of operations behind it. The charts are drawn with plotters' SVG backend and inlined in the
+//! HTML (no script, no CDN); text is emitted as SVG `<text>` elements, laid out with plotters'
+//! built-in size estimate, so no font file is needed to produce them.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -10,49 +14,90 @@ use std::time::Duration;
 use plotters::prelude::*;
 use serde_json::{Value, json};
 
-use super::LabConfig;
-use super::designs::Design;
-use super::metrics::{RECOVERED_AT, RECOVERY_BIN, RunMetrics};
+use super::checks::{self, Violation};
+use super::designs::{API_ATTEMPT_TIMEOUT, Design};
+use super::metrics::{Aggregate, RECOVERED_AT, RECOVERY_BIN, RunMetrics, Spread, TIMELINE_BINS};
 use super::scenarios::Scenario;
+use super::{LabConfig, LabResults};
 
 fn ms(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1000.0)
 }
 
-fn recovery_text(m: &RunMetrics) -> String {
-    match m.recovery {
-        None => "-".to_owned(),
-        Some(None) => "never".to_owned(),
-        Some(Some(d)) => format!("{:.2}s", d.as_secs_f64()),
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// `pooled [min-max]`, each with `decimals` and scaled by `scale`.
+fn spread(s: Spread, scale: f64, decimals: usize) -> String {
+    if (s.max - s.min).abs() * scale < 0.5 * 10f64.powi(-(decimals as i32)) {
+        return format!("{:.d$}", s.pooled * scale, d = decimals);
+    }
+    format!(
+        "{:.d$} [{:.d$}-{:.d$}]",
+        s.pooled * scale,
+        s.min * scale,
+        s.max * scale,
+        d = decimals
+    )
+}
+
+fn recovery_text(a: &Aggregate) -> String {
+    let each: Vec<Option<Option<Duration>>> = a.runs.iter().map(|m| m.recovery).collect();
+    if each.iter().all(Option::is_none) {
+        return "-".to_owned();
+    }
+    let never = each.iter().filter(|r| matches!(r, Some(None))).count();
+    let times: Vec<f64> = each
+        .iter()
+        .filter_map(|r| r.flatten())
+        .map(|d| d.as_secs_f64())
+        .collect();
+    let range = match (
+        times.iter().copied().reduce(f64::min),
+        times.iter().copied().reduce(f64::max),
+    ) {
+        (Some(lo), Some(hi)) if (hi - lo).abs() < 0.005 => format!("{lo:.2}s"),
+        (Some(lo), Some(hi)) => format!("{lo:.2}-{hi:.2}s"),
+        _ => String::new(),
+    };
+    match (never, range.is_empty()) {
+        (0, _) => range,
+        (n, true) => format!("never ({n}/{})", each.len()),
+        (n, false) => format!("{range}, never {n}/{}", each.len()),
     }
 }
 
+const COLUMNS: [&str; 15] = [
+    "scenario", "design", "ops", "ok %", "calls/op", "max", "p50ms", "p95ms", "p99ms", "peak",
+    "recovery", "ambig", "dup", "lost-ack", "open",
+];
+
+fn row(a: &Aggregate) -> Vec<String> {
+    vec![
+        a.scenario.name().to_owned(),
+        a.design.letter().to_owned(),
+        a.ops.to_string(),
+        spread(a.success, 100.0, 1),
+        spread(a.calls, 1.0, 2),
+        a.calls_max.to_string(),
+        ms(a.latency[0]),
+        ms(a.latency[1]),
+        spread(a.p99_ms, 1.0, 0),
+        a.peak.to_string(),
+        recovery_text(a),
+        a.ambiguous.to_string(),
+        a.duplicates.to_string(),
+        a.failed_but_done.to_string(),
+        format!("{}+{}", a.breaker_refusals[0], a.breaker_refusals[1]),
+    ]
+}
+
 /// The readable terminal table.
-pub fn table(results: &[RunMetrics]) -> String {
-    let header = [
-        "scenario", "design", "ops", "ok%", "calls/op", "max", "p50ms", "p95ms", "p99ms", "peak",
-        "recovery", "ambig", "dup", "lost-ack",
-    ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for m in results {
-        rows.push(vec![
-            m.scenario.name().to_owned(),
-            format!("{} {}", m.design.letter(), m.design.describe()),
-            m.ops.to_string(),
-            format!("{:.1}", m.success_rate() * 100.0),
-            format!("{:.2}", m.calls_mean),
-            m.calls_max.to_string(),
-            ms(m.latency[0]),
-            ms(m.latency[1]),
-            ms(m.latency[2]),
-            m.peak_concurrency.to_string(),
-            recovery_text(m),
-            m.ambiguous.to_string(),
-            m.duplicates.to_string(),
-            m.failed_but_done.to_string(),
-        ]);
-    }
-    let widths: Vec<usize> = (0..header.len())
+pub fn table(results: &[Aggregate]) -> String {
+    let mut rows: Vec<Vec<String>> = vec![COLUMNS.iter().map(|s| s.to_string()).collect()];
+    rows.extend(results.iter().map(row));
+    let widths: Vec<usize> = (0..COLUMNS.len())
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -83,44 +128,253 @@ pub fn table(results: &[RunMetrics]) -> String {
 
 /// What the columns mean (printed under the table and in the HTML report).
 pub const LEGEND: &str = "\
-calls/op, max: catalog requests per user operation (mean, max); peak: most requests in flight at the catalog;
-recovery: time from the fault clearing until every later 250 ms bin of operations succeeds at >= 95 %;
-ambig: writes reported as 'outcome unknown'; dup: writes the catalog executed more than once;
-lost-ack: writes reported as failed that the catalog had executed.";
+Designs: A retries in every layer with backon and reqwest-retry at their defaults; B is this library at its
+defaults; B-tuned the same code with examples/lab.toml; C does not retry.
+Each figure is pooled over every operation of every seed; [lo-hi] is the lowest and highest single seed.
+ops: operations behind the figures (all seeds); calls/op, max: catalog requests per user operation (mean,
+max); peak: most requests in flight at the catalog; recovery: time from the fault clearing until every
+later 250 ms bin of operations succeeds at >= 95 %, per seed; ambig: writes reported as 'outcome
+unknown'; dup: writes the catalog executed more than once; lost-ack: writes reported as failed that the
+catalog had executed; open: calls B's services answered at once because a breaker was open (the API's
+breaker on the middle + the middle's on the catalog).
+A user gives up after 15 s: an operation still running then counts as failed.";
+
+/// Whether `a`'s success is statistically indistinguishable from `best`'s: within two standard
+/// errors of the difference of their pooled rates.
+fn tied(a: &Aggregate, best: &Aggregate) -> bool {
+    let se = (a.success_se().powi(2) + best.success_se().powi(2)).sqrt();
+    a.success.pooled + 2.0 * se >= best.success.pooled
+}
+
+/// Per scenario, the designs ranked on success (higher first), catalog calls per operation and
+/// p99 (lower first). A design that executed a write twice is never picked.
+pub struct Ranking<'a> {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Best success first.
+    pub success: Vec<&'a Aggregate>,
+    /// The designs without duplicate side effects whose success is tied with the best of
+    /// them (within two standard errors).
+    pub best_success: Vec<&'a Aggregate>,
+    /// Fewest calls first.
+    pub calls: Vec<&'a Aggregate>,
+    /// Lowest p99 first.
+    pub p99: Vec<&'a Aggregate>,
+}
+
+/// The ranking of every scenario in `results`.
+pub fn rankings(results: &[Aggregate]) -> Vec<Ranking<'_>> {
+    let mut scenarios: Vec<Scenario> = results.iter().map(|a| a.scenario).collect();
+    scenarios.dedup();
+    scenarios
+        .into_iter()
+        .map(|scenario| {
+            let runs: Vec<&Aggregate> = results.iter().filter(|a| a.scenario == scenario).collect();
+            let sorted = |key: &dyn Fn(&Aggregate) -> f64| {
+                let mut v = runs.clone();
+                v.sort_by(|x, y| key(x).total_cmp(&key(y)));
+                v
+            };
+            let success = sorted(&|a| -a.success.pooled);
+            let safe: Vec<&Aggregate> = success
+                .iter()
+                .copied()
+                .filter(|a| a.duplicates == 0)
+                .collect();
+            let best_success = safe.first().map_or_else(Vec::new, |best| {
+                safe.iter().copied().filter(|a| tied(a, best)).collect()
+            });
+            Ranking {
+                scenario,
+                best_success,
+                success,
+                calls: sorted(&|a| a.calls.pooled),
+                p99: sorted(&|a| a.p99_ms.pooled),
+            }
+        })
+        .collect()
+}
+
+/// The p99 latency a user-facing operation can afford, for [`Ranking::pick_within`].
+pub const USER_P99: Duration = Duration::from_secs(3);
+
+impl Ranking<'_> {
+    /// The design to use when users wait as long as it takes: of those tied on success (and
+    /// without duplicate side effects), the one with the fewest catalog calls.
+    pub fn pick(&self) -> Option<&Aggregate> {
+        self.best_success
+            .iter()
+            .copied()
+            .min_by(|x, y| x.calls.pooled.total_cmp(&y.calls.pooled))
+    }
+
+    /// The same among the designs whose p99 is at most `limit`.
+    pub fn pick_within(&self, limit: Duration) -> Option<&Aggregate> {
+        let limit_ms = limit.as_secs_f64() * 1000.0;
+        let fast: Vec<&Aggregate> = self
+            .success
+            .iter()
+            .copied()
+            .filter(|a| a.p99_ms.pooled <= limit_ms && a.duplicates == 0)
+            .collect();
+        let best = *fast.first()?;
+        fast.into_iter()
+            .filter(|a| tied(a, best))
+            .min_by(|x, y| x.calls.pooled.total_cmp(&y.calls.pooled))
+    }
+}
+
+fn ranked(list: &[&Aggregate], value: impl Fn(&Aggregate) -> String) -> String {
+    list.iter()
+        .map(|a| format!("{} {}", a.design, value(a)))
+        .collect::<Vec<_>>()
+        .join(" > ")
+}
+
+/// The ranking as text, one block per scenario.
+pub fn summary(results: &[Aggregate]) -> String {
+    let mut out = String::new();
+    for r in rankings(results) {
+        let best: Vec<&str> = r.best_success.iter().map(|a| a.design.letter()).collect();
+        let name = |a: Option<&Aggregate>| a.map_or("none".to_owned(), |a| a.design.to_string());
+        let fast = name(r.pick_within(USER_P99));
+        let _ = writeln!(
+            out,
+            "{}: use {} (most successful without duplicate side effects: {}; of those, fewest catalog calls); with p99 <= {} s: {}\n  success   {}\n  calls/op  {}\n  p99       {}",
+            r.scenario,
+            name(r.pick()),
+            best.join(", "),
+            USER_P99.as_secs(),
+            fast,
+            ranked(&r.success, |a| {
+                let dup = if a.duplicates > 0 {
+                    format!(" ({} duplicates)", a.duplicates)
+                } else {
+                    String::new()
+                };
+                format!("{:.1}%{dup}", a.success.pooled * 100.0)
+            }),
+            ranked(&r.calls, |a| format!("{:.2}", a.calls.pooled)),
+            ranked(&r.p99, |a| format!("{:.0}ms", a.p99_ms.pooled)),
+        );
+    }
+    out
+}
+
+/// Why retrying in memory does not help in the transient outage, in figures: the outage, each
+/// design's retry window, the share of operations no in-memory retry could carry past it, and
+/// what the breaker refused.
+pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<String> {
+    let (from, until) = Scenario::Transient.outage_window(config.duration)?;
+    let runs: Vec<&Aggregate> = results
+        .iter()
+        .filter(|a| a.scenario == Scenario::Transient)
+        .collect();
+    if runs.is_empty() {
+        return None;
+    }
+    let mut out = format!(
+        "The outage lasts {} (40 % of the {} run). A retry in memory carries an operation past \
+         it only if the operation started less than its retry window before the outage ended, \
+         and only if the retries are made. ",
+        secs(until - from),
+        secs(config.duration)
+    );
+    let none = runs.iter().find(|a| a.design == Design::C);
+    for a in runs.iter().filter(|a| a.design.is_ours()) {
+        let catalog = config.upstreams.get(a.design, "catalog")?;
+        let middle = config.upstreams.get(a.design, "middle")?;
+        let window = catalog.retry_window().min(middle.deadline);
+        let beyond: usize = a.runs.iter().map(|m| m.started_beyond(window)).sum();
+        let open_for = catalog
+            .breaker
+            .as_ref()
+            .map_or(Duration::ZERO, |b| b.open_for);
+        let _ = write!(
+            out,
+            "{}: window {} (the catalog's worst-case retry window within the {} deadline), so \
+             {:.0} % of its operations started too early in the outage for any in-memory retry; \
+             {:.2} catalog calls per operation, and {} calls refused by an open breaker ({} by \
+             the API's on the middle, {} by the middle's on the catalog): a breaker opens once \
+             most attempts fail (by design: the dependency is down), and the catalog's stays \
+             open {} after the outage. ",
+            a.design,
+            secs(window),
+            secs(middle.deadline),
+            beyond as f64 * 100.0 / a.ops.max(1) as f64,
+            a.calls.pooled,
+            a.refused(),
+            a.breaker_refusals[0],
+            a.breaker_refusals[1],
+            secs(open_for),
+        );
+        if let Some(c) = none {
+            let tol = checks::tolerance(a, c);
+            let verdict = if a.success.pooled + tol < c.success.pooled {
+                "below"
+            } else if a.success.pooled > c.success.pooled + tol {
+                "above"
+            } else {
+                "within the spread of"
+            };
+            let _ = write!(
+                out,
+                "Its success, {:.1} %, is {verdict} C's {:.1} %. ",
+                a.success.pooled * 100.0,
+                c.success.pooled * 100.0,
+            );
+        }
+    }
+    if let Some(a) = runs.iter().find(|a| a.design == Design::A) {
+        let _ = write!(
+            out,
+            "A outlasts the outage by holding its users: backon's default backoff (1 s, 2 s, \
+             4 s) around {} attempts keeps an operation up to {} ({:.1} % success, p99 {} ms). ",
+            secs(API_ATTEMPT_TIMEOUT),
+            secs(API_ATTEMPT_TIMEOUT * 4 + Duration::from_secs(7)),
+            a.success.pooled * 100.0,
+            ms(a.latency[2]),
+        );
+    }
+    out.push_str(
+        "What helps an outage longer than the in-memory window (at most 5 s by the registry's \
+         rule) is the durable tier (retry_runtime::durable, features durable-sqlite and \
+         durable-postgres): the operation is handed to a database task queue with its \
+         idempotency key and retried after the outage, without holding the user or a \
+         connection. This lab does not measure it yet.",
+    );
+    Some(out)
+}
 
 /// The JSON document.
-pub fn json(config: &LabConfig, results: &[RunMetrics]) -> Value {
-    let runs: Vec<Value> = results
+pub fn json(config: &LabConfig, results: &LabResults) -> Value {
+    let aggregates = results.aggregates();
+    let spread = |s: Spread| json!({"pooled": s.pooled, "min": s.min, "max": s.max});
+    let cells: Vec<Value> = aggregates
         .iter()
-        .map(|m| {
+        .map(|a| {
             json!({
-                "scenario": m.scenario.name(),
-                "design": m.design.letter(),
-                "design_name": m.design.describe(),
-                "operations": m.ops,
-                "succeeded": m.ok,
-                "success_rate": m.success_rate(),
-                "ambiguous": m.ambiguous,
-                "catalog_calls": {
-                    "total": m.calls_total,
-                    "per_operation_mean": m.calls_mean,
-                    "per_operation_max": m.calls_max,
-                    "histogram": m.calls_histogram,
-                },
+                "scenario": a.scenario.name(),
+                "design": a.design.letter(),
+                "design_name": a.design.describe(),
+                "seeds": a.runs.iter().map(|m| m.seed).collect::<Vec<_>>(),
+                "operations": a.ops,
+                "success_rate": spread(a.success),
+                "catalog_calls_per_operation": spread(a.calls),
+                "catalog_calls_per_operation_max": a.calls_max,
                 "latency_ms": {
-                    "p50": m.latency[0].as_secs_f64() * 1000.0,
-                    "p95": m.latency[1].as_secs_f64() * 1000.0,
-                    "p99": m.latency[2].as_secs_f64() * 1000.0,
+                    "p50": a.latency[0].as_secs_f64() * 1000.0,
+                    "p95": a.latency[1].as_secs_f64() * 1000.0,
+                    "p99": spread(a.p99_ms),
                 },
-                "peak_concurrency": m.peak_concurrency,
-                "concurrency_over_time": m.concurrency.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
-                "recovery_s": match m.recovery {
-                    None => Value::Null,
-                    Some(None) => json!("never"),
-                    Some(Some(d)) => json!(d.as_secs_f64()),
-                },
-                "duplicate_side_effects": m.duplicates,
-                "failed_but_executed": m.failed_but_done,
+                "peak_concurrency": a.peak,
+                "ambiguous": a.ambiguous,
+                "duplicate_side_effects": a.duplicates,
+                "failed_but_executed": a.failed_but_done,
+                "success_over_time": a.timeline.iter().map(|(ok, all)| json!([ok, all])).collect::<Vec<_>>(),
+                "breaker_refusals": {"api": a.breaker_refusals[0], "middle": a.breaker_refusals[1]},
+                "lab_lag_p99_ms": a.lag_p99.as_secs_f64() * 1000.0,
+                "runs": a.runs.iter().map(run_json).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -129,13 +383,58 @@ pub fn json(config: &LabConfig, results: &[RunMetrics]) -> Value {
         "config": {
             "duration_s": config.duration.as_secs_f64(),
             "load_ops_per_s": config.load,
-            "seed": config.seed,
+            "first_seed": config.seed,
+            "seeds": config.seeds,
+            "isolate_limited_capacity": config.isolate,
             "scenarios": config.scenarios.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "designs": config.designs.iter().map(|d| d.letter()).collect::<Vec<_>>(),
             "recovery_bin_ms": RECOVERY_BIN.as_millis() as u64,
             "recovered_at": RECOVERED_AT,
+            "timeline_bins": TIMELINE_BINS,
         },
-        "runs": runs,
+        "lab_cpu": {
+            "wall_s": results.cpu.wall.as_secs_f64(),
+            "cpu_s": results.cpu.cpu.map(|c| c.as_secs_f64()),
+            "mean_cores": results.cpu.mean_cores(),
+            "peak_cores": results.cpu.peak_cores,
+            "cores_available": results.cpu.cores,
+        },
+        "headline_violations": checks::check(&aggregates)
+            .iter()
+            .map(|v| json!({"text": v.text, "asserted": v.asserted}))
+            .collect::<Vec<_>>(),
+        "cells": cells,
+    })
+}
+
+fn run_json(m: &RunMetrics) -> Value {
+    json!({
+        "seed": m.seed,
+        "operations": m.ops,
+        "succeeded": m.ok,
+        "success_rate": m.success_rate(),
+        "ambiguous": m.ambiguous,
+        "catalog_calls": {
+            "total": m.calls_total,
+            "per_operation_mean": m.calls_mean,
+            "per_operation_max": m.calls_max,
+            "histogram": m.calls_histogram,
+        },
+        "latency_ms": {
+            "p50": m.latency[0].as_secs_f64() * 1000.0,
+            "p95": m.latency[1].as_secs_f64() * 1000.0,
+            "p99": m.latency[2].as_secs_f64() * 1000.0,
+        },
+        "peak_concurrency": m.peak_concurrency,
+        "concurrency_over_time": m.concurrency.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
+        "recovery_s": match m.recovery {
+            None => Value::Null,
+            Some(None) => json!("never"),
+            Some(Some(d)) => json!(d.as_secs_f64()),
+        },
+        "duplicate_side_effects": m.duplicates,
+        "failed_but_executed": m.failed_but_done,
+        "breaker_refusals": {"api": m.breaker_refusals[0], "middle": m.breaker_refusals[1]},
     })
 }
 
@@ -143,6 +442,7 @@ fn color(design: Design) -> RGBColor {
     match design {
         Design::A => RGBColor(214, 69, 65),
         Design::B => RGBColor(38, 120, 178),
+        Design::BTuned => RGBColor(46, 160, 90),
         Design::C => RGBColor(130, 130, 130),
     }
 }
@@ -150,12 +450,12 @@ fn color(design: Design) -> RGBColor {
 const CHART: (u32, u32) = (440, 300);
 
 /// One series of a bar chart: its label, its shade, and its value for a run.
-type Series<'a> = (&'a str, f64, &'a dyn Fn(&RunMetrics) -> f64);
+type Series<'a> = (&'a str, f64, &'a dyn Fn(&Aggregate) -> f64);
 
 /// Grouped bars: one group per design, one bar per series.
 fn bars(
     title: &str,
-    runs: &[&RunMetrics],
+    runs: &[&Aggregate],
     series: &[Series<'_>],
     limit: Option<(f64, &str)>,
 ) -> Result<String, Box<dyn std::error::Error>> {
@@ -170,10 +470,7 @@ fn bars(
             .max(1.0)
             * 1.15;
         let n = runs.len() as f64;
-        let names: Vec<String> = runs
-            .iter()
-            .map(|m| format!("{} {}", m.design.letter(), m.design.describe()))
-            .collect();
+        let names: Vec<String> = runs.iter().map(|m| m.design.letter().to_owned()).collect();
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 16))
             .margin(10)
@@ -230,7 +527,7 @@ fn bars(
 
 /// Lines: the catalog's in-flight peak per 100 ms, per design.
 fn concurrency(
-    runs: &[&RunMetrics],
+    runs: &[&Aggregate],
     outage: Option<(f64, f64)>,
 ) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
@@ -244,12 +541,13 @@ fn concurrency(
         let y_max = runs
             .iter()
             .flat_map(|m| m.concurrency.iter().map(|p| p.1))
-            .max()
-            .unwrap_or(1)
-            .max(1) as f64
+            .fold(1.0, f64::max)
             * 1.15;
         let mut chart = ChartBuilder::on(&root)
-            .caption("Requests in flight at the catalog", ("sans-serif", 16))
+            .caption(
+                "Requests in flight at the catalog (mean of seeds)",
+                ("sans-serif", 16),
+            )
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(40)
@@ -269,10 +567,10 @@ fn concurrency(
             let c = color(m.design);
             chart
                 .draw_series(LineSeries::new(
-                    m.concurrency.iter().map(|(t, n)| (*t, *n as f64)),
+                    m.concurrency.iter().copied(),
                     c.stroke_width(2),
                 ))?
-                .label(format!("{} {}", m.design.letter(), m.design.describe()))
+                .label(m.design.letter())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 12, y)], c.stroke_width(2))
                 });
@@ -296,88 +594,193 @@ fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
         .draw()
 }
 
+/// Lines: the share of operations that succeeded, by start time, per design (all seeds).
+fn success_over_time(
+    runs: &[&Aggregate],
+    duration: Duration,
+    outage: Option<(f64, f64)>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, CHART).into_drawing_area();
+        root.fill(&WHITE)?;
+        let t_max = duration.as_secs_f64();
+        let bin = t_max / TIMELINE_BINS as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Success by start time (%)", ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..t_max, 0f64..105f64)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .label_style(("sans-serif", 12))
+            .draw()?;
+        if let Some((from, until)) = outage {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(from, 0.0), (until, 105.0)],
+                RGBColor(250, 220, 120).mix(0.35).filled(),
+            )))?;
+        }
+        for m in runs {
+            let c = color(m.design);
+            let points: Vec<(f64, f64)> = m
+                .timeline
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, all))| *all > 0)
+                .map(|(i, (ok, all))| ((i as f64 + 0.5) * bin, *ok as f64 * 100.0 / *all as f64))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points, c.stroke_width(2)))?
+                .label(m.design.letter())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 12, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 11))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
-/// The HTML report: the table, then per scenario its three charts.
+/// The HTML report: what was run, the verdicts, the ranking, the table, then per scenario its
+/// charts.
 pub fn html(
     config: &LabConfig,
-    results: &[RunMetrics],
+    results: &LabResults,
 ) -> Result<String, Box<dyn std::error::Error>> {
+    let aggregates = results.aggregates();
     let mut h = String::new();
     h.push_str(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Outage lab</title>\n<style>\
-         body{font-family:system-ui,sans-serif;margin:2em;color:#222}\
+         body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}\
          table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}\
          td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}\
+         .rank td{text-align:left}.pick{font-weight:bold}\
          .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee}\
+         .note{background:#fff8e1;padding:8px 12px;max-width:1000px}\
          code{background:#f4f4f4;padding:1px 4px}</style></head><body>\n",
+    );
+    let per_cell = aggregates.first().map_or(0, |a| a.ops);
+    let _ = writeln!(
+        h,
+        "<h1>Outage lab</h1><p>API &rarr; middle &rarr; catalog on loopback. Per scenario, {} s of load at {} operations/s \
+         for each design and seed, {} seeds from seed {} (about {} operations behind each figure; the table's <code>ops</code> \
+         column gives the exact count). Design A retries in every layer with the popular crates at their defaults \
+         (backon's <code>ExponentialBuilder</code> in the API, reqwest-retry's default policy in the middle), B is this library \
+         at its defaults, B-tuned the same code with <code>examples/lab.toml</code>, C does not retry.</p>",
+        config.duration.as_secs_f64(),
+        config.load,
+        config.seeds,
+        config.seed,
+        per_cell,
     );
     let _ = writeln!(
         h,
-        "<h1>Outage lab</h1><p>API &rarr; middle &rarr; catalog on loopback. {} s of load at {} operations/s per design, seed {}. \
-         Design A retries in every layer, B has one retry owner (shared allowance, budget, deadline, breaker, bulkhead), C does not retry.</p>",
-        config.duration.as_secs_f64(),
-        config.load,
-        config.seed
+        "<p>{}. Slowest start of an operation against its schedule (p99, worst cell): {} ms.</p>",
+        escape(&results.cpu.describe()),
+        aggregates
+            .iter()
+            .map(|a| a.lag_p99)
+            .max()
+            .map_or_else(String::new, ms),
     );
-    let _ = writeln!(h, "<pre>{}</pre>", escape(LEGEND));
-    h.push_str("<table><tr>");
-    for col in [
-        "scenario",
-        "design",
-        "ops",
-        "ok %",
-        "calls/op",
-        "max",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "peak",
-        "recovery",
-        "ambiguous",
-        "duplicates",
-        "lost acks",
-    ] {
-        let _ = write!(h, "<th>{col}</th>");
-    }
-    h.push_str("</tr>\n");
-    for m in results {
+    let violations = checks::check(&aggregates);
+    h.push_str("<h2>Headline properties of B and B-tuned</h2>");
+    h.push_str(&violations_html(&violations));
+    let _ = writeln!(
+        h,
+        "<h2>Which design, when</h2><table class=\"rank\"><tr><th>scenario</th><th>use</th><th>use if p99 &le; {} s</th><th>success (higher first)</th><th>catalog calls/op (fewer first)</th><th>p99 ms (lower first)</th></tr>",
+        USER_P99.as_secs()
+    );
+    for r in rankings(&aggregates) {
+        let pick = r.pick().map(|a| a.design);
+        let cell = |list: &[&Aggregate], value: &dyn Fn(&Aggregate) -> String| {
+            list.iter()
+                .map(|a| {
+                    let text = format!("{} {}", a.design, value(a));
+                    if Some(a.design) == pick {
+                        format!("<span class=\"pick\">{}</span>", escape(&text))
+                    } else {
+                        escape(&text)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" &gt; ")
+        };
         let _ = writeln!(
             h,
-            "<tr><td>{}</td><td>{} {}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            m.scenario.name(),
-            m.design.letter(),
-            m.design.describe(),
-            m.ops,
-            m.success_rate() * 100.0,
-            m.calls_mean,
-            m.calls_max,
-            ms(m.latency[0]),
-            ms(m.latency[1]),
-            ms(m.latency[2]),
-            m.peak_concurrency,
-            recovery_text(m),
-            m.ambiguous,
-            m.duplicates,
-            m.failed_but_done
+            "<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"pick\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
+            r.scenario,
+            pick.map_or("none".to_owned(), |d| d.to_string()),
+            r.pick_within(USER_P99)
+                .map_or("none".to_owned(), |a| a.design.to_string()),
+            cell(&r.success, &|a| {
+                let dup = if a.duplicates > 0 {
+                    format!(" ({} duplicates)", a.duplicates)
+                } else {
+                    String::new()
+                };
+                format!("{:.1}%{dup}", a.success.pooled * 100.0)
+            }),
+            cell(&r.calls, &|a| format!("{:.2}", a.calls.pooled)),
+            cell(&r.p99, &|a| format!("{:.0}", a.p99_ms.pooled)),
         );
     }
+    h.push_str("</table><p><i>use</i>: of the designs without duplicate side effects whose success is within two standard errors of the best of them, the one with the fewest catalog calls (bold); \
+                <i>use if p99 &le; 3 s</i>: the same among the designs whose users wait at most that long in 99 % of operations.</p>\n");
+    let _ = writeln!(h, "<h2>All figures</h2><pre>{}</pre>", escape(LEGEND));
+    h.push_str("<table><tr>");
+    for col in COLUMNS {
+        let _ = write!(h, "<th>{}</th>", escape(col));
+    }
+    h.push_str("</tr>\n");
+    for a in &aggregates {
+        h.push_str("<tr>");
+        for cell in row(a) {
+            let _ = write!(h, "<td>{}</td>", escape(&cell));
+        }
+        h.push_str("</tr>\n");
+    }
     h.push_str("</table>\n");
-    let mut scenarios: Vec<Scenario> = results.iter().map(|m| m.scenario).collect();
+    let mut scenarios: Vec<Scenario> = aggregates.iter().map(|a| a.scenario).collect();
     scenarios.dedup();
     for scenario in scenarios {
-        let runs: Vec<&RunMetrics> = results.iter().filter(|m| m.scenario == scenario).collect();
+        let runs: Vec<&Aggregate> = aggregates
+            .iter()
+            .filter(|a| a.scenario == scenario)
+            .collect();
         let _ = writeln!(
             h,
-            "<h2 id=\"{0}\">{0}</h2><p>{1}</p><div class=\"charts\">",
+            "<h2 id=\"{0}\">{0}</h2><p>{1}</p>",
             scenario.name(),
             escape(scenario.describe())
         );
-        let ms_of = |i: usize| move |m: &RunMetrics| m.latency[i].as_secs_f64() * 1000.0;
+        if scenario == Scenario::Transient
+            && let Some(note) = transient_note(config, &aggregates)
+        {
+            let _ = writeln!(h, "<p class=\"note\">{}</p>", escape(&note));
+        }
+        h.push_str("<div class=\"charts\">");
+        let outage = scenario
+            .outage_window(config.duration)
+            .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
+        h.push_str(&success_over_time(&runs, config.duration, outage)?);
+        let ms_of = |i: usize| move |a: &Aggregate| a.latency[i].as_secs_f64() * 1000.0;
         let (p50, p95, p99) = (ms_of(0), ms_of(1), ms_of(2));
         h.push_str(&bars(
             "Latency (ms)",
@@ -385,17 +788,14 @@ pub fn html(
             &[("p50", 0.45, &p50), ("p95", 0.75, &p95), ("p99", 1.0, &p99)],
             None,
         )?);
-        let mean = |m: &RunMetrics| m.calls_mean;
-        let max = |m: &RunMetrics| f64::from(m.calls_max);
+        let mean = |a: &Aggregate| a.calls.pooled;
+        let max = |a: &Aggregate| f64::from(a.calls_max);
         h.push_str(&bars(
             "Catalog calls per operation",
             &runs,
             &[("mean", 0.55, &mean), ("max", 1.0, &max)],
             Some((3.0, "3 attempts")),
         )?);
-        let outage = scenario
-            .outage_window(config.duration)
-            .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
         h.push_str(&concurrency(&runs, outage)?);
         h.push_str("</div>\n");
     }
@@ -403,11 +803,31 @@ pub fn html(
     Ok(h)
 }
 
+fn violations_html(violations: &[Violation]) -> String {
+    if violations.is_empty() {
+        return "<p>All hold: under a dead catalog at most one catalog call per operation; no duplicate side effect in any \
+                scenario; never less successful than no retry (C) by more than the measured spread.</p>\n"
+            .to_owned();
+    }
+    let mut h = String::from(
+        "<p>Asserted for B and B-tuned: at most one catalog call per operation under a dead catalog, no duplicate side \
+         effect. Asserted for B-tuned, reported for B and for B-tuned against a catalog that ignores retry-deadline-ms \
+         (where the lab has shown it does not hold): never less successful than no retry (C) by more than the measured \
+         spread. The library's default breaker, open for 5 s once half of 20 attempts fail, does not meet it.</p><ul>",
+    );
+    for v in violations {
+        let what = if v.asserted { "violated" } else { "reported" };
+        let _ = write!(h, "<li><b>{what}</b>: {}</li>", escape(&v.text));
+    }
+    h.push_str("</ul>\n");
+    h
+}
+
 /// Writes `outage-lab.json` and `outage-lab.html` into `dir`; returns their paths.
 pub fn write(
     dir: &Path,
     config: &LabConfig,
-    results: &[RunMetrics],
+    results: &LabResults,
 ) -> Result<(PathBuf, PathBuf), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
     let json_path = dir.join("outage-lab.json");
@@ -418,4 +838,75 @@ pub fn write(
     let html_path = dir.join("outage-lab.html");
     std::fs::write(&html_path, html(config, results)?)?;
     Ok((json_path, html_path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::catalog::CatalogCounts;
+    use crate::lab::load::{OpRecord, Outcome};
+    use crate::lab::metrics::{Run, aggregate, compute};
+
+    fn run(design: Design, ok: usize, calls: u32, executions: u32) -> RunMetrics {
+        let records: Vec<OpRecord> = (0..200)
+            .map(|i| OpRecord {
+                id: i + 1,
+                start: Duration::from_millis(i),
+                latency: Duration::from_millis(5),
+                outcome: if (i as usize) < ok {
+                    Outcome::Ok
+                } else {
+                    Outcome::Failed
+                },
+                lag: Duration::ZERO,
+            })
+            .collect();
+        let mut counts = CatalogCounts::default();
+        for r in &records {
+            counts.calls.insert(r.id, calls);
+            counts.executions.insert(r.id, executions);
+        }
+        let run = Run {
+            scenario: Scenario::ResetUnkeyed,
+            design,
+            seed: 1,
+            duration: Duration::from_secs(1),
+        };
+        compute(run, &records, &counts, Vec::new())
+    }
+
+    #[test]
+    fn the_pick_is_the_cheapest_of_the_tied_best_and_never_duplicates_a_write() {
+        let results = aggregate(&[
+            // A succeeds most, by executing writes twice.
+            run(Design::A, 200, 2, 2),
+            run(Design::B, 150, 2, 1),
+            // Tied with B (one operation apart), fewer calls.
+            run(Design::BTuned, 149, 1, 1),
+            run(Design::C, 100, 1, 1),
+        ]);
+        let ranking = rankings(&results);
+        let r = &ranking[0];
+        assert_eq!(r.success[0].design, Design::A, "ranked on success alone");
+        let tied: Vec<Design> = r.best_success.iter().map(|a| a.design).collect();
+        assert_eq!(tied, [Design::B, Design::BTuned]);
+        assert_eq!(r.pick().map(|a| a.design), Some(Design::BTuned));
+        assert!(summary(&results).contains("A 100.0% (200 duplicates)"));
+    }
+
+    #[test]
+    fn a_spread_shows_its_seeds_only_when_they_differ() {
+        let same = Spread {
+            pooled: 0.5,
+            min: 0.5,
+            max: 0.5,
+        };
+        assert_eq!(spread(same, 100.0, 1), "50.0");
+        let apart = Spread {
+            pooled: 0.5,
+            min: 0.4,
+            max: 0.61,
+        };
+        assert_eq!(spread(apart, 100.0, 1), "50.0 [40.0-61.0]");
+    }
 }

@@ -19,10 +19,14 @@ pub enum Scenario {
     Flaky503,
     /// 503 on every request during a window in the middle of the run, then healthy again.
     Transient,
-    /// A catalog that serves one request at a time slows down briefly: requests queue, time
-    /// out and are retried, and a design whose retries outgrow the catalog's capacity keeps it
-    /// saturated long after the slowdown (a metastable failure).
+    /// A catalog with a limited capacity slows down briefly: requests queue, time out and are
+    /// retried, and a design whose retries outgrow the catalog's capacity keeps it saturated
+    /// long after the slowdown (a metastable failure). The catalog honours the caller's
+    /// `retry-deadline-ms` (it skips a queued request whose caller stopped waiting).
     Slowdown,
+    /// The same slowdown, but the catalog ignores `retry-deadline-ms`, as a third-party
+    /// service would: it serves every queued request, whether or not anyone still waits.
+    SlowdownIgnoresDeadline,
     /// A third of the requests take 1 s, far past the 300 ms attempt timeout.
     Slow,
     /// Writes with an idempotency key; the catalog executes half the writes and then resets the
@@ -37,12 +41,13 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Always503,
         Scenario::RateLimited429,
         Scenario::Flaky503,
         Scenario::Transient,
         Scenario::Slowdown,
+        Scenario::SlowdownIgnoresDeadline,
         Scenario::Slow,
         Scenario::ResetKeyed,
         Scenario::ResetUnkeyed,
@@ -57,6 +62,7 @@ impl Scenario {
             Scenario::Flaky503 => "503-no-retry-after",
             Scenario::Transient => "transient-outage",
             Scenario::Slowdown => "brief-slowdown",
+            Scenario::SlowdownIgnoresDeadline => "brief-slowdown-ignores-deadline",
             Scenario::Slow => "slow-catalog",
             Scenario::ResetKeyed => "reset-write-keyed",
             Scenario::ResetUnkeyed => "reset-write-unkeyed",
@@ -74,8 +80,13 @@ impl Scenario {
                 "every catalog request answers 503 from 20% to 60% of the run, then healthy"
             }
             Scenario::Slowdown => {
-                "the catalog serves one request at a time, 10 ms each (100/s); from 20% to 40% \
-                 of the run each takes 500 ms"
+                "the catalog serves one request at a time per 40 operations/s of load, 10 ms \
+                 each (2.5 times the load); from 20% to 40% of the run each takes 500 ms; it \
+                 skips a queued request whose caller said (retry-deadline-ms) it stopped waiting"
+            }
+            Scenario::SlowdownIgnoresDeadline => {
+                "the same slowdown, but the catalog ignores retry-deadline-ms, as a third-party \
+                 service would: it serves every queued request, whether anyone still waits or not"
             }
             Scenario::Slow => "a third of the catalog requests take 1 s (attempt timeout 300 ms)",
             Scenario::ResetKeyed => {
@@ -109,19 +120,30 @@ impl Scenario {
     pub fn outage_window(self, duration: Duration) -> Option<(Duration, Duration)> {
         match self {
             Scenario::Transient => Some((duration.mul_f64(0.2), duration.mul_f64(0.6))),
-            Scenario::Slowdown => Some((duration.mul_f64(0.2), duration.mul_f64(0.4))),
+            Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
+                Some((duration.mul_f64(0.2), duration.mul_f64(0.4)))
+            }
             _ => None,
         }
     }
 
-    /// How many requests the catalog works on at once (`None`: as many as arrive). A limited
-    /// catalog queues the rest, and keeps working on a request whose client has given up, as
-    /// a server that does not notice the client left does, unless the client said how long it
-    /// would wait (design B propagates it): the only fault whose effect depends on timing, not
-    /// on the seed alone.
-    pub const fn workers(self) -> Option<usize> {
+    /// Whether the catalog skips a queued request whose caller said it stopped waiting.
+    pub const fn honours_deadline(self) -> bool {
+        !matches!(self, Scenario::SlowdownIgnoresDeadline)
+    }
+
+    /// How many requests the catalog works on at once under `load` operations per second
+    /// (`None`: as many as arrive): one per 40 operations/s, so its capacity (100 requests/s
+    /// per worker) stays 2.5 times the load at any `--load`. A limited catalog queues the
+    /// rest, and keeps working on a request whose client has given up, as a server that does
+    /// not notice the client left does, unless the client said how long it would wait (design
+    /// B propagates it) and the catalog [honours it](Self::honours_deadline): the only fault
+    /// whose effect depends on timing, not on the seed alone.
+    pub fn workers(self, load: f64) -> Option<usize> {
         match self {
-            Scenario::Slowdown => Some(1),
+            Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
+                Some(((load / 40.0).round() as usize).max(1))
+            }
             _ => None,
         }
     }
@@ -200,12 +222,14 @@ impl Scenario {
                 Some((from, until)) if elapsed >= from && elapsed < until => Fault::Unavailable,
                 _ => Fault::None,
             },
-            Scenario::Slowdown => match self.outage_window(duration) {
-                Some((from, until)) if elapsed >= from && elapsed < until => {
-                    Fault::Slow(SLOWDOWN_EXTRA)
+            Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
+                match self.outage_window(duration) {
+                    Some((from, until)) if elapsed >= from && elapsed < until => {
+                        Fault::Slow(SLOWDOWN_EXTRA)
+                    }
+                    _ => Fault::None,
                 }
-                _ => Fault::None,
-            },
+            }
             Scenario::Slow if coin(1.0 / 3.0) => Fault::Slow(SLOW),
             Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
                 if write && coin(0.5) =>
@@ -274,13 +298,16 @@ mod tests {
             Scenario::Slowdown.fault(7, 1, 0, after, d, false),
             Fault::None
         );
-        assert_eq!(Scenario::Slowdown.workers(), Some(1));
-        assert!(
+        assert_eq!(Scenario::Slowdown.workers(40.0), Some(1));
+        assert_eq!(Scenario::Slowdown.workers(2000.0), Some(50));
+        assert_eq!(
             Scenario::ALL
                 .iter()
-                .filter(|s| s.workers().is_some())
-                .count()
-                == 1
+                .filter(|s| s.workers(40.0).is_some())
+                .count(),
+            2
         );
+        assert!(Scenario::Slowdown.honours_deadline());
+        assert!(!Scenario::SlowdownIgnoresDeadline.honours_deadline());
     }
 }

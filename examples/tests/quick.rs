@@ -1,0 +1,59 @@
+//! `outage-lab --quick`, as CI runs it: every scenario for two seconds (one after another, three
+//! seeds side by side); the binary exits non-zero when an asserted headline property of B or
+//! B-tuned does not hold (see `retry_examples::lab::checks`). Counts and rates only, never
+//! durations.
+//!
+//! A failure is final when the lab kept its schedule (exit code 1). When the lab itself fell
+//! behind (exit code 2: other processes took the machine, and with it the lab's timeouts), the
+//! run cannot judge the library and is repeated, up to three runs in all.
+
+use std::process::{Command, Output};
+
+const ATTEMPTS: usize = 3;
+/// The binary's exit code for a failure on a lab that fell behind its schedule.
+const INCONCLUSIVE: i32 = 2;
+
+fn quick(out: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outage-lab"))
+        .arg("--quick")
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("the outage-lab binary runs")
+}
+
+#[test]
+fn quick_mode_holds_the_headline_properties() {
+    let out = std::env::temp_dir().join(format!("outage-lab-quick-{}", std::process::id()));
+    let mut runs = Vec::new();
+    let run = loop {
+        let run = quick(&out);
+        let inconclusive = run.status.code() == Some(INCONCLUSIVE);
+        runs.push(run);
+        if !inconclusive || runs.len() == ATTEMPTS {
+            break runs.last().expect("one run at least");
+        }
+    };
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "outage-lab --quick failed ({}, run {} of {ATTEMPTS}):\n{stdout}\n{stderr}",
+        run.status,
+        runs.len()
+    );
+    assert!(
+        stdout.contains("headline properties asserted for B and B-tuned: all hold"),
+        "{stdout}"
+    );
+    let json = std::fs::read_to_string(out.join("outage-lab.json")).expect("the JSON report");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let cells = report["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 10 * 3, "every scenario under B, B-tuned and C");
+    let html = std::fs::read_to_string(out.join("outage-lab.html")).expect("the HTML report");
+    assert!(
+        html.contains("<svg") && !html.contains("<script"),
+        "inline SVG, no script"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
