@@ -25,7 +25,8 @@ pub struct Loopback {
     pub flaky_url: String,
     /// The plain reqwest client (every contender sends through it).
     pub client: reqwest::Client,
-    /// `catalog`: the default config, propagation headers on; `flaky`: [`failing_config`].
+    /// `catalog`: the default config, propagation headers on; `quiet`: the same with them off;
+    /// `flaky`: [`failing_config`], headers on.
     pub registry: Registry,
     /// reqwest-middleware + reqwest-retry around `client`: 2 retries, 500 ms to 2 s.
     pub middleware: reqwest_middleware::ClientWithMiddleware,
@@ -61,6 +62,7 @@ impl Loopback {
         let registry = Registry::builder()
             .seed(7)
             .upstream("catalog", UpstreamConfig::new().with_propagate(true))
+            .upstream("quiet", UpstreamConfig::new().with_propagate(false))
             .upstream("flaky", failing_config().with_propagate(true))
             .build()
             .expect("valid registry");
@@ -82,6 +84,11 @@ impl Loopback {
     /// The builder's `call` around the send path.
     pub async fn builder(&self) -> Bytes {
         self.send(&self.url, "catalog").await.expect("builder")
+    }
+
+    /// The builder's `call` around the send path, to an upstream without propagation headers.
+    pub async fn builder_quiet(&self) -> Bytes {
+        self.send(&self.url, "quiet").await.expect("builder")
     }
 
     async fn send(&self, url: &str, upstream: &str) -> Result<Bytes, Error> {

@@ -163,6 +163,7 @@ fn probe(args: &[String]) {
                 let figures = match case {
                     "http/plain" => drive(warm, n, || lo.plain()).await,
                     "http/builder" => drive(warm, n, || lo.builder()).await,
+                    "http/builder-quiet" => drive(warm, n, || lo.builder_quiet()).await,
                     "http/macro" => drive(warm, n, || lo.adapter()).await,
                     "http/backon" => drive(warm, n, || lo.backon()).await,
                     "http/reqwest-retry" => drive(warm, n, || lo.reqwest_retry()).await,
@@ -338,6 +339,10 @@ fn http() {
         ("plain reqwest", "http/plain"),
         ("builder `call` + `send_attempt`", "http/builder"),
         ("`#[retry]` adapter + `send_attempt`", "http/macro"),
+        (
+            "builder `call` + `send_attempt`, propagation off",
+            "http/builder-quiet",
+        ),
         ("backon + plain reqwest", "http/backon"),
         ("reqwest-middleware + reqwest-retry", "http/reqwest-retry"),
     ];
