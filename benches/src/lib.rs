@@ -1,12 +1,17 @@
-//! Shared pieces of the benchmarks: a counting allocator, an error type the runtime can
-//! classify, registries, a tiny loopback HTTP server and the AWS jitter simulation.
+//! Shared pieces of the benchmarks: the attempt bodies and the contenders (in process and over
+//! loopback HTTP), a counting allocator, instruction counts under callgrind, measuring in
+//! several processes, an error type the runtime can classify, registries, a tiny loopback HTTP
+//! server and the AWS jitter simulation.
 //!
 //! Everything here is for measurement only; the crate is never published and its peer
 //! dependencies (backon, tower, tokio-retry, reqwest-middleware, reqwest-retry) stay out of
 //! `retry-runtime`'s dependency tree.
 
 pub mod alloc;
-pub mod happy;
+pub mod body;
+pub mod callgrind;
+pub mod contention;
+pub mod inproc;
 pub mod loopback;
 pub mod processes;
 pub mod server;
@@ -26,6 +31,8 @@ pub enum BenchError {
     Transport(reqwest::Error),
     /// The retry runtime refused or stopped the call.
     Runtime(retry_runtime::Error),
+    /// A peer's attempt timeout (`tokio::time::timeout`) cut the attempt.
+    TimedOut,
 }
 
 impl fmt::Display for BenchError {
@@ -34,6 +41,7 @@ impl fmt::Display for BenchError {
             BenchError::Status(s) => write!(f, "status {s}"),
             BenchError::Transport(e) => write!(f, "transport: {e}"),
             BenchError::Runtime(e) => write!(f, "runtime: {e}"),
+            BenchError::TimedOut => f.write_str("attempt timed out"),
         }
     }
 }
@@ -57,7 +65,7 @@ impl Classify for BenchError {
         match self {
             BenchError::Status(_) => Evidence::ResponseReceived,
             BenchError::Transport(e) if e.is_connect() => Evidence::NotSent,
-            BenchError::Transport(_) => Evidence::SentNoResponse,
+            BenchError::Transport(_) | BenchError::TimedOut => Evidence::SentNoResponse,
             BenchError::Runtime(e) => e.evidence(),
         }
     }
@@ -75,14 +83,16 @@ impl Classify for BenchError {
     }
 }
 
-/// One GET whose body is read in full; a non-2xx status is an error.
+/// One GET whose body is read in full; a non-2xx status is an error (its body read too, so
+/// the connection goes back to the pool).
 pub async fn get(client: &reqwest::Client, url: &str) -> Result<bytes::Bytes, BenchError> {
     let response = client.get(url).send().await?;
     let status = response.status();
-    if !status.is_success() {
-        return Err(BenchError::Status(status.as_u16()));
+    let body = response.bytes().await?;
+    match status.is_success() {
+        true => Ok(body),
+        false => Err(BenchError::Status(status.as_u16())),
     }
-    Ok(response.bytes().await?)
 }
 
 /// A registry with `names`, each configured with `config`, seeded for reproducible jitter.

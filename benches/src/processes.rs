@@ -1,9 +1,9 @@
-//! Measuring in several processes: what `happy-ratio` and `http-ratio` share.
+//! Measuring in several processes: what the wall-clock sections of `figures` share.
 //!
 //! A contender's time moves from one process to the next by more than the differences these
 //! programs measure (where the stack and the heap land changes how futures' copies meet the
-//! cache; backon's happy path moved by up to a third on our VM, plain reqwest from 54 to 67 µs
-//! per request), and stays put within a process. So a program measures in `N` fresh
+//! cache; plain reqwest read 92 to 150 µs per loopback request in nine processes of one run),
+//! and stays put within a process. So a program measures in `N` fresh
 //! processes (itself, re-executed with an environment variable set), each printing one line of
 //! numbers, and reports every process's figures and their median.
 
@@ -67,25 +67,6 @@ pub fn print_table<const N: usize>(names: &[&str], runs: &[[f64; N]], columns: C
             _ => median_and_each(column(1), 3),
         };
         println!("| {name} | {time} | {ratio} |");
-    }
-}
-
-/// How many processes to measure in: the program's first argument, at least 1 (1 measures in
-/// place), else `default`. A bad argument prints a usage message naming `program` and exits
-/// with code 2.
-pub fn count_from_args(program: &str, default: usize) -> usize {
-    match std::env::args().nth(1) {
-        None => default,
-        Some(arg) => match arg.parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => {
-                eprintln!(
-                    "usage: {program} [PROCESSES]\n  PROCESSES: how many measuring processes \
-                     to run, at least 1 (default {default}); got {arg:?}"
-                );
-                std::process::exit(2);
-            }
-        },
     }
 }
 

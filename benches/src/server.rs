@@ -18,6 +18,15 @@ use tokio::net::TcpListener;
 /// The response body of every endpoint.
 pub const BODY: &[u8] = b"{\"ok\":true}";
 
+/// Connections accepted by every server of this process.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Connections accepted so far by every server of this process (a client that reuses its
+/// connections opens one per server).
+pub fn connections() -> u64 {
+    CONNECTIONS.load(Ordering::Relaxed)
+}
+
 /// Serves `handler` on a fresh loopback port; returns the address. Runs until the runtime stops.
 pub async fn serve<H, Fut>(handler: H) -> SocketAddr
 where
@@ -33,6 +42,7 @@ where
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
+            CONNECTIONS.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
             let handler = handler.clone();
             tokio::spawn(async move {
@@ -75,6 +85,20 @@ impl Endpoint {
             async move {
                 me.hits.fetch_add(1, Ordering::Relaxed);
                 respond(me.status.load(Ordering::Relaxed))
+            }
+        })
+        .await
+    }
+
+    /// Serves it on loopback answering 503, 503, 200, 503, 503, 200, ...: an operation that
+    /// makes three attempts fails twice and succeeds on the third (the status set is ignored).
+    pub async fn serve_flaky(&self) -> SocketAddr {
+        let me = self.clone();
+        serve(move |_req| {
+            let me = me.clone();
+            async move {
+                let hit = me.hits.fetch_add(1, Ordering::Relaxed) + 1;
+                respond(if hit.is_multiple_of(3) { 200 } else { 503 })
             }
         })
         .await
