@@ -1,4 +1,4 @@
-//! The adapter of spec 003 in Rust: an order-status read, a register write with a deterministic
+//! A payments adapter in Rust: an order-status read, a register write with a deterministic
 //! idempotency key, and a write with a reconcile check; plus the write that has neither, which
 //! the runtime sends once and reports as ambiguous when its fate is unknown.
 //!

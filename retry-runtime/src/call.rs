@@ -713,9 +713,8 @@ impl<'r> Call<'r> {
             )
         });
         observe::retried(self.upstream.name(), self.upstream.budget());
-        // Drop the error (and any response or connection it holds) before waiting; keep what
-        // the caller must be told if shutdown interrupts the wait.
-        let last_error = error.to_string();
+        // Drop the error (and any response or connection it holds) before waiting: the facts in
+        // `failure` are all a shutdown during the wait needs to tell the caller.
         drop(error);
         if reason == RetryReason::RefreshAuth {
             self.auth_refresh_used = true;
@@ -742,7 +741,7 @@ impl<'r> Call<'r> {
             }
         }
         if !delay.is_zero() && self.back_off(delay).await.is_err() {
-            return self.drained(last_error, failure);
+            return self.drained(failure);
         }
         self.previous_delay = delay;
         Step::Retry
@@ -763,10 +762,14 @@ impl<'r> Call<'r> {
 
     /// Shutdown started during the backoff: the call ends without another attempt, with the
     /// outcome the last failure had (ambiguous for a write that may have executed).
-    fn drained<T, E>(&mut self, last_error: String, failure: &Failure) -> Step<T, E>
+    fn drained<T, E>(&mut self, failure: &Failure) -> Step<T, E>
     where
         E: From<Error> + Display,
     {
+        let last_error = match failure.status {
+            Some(status) => format!("status {status}"),
+            None => format!("no response ({})", failure.evidence.as_str()),
+        };
         let error = E::from(Error::Draining {
             upstream: self.upstream.name_arc().clone(),
             attempts: self.attempt,

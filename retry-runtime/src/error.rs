@@ -107,7 +107,7 @@ pub enum Error {
         upstream: Arc<str>,
         /// Attempts made.
         attempts: u32,
-        /// What the last attempt failed with.
+        /// What the last attempt failed with (its status, or how far it got).
         last_error: String,
     },
     /// An HTTP attempt failed (feature `http`); see [`HttpError`](crate::http::HttpError).

@@ -2,15 +2,16 @@
 //!
 //! A window is cut into [`SLOTS`] slots. Each slot is one `AtomicU64` holding the slot's epoch
 //! (high bits) and its count (low bits), so a stale slot reads as zero and is reset by the first
-//! writer of the new epoch: no lock, no background task. Each counter is striped: a thread
-//! writes its own copy of the slots and readers add the copies up.
+//! writer of the new epoch: no lock, no background task. A count is one compare-and-swap; a
+//! read is [`SLOTS`] loads, whatever the traffic or the number of threads (a retry reads a few
+//! counters, so its cost is constant).
 //!
-//! A count may arrive late: an attempt is counted at its start time when it ends, and an attempt
-//! can run longer than the window. A count whose epoch is older than the epoch its slot already
+//! A count may arrive late: an attempt that completed in its first poll is counted at its start
+//! time (the loop reads no clock for it), and one dated otherwise can trail the newest count. A count whose epoch is older than the epoch its slot already
 //! holds is outside the window the slot now serves, so it is dropped; it never resets the slot
 //! (that would erase every newer count in it).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,7 +21,7 @@ pub const SLOTS: usize = 10;
 
 /// 32 bits of epoch: at the shortest window the registry accepts (1 s, so 100 ms slots) the tag
 /// wraps after 13 years, and "older than the slot" is judged over half of that. 32 bits of count
-/// per slot and stripe (4 billion) is beyond any call rate.
+/// per slot (4 billion) is beyond any call rate.
 const EPOCH_BITS: u32 = 32;
 const COUNT_BITS: u32 = 64 - EPOCH_BITS;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -59,43 +60,23 @@ impl Clock {
     }
 }
 
-/// One counter over the window.
-/// Stripes per counter. Every call adds to its upstream's counters (a budget deposit, a breaker
-/// attempt); one shared atomic per counter moved between cores on every call, the largest cost
-/// of a call under contention. Each thread adds to its own stripe; readers (on failures only)
-/// sum them all.
-const STRIPES: usize = 8;
-
-/// One stripe's slots, on cache lines of their own.
+/// A sliding-window counter; see the module docs. Its slots share one cache line.
 #[repr(align(128))]
 #[derive(Debug, Default)]
-struct Stripe([AtomicU64; SLOTS]);
-
-/// A sliding-window counter; see the module docs.
-#[derive(Debug, Default)]
 pub(crate) struct Counter {
-    stripes: [Stripe; STRIPES],
-}
-
-/// This thread's stripe: threads are dealt stripes in turn as they first count.
-fn own_stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
-    }
-    STRIPE.try_with(|s| *s).unwrap_or(0)
+    slots: [AtomicU64; SLOTS],
 }
 
 impl Counter {
-    fn slot(&self, stripe: usize, epoch: u64) -> &AtomicU64 {
-        &self.stripes[stripe].0[(epoch % SLOTS as u64) as usize]
+    fn slot(&self, epoch: u64) -> &AtomicU64 {
+        &self.slots[(epoch % SLOTS as u64) as usize]
     }
 
     /// Adds `by` to the count of `epoch`. Returns `false`, counting nothing, when the slot
     /// already holds a newer epoch: the count is outside the window (see the module docs).
     pub(crate) fn add(&self, epoch: u64, by: u64) -> bool {
         let tag = epoch & EPOCH_MASK;
-        let slot = self.slot(own_stripe(), epoch);
+        let slot = self.slot(epoch);
         let mut current = slot.load(Ordering::Acquire);
         loop {
             let held = current >> COUNT_BITS;
@@ -116,25 +97,14 @@ impl Counter {
         }
     }
 
-    /// Takes one back from this epoch's count: from this thread's stripe if it counted any,
-    /// else from another's. A no-op when the epoch counted nothing.
+    /// Takes one back from this epoch's count. A no-op when the epoch counted nothing.
     pub(crate) fn sub_one(&self, epoch: u64) {
-        let own = own_stripe();
-        let order = std::iter::once(own).chain((0..STRIPES).filter(move |s| *s != own));
-        for stripe in order {
-            if self.sub_one_from(stripe, epoch) {
-                return;
-            }
-        }
-    }
-
-    fn sub_one_from(&self, stripe: usize, epoch: u64) -> bool {
         let tag = epoch & EPOCH_MASK;
-        let slot = self.slot(stripe, epoch);
+        let slot = self.slot(epoch);
         let mut current = slot.load(Ordering::Acquire);
         loop {
             if current >> COUNT_BITS != tag || current & COUNT_MASK == 0 {
-                return false;
+                return;
             }
             match slot.compare_exchange_weak(
                 current,
@@ -142,23 +112,24 @@ impl Counter {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return true,
+                Ok(_) => return,
                 Err(actual) => current = actual,
             }
         }
     }
 
+    /// The count of the window ending at `epoch`.
     pub(crate) fn sum(&self, epoch: u64) -> u64 {
-        self.stripes
-            .iter()
-            .flat_map(|stripe| stripe.0.iter())
-            .map(|s| read(s, epoch))
-            .fold(0, u64::saturating_add)
+        let mut total = 0u64;
+        for slot in &self.slots {
+            total = total.saturating_add(read(slot, epoch));
+        }
+        total
     }
 
     pub(crate) fn clear(&self) {
-        for s in self.stripes.iter().flat_map(|stripe| stripe.0.iter()) {
-            s.store(0, Ordering::Release);
+        for slot in &self.slots {
+            slot.store(0, Ordering::Release);
         }
     }
 }
@@ -239,11 +210,12 @@ mod tests {
     }
 
     #[test]
-    fn counts_from_many_threads_add_up_and_are_taken_back_from_any_stripe() {
+    fn counts_from_many_threads_add_up_and_are_taken_back() {
         let c = Counter::default();
         let epoch = 7;
+        const THREADS: usize = 16;
         std::thread::scope(|scope| {
-            for _ in 0..(STRIPES * 2) {
+            for _ in 0..THREADS {
                 scope.spawn(|| {
                     for _ in 0..1000 {
                         c.add(epoch, 1);
@@ -251,10 +223,10 @@ mod tests {
                 });
             }
         });
-        assert_eq!(c.sum(epoch), (STRIPES * 2 * 1000) as u64);
-        // This thread may not have counted anything: the count still goes down by one.
+        assert_eq!(c.sum(epoch), (THREADS * 1000) as u64);
+        // This thread counted nothing: the count still goes down by one.
         c.sub_one(epoch);
-        assert_eq!(c.sum(epoch), (STRIPES * 2 * 1000 - 1) as u64);
+        assert_eq!(c.sum(epoch), (THREADS * 1000 - 1) as u64);
         assert_eq!(
             c.sum(epoch + SLOTS as u64),
             0,

@@ -25,14 +25,18 @@ pub fn default_path() -> PathBuf {
 pub const LAB_TOML: &str = include_str!("../../lab.toml");
 
 /// Design B's upstreams: the library's defaults, but for the catalog's attempt timeout, which
-/// is the same 300 ms in every design (the slow-catalog scenario is defined by it). The API ->
-/// middle hop keeps the default 1 s: the 1.5 s of the other designs would take the default
-/// backoff past the library's 5 s in-memory retry window, which the registry refuses.
+/// is the same 300 ms in every design (the slow-catalog scenario is defined by it), and the
+/// propagation headers, which the library's docs say to turn on for one's own services behind
+/// the server layer (the middle and the catalog are). The API -> middle hop keeps the default
+/// 1 s: the 1.5 s of the other designs would take the default backoff past the library's 5 s
+/// in-memory retry window, which the registry refuses.
 pub const DEFAULTS_TOML: &str = "\
 [upstreams.middle]
+propagate = true
 
 [upstreams.catalog]
 attempt_timeout = \"300ms\"
+propagate = true
 ";
 
 /// The parsed upstreams of the library's designs.
@@ -133,7 +137,7 @@ mod tests {
     #[test]
     fn design_b_runs_the_library_defaults_but_for_the_catalog_timeout() {
         let lab = LabUpstreams::builtin();
-        let mut expected = UpstreamConfig::new();
+        let mut expected = UpstreamConfig::new().with_propagate(true);
         assert_eq!(lab.get(Design::B, "middle"), Some(&expected));
         expected.attempt_timeout = std::time::Duration::from_millis(300);
         assert_eq!(lab.get(Design::B, "catalog"), Some(&expected));

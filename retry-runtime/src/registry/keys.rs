@@ -63,7 +63,7 @@ pub(crate) struct KeySpec {
     pub(crate) path: &'static str,
     /// Its type.
     pub(crate) kind: Kind,
-    /// A good value, unquoted (the default, or the spec's recommendation).
+    /// A good value, unquoted (the default, or the recommended value).
     pub(crate) example: &'static str,
 }
 
