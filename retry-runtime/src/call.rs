@@ -49,6 +49,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Display;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,6 +192,9 @@ pub struct Call<'r> {
     rotations: u32,
     /// The upstream's progress when this call saw its last two rotations (older, newer).
     rotation_marks: [Option<u64>; 2],
+    /// The backoff timer, made at the first retry and reset for the next ones (boxed: a call
+    /// that never retries carries no timer in its future).
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// The span of one retrying call. At `DEBUG`: a service logging at `INFO` pays nothing for it.
@@ -299,6 +303,7 @@ impl<'r> Call<'r> {
             span,
             attempt_span: tracing::Span::none(),
             local: Local::Nothing,
+            sleep: None,
             rotations: 0,
             rotation_marks: [None; 2],
         })
@@ -748,15 +753,20 @@ impl<'r> Call<'r> {
     }
 
     /// Sleeps `delay`, or less if shutdown starts meanwhile (`Err`).
-    async fn back_off(&self, delay: Duration) -> Result<(), Drained> {
+    async fn back_off(&mut self, delay: Duration) -> Result<(), Drained> {
         let drain = self.registry.drain();
-        // Boxed: a call whose first attempt succeeds never sleeps, and its future (moved on
-        // every `.await` of its callers) should not carry a timer.
-        let sleep = Box::pin(tokio::time::sleep(delay));
+        let until = deadline_after(Instant::now(), delay);
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                sleep.as_mut().reset(until);
+                sleep
+            }
+            None => self.sleep.insert(Box::pin(tokio::time::sleep_until(until))),
+        };
         tokio::select! {
             biased;
             () = drain.started() => Err(Drained),
-            () = sleep => Ok(()),
+            () = sleep.as_mut() => Ok(()),
         }
     }
 
