@@ -136,6 +136,7 @@ pub fn reset(stream: TcpStream) {
 }
 
 async fn serve(mut stream: TcpStream, fault: H1Fault, truth: Arc<GroundTruth>) {
+    let _serving = truth.serving();
     match fault {
         H1Fault::CloseBeforeRead => return drop(stream),
         H1Fault::ResetBeforeRead => return reset(stream),

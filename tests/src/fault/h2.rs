@@ -125,6 +125,7 @@ fn status_block(status: u16) -> Vec<u8> {
 }
 
 async fn serve(mut stream: TcpStream, script: Arc<Script<H2Fault>>, truth: Arc<GroundTruth>) {
+    let _serving = truth.serving();
     let mut preface = [0u8; 24];
     if stream.read_exact(&mut preface).await.is_err() || preface != PREFACE {
         return;

@@ -1,8 +1,8 @@
 //! What the server really saw: the ground truth a classification is checked against.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// One request as the server saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,13 +28,45 @@ pub struct SeenRequest {
 #[derive(Debug, Default)]
 pub struct GroundTruth {
     connections: AtomicUsize,
+    /// Connections whose serving task has finished (see [`GroundTruth::settled`]).
+    finished: AtomicUsize,
+    changed: tokio::sync::Notify,
     bytes_read: AtomicUsize,
     requests: Mutex<Vec<SeenRequest>>,
+}
+
+/// Held by a connection's serving task; counts the connection finished when dropped.
+pub(crate) struct Serving(Arc<GroundTruth>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.finished.fetch_add(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
 }
 
 impl GroundTruth {
     pub(crate) fn connection(&self) {
         self.connections.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Marks a connection's serving task: finished when the guard drops.
+    pub(crate) fn serving(self: &Arc<Self>) -> Serving {
+        Serving(self.clone())
+    }
+
+    /// Waits until every connection accepted so far has been served to the end, so what the
+    /// server recorded about them is final (an event to wait on, not a sleep).
+    pub async fn settled(&self) {
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            if self.finished.load(Ordering::SeqCst) >= self.connections() {
+                return;
+            }
+            changed.await;
+        }
     }
 
     pub(crate) fn read(&self, n: usize) {
