@@ -37,6 +37,8 @@ struct Seen {
 
 #[derive(Debug, Default)]
 struct Catalog {
+    /// Woken whenever a handler is dropped.
+    changed: tokio::sync::Notify,
     /// Never answer (hold the request until the caller drops it) instead of answering 503.
     hang: bool,
     seen: Mutex<Vec<Seen>>,
@@ -52,6 +54,7 @@ impl Drop for LiveGuard {
     fn drop(&mut self) {
         self.0.live.fetch_sub(1, Ordering::SeqCst);
         self.0.cancelled.fetch_add(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
     }
 }
 
@@ -99,6 +102,25 @@ impl Catalog {
         self.seen.lock().unwrap().clone()
     }
 
+    /// Waits until no handler is running (an event; the bound only turns a hang into a
+    /// failure).
+    async fn idle(&self) {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                let mut changed = std::pin::pin!(changed);
+                changed.as_mut().enable();
+                if self.live.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .expect("every catalog handler ends");
+    }
+
     fn calls_per_op(&self) -> HashMap<String, usize> {
         let mut map = HashMap::new();
         for s in self.seen() {
@@ -115,6 +137,25 @@ struct Middle {
     // Killed on drop; its stdin (kept open here) closing also ends it.
     _child: Child,
     url: String,
+    /// The middle's stdout after its port: a `done <op>` line as each operation ends there.
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Middle {
+    /// Waits until the middle reports that operation `op` is over in its process.
+    async fn done(&mut self, op: &str) {
+        let wait = async {
+            while let Some(line) = self.lines.next_line().await.expect("the middle's stdout") {
+                if line.strip_prefix("done ") == Some(op) {
+                    return;
+                }
+            }
+            panic!("the middle exited before reporting {op} done");
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .expect("the middle reports the operation done");
+    }
 }
 
 async fn middle(catalog: &Server, args: &[&str]) -> Middle {
@@ -128,18 +169,17 @@ async fn middle(catalog: &Server, args: &[&str]) -> Middle {
         .spawn()
         .expect("spawn the middle process");
     let stdout = child.stdout.take().expect("piped stdout");
-    let line = tokio::time::timeout(
-        Duration::from_secs(30),
-        BufReader::new(stdout).lines().next_line(),
-    )
-    .await
-    .expect("the middle printed its port")
-    .expect("read the middle's stdout")
-    .expect("the middle printed its port before exiting");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the middle printed its port")
+        .expect("read the middle's stdout")
+        .expect("the middle printed its port before exiting");
     let port: u16 = line.trim().parse().expect("a port number");
     Middle {
         _child: child,
         url: format!("http://127.0.0.1:{port}"),
+        lines,
     }
 }
 
@@ -341,11 +381,12 @@ async fn the_apis_300ms_deadline_reaches_the_catalog_shrunk_by_the_time_spent() 
     let (result, deadline, sent) = checkout_in_300ms(&middle.url).await;
     assert!(result.is_err());
     let sent = sent[0];
+    // However many of its three attempts the middle fit in the 300 ms (on a loaded machine,
+    // maybe fewer), each must carry what was left; the count is not the property.
     let seen = catalog.seen();
-    assert_eq!(
-        seen.len(),
-        3,
-        "the middle made its three attempts: {seen:?}"
+    assert!(
+        (1..=3).contains(&seen.len()),
+        "the middle made one to three attempts: {seen:?}"
     );
 
     // What is provable with a relative header: the API sent `floor(D - t_send)` at some
@@ -381,29 +422,22 @@ async fn when_the_api_gives_up_the_middle_stops_and_the_catalog_sees_no_later_re
     // A catalog that never answers, and a middle whose own limits would let it keep a catalog
     // request open for 1.5 s and then try again: only the API's propagated 300 ms stop it.
     let (catalog, server) = Catalog::start(true).await;
-    let middle = middle(&server, &["attempt_timeout_ms=1500"]).await;
+    let mut middle = middle(&server, &["attempt_timeout_ms=1500"]).await;
     let (result, deadline, _) = checkout_in_300ms(&middle.url).await;
-    let gave_up = Instant::now();
     assert!(result.is_err(), "the catalog never answers");
-    assert!(gave_up >= deadline - Duration::from_millis(50));
 
-    // The middle's catalog request is dropped when the API's deadline passes (not after the
-    // middle's own 1.5 s attempt timeout): wait for it, bounded well below 1.5 s.
-    let stop_by = gave_up + Duration::from_millis(900);
-    while catalog.live.load(Ordering::SeqCst) > 0 && Instant::now() < stop_by {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(
-        catalog.live.load(Ordering::SeqCst),
-        0,
-        "the middle still holds a catalog request after the API gave up"
-    );
-    // Give a middle that wrongly kept going the time to start another attempt (its backoff is
-    // 2 ms), then check that every catalog request started before the API's deadline.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The middle reports when the operation is over in its process (its handler finished or
+    // was dropped by the server layer): after that it can start no catalog request for it.
+    middle.done("checkout").await;
+    // And the catalog sees its requests dropped (the middle went away from them).
+    catalog.idle().await;
     let seen = catalog.seen();
     assert!(!seen.is_empty(), "the catalog was reached");
     for s in &seen {
+        // What stopped the middle is the API's deadline, propagated: every catalog request
+        // carried at most the 300 ms the API had, never the middle's own 1.5 s.
+        let told = s.deadline_ms.expect("retry-deadline-ms sent");
+        assert!(told <= 300, "a catalog request was told {told} ms");
         assert!(
             s.at < deadline,
             "a catalog request started {:?} after the API's deadline",

@@ -79,6 +79,18 @@ fn main() {
     rt.block_on(serve(args));
 }
 
+/// Prints `done <op>` when dropped: the end of an operation in this process, as an event the
+/// test can wait for.
+struct Done(String);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "done {}", self.0);
+        let _ = out.flush();
+    }
+}
+
 async fn serve(args: Args) {
     let config = UpstreamConfig::new()
         // The catalog is our own service: it reads the propagated deadline.
@@ -119,6 +131,9 @@ async fn serve(args: Args) {
                 .strip_prefix("/op/")
                 .unwrap_or("none")
                 .to_owned();
+            // Tells the test when this operation is over here, however it ends (the server
+            // layer drops the handler when its caller's deadline passes).
+            let _done = Done(id.clone());
             let url = format!("{catalog}/item/{id}");
             let result: Result<String, Error> = Retry::in_registry(&registry, "catalog")
                 .method(Method::GET)
