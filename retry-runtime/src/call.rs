@@ -179,6 +179,8 @@ pub struct Call<'r> {
     attempt: u32,
     /// When the last attempt was admitted.
     attempt_started: Instant,
+    /// The last attempt's timeout (clamped to the deadline), for its timeout error.
+    attempt_timeout: Duration,
     previous_delay: Duration,
     auth_refresh_used: bool,
     /// The scope's count of failures retried below, when the last attempt started.
@@ -261,7 +263,19 @@ impl<'r> Call<'r> {
         let own = deadline_after(now, config.deadline);
         let (scope, deadline) = match Operation::current() {
             Some(op) => {
-                op.init_allowance(retries);
+                let allowed = op.init_allowance(retries);
+                if allowed < retries {
+                    // An enclosing scope (or, behind the server layer, the caller's propagated
+                    // limits) allows fewer retries than this upstream's `max_attempts`.
+                    tracing::debug!(
+                        target: "retry_runtime::decision",
+                        upstream = upstream.name(),
+                        operation = op.name(),
+                        max_attempts = config.max_attempts,
+                        retries_allowed = allowed,
+                        "the operation allows fewer retries than the upstream's max_attempts"
+                    );
+                }
                 let deadline = min_deadline(op.deadline(), Some(own)).unwrap_or(own);
                 (CallScope::Joined(op), deadline)
             }
@@ -296,6 +310,7 @@ impl<'r> Call<'r> {
             created: now,
             attempt: 0,
             attempt_started: now,
+            attempt_timeout: Duration::ZERO,
             previous_delay: Duration::ZERO,
             auth_refresh_used: false,
             retried_mark: 0,
@@ -360,6 +375,7 @@ impl<'r> Call<'r> {
         };
         let body = make(&attempt);
         self.attempt_started = attempt.started;
+        self.attempt_timeout = attempt.timeout;
         self.attempt_span = attempt.span.clone();
         let ends = attempt.ends();
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
@@ -481,7 +497,7 @@ impl<'r> Call<'r> {
                 Err(E::from(Error::AttemptTimeout {
                     upstream: self.upstream.name_arc().clone(),
                     attempt: self.attempt,
-                    timeout: self.upstream.config().attempt_timeout,
+                    timeout: self.attempt_timeout,
                 }))
             }
         };
