@@ -119,15 +119,23 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Ambiguous(a) => a.fmt(f),
-            Error::UnknownUpstream { name, known } => write!(
-                f,
-                "unknown upstream `{name}`: add it to the retry registry (known: {})",
-                if known.is_empty() {
-                    "none; was the registry loaded?".to_owned()
-                } else {
-                    known.join(", ")
+            Error::UnknownUpstream { name, known } => {
+                write!(f, "unknown upstream `{name}`: ")?;
+                if let Some(close) =
+                    crate::registry::keys::closest(name, known.iter().map(String::as_str))
+                {
+                    write!(f, "did you mean `{close}`? ")?;
                 }
-            ),
+                write!(
+                    f,
+                    "add it to the retry registry (known: {})",
+                    if known.is_empty() {
+                        "none; was the registry loaded?".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )
+            }
             Error::AttemptTimeout {
                 upstream,
                 attempt,

@@ -48,7 +48,8 @@
 //! window: the durable queue (features `durable-sqlite`, `durable-postgres`).
 //!
 //! What the library promises when things go wrong, with the test behind each promise: the
-//! [`guarantees`] page. How the crate is built: `ARCHITECTURE.md` at the repository root.
+//! [`guarantees`] page. What it reports (spans, events, metrics): the [`observability`] page.
+//! How the crate is built: `ARCHITECTURE.md` at the repository root.
 //!
 //! # Connection rotation is not failure
 //! Servers close healthy connections all the time: nginx after `keepalive_requests`, proxies
@@ -150,6 +151,11 @@ pub use scope::{Operation, OperationBuilder, operation};
 /// assert_eq!(r.permanent(), Some(PermanentCategory::Contract));
 /// ```
 pub use retry_macros::Classify;
+
+/// The spans, events and metrics the library emits: names, levels, fields, labels, and what
+/// each level costs.
+#[doc = include_str!("observability.md")]
+pub mod observability {}
 
 /// What the library promises under bad input, concurrency, crashes and clock jumps, each
 /// promise with the test that shows it.

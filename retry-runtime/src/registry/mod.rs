@@ -157,7 +157,7 @@ mod duration;
 mod env;
 mod errors;
 mod file;
-mod keys;
+pub(crate) mod keys;
 mod verify;
 pub use env::ENV_PREFIX;
 pub use errors::{ConfigError, ConfigErrors, Location};
@@ -770,6 +770,19 @@ mod tests {
         assert_eq!(now.config().deadline, Duration::from_secs(3));
         // The budget settings did not change, so the budget carried over.
         assert!(std::ptr::eq(in_flight.budget(), now.budget()));
+    }
+
+    #[test]
+    fn a_misspelt_upstream_name_is_answered_with_the_close_one() {
+        let registry = Registry::builder()
+            .upstream("sber", UpstreamConfig::new())
+            .upstream("catalog", UpstreamConfig::new())
+            .build()
+            .unwrap();
+        let message = registry.upstream("sbr").unwrap_err().to_string();
+        assert!(message.contains("did you mean `sber`?"), "{message}");
+        let message = registry.upstream("payments").unwrap_err().to_string();
+        assert!(!message.contains("did you mean"), "{message}");
     }
 
     #[test]
