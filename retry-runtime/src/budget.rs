@@ -30,7 +30,7 @@
 //! rotation storm is stopped by this budget like any other.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::window::{Clock, Counter};
@@ -124,6 +124,10 @@ pub struct RetryBudget {
     deposits: Counter,
     withdrawals: Counter,
     progress: AtomicU64,
+    /// Set the first time a call asks for `progress` (it saw a rotation): until then no success
+    /// needs counting, and the success path only reads this flag instead of writing a line
+    /// every thread shares.
+    watched: AtomicBool,
 }
 
 impl fmt::Debug for RetryBudget {
@@ -148,6 +152,7 @@ impl RetryBudget {
             deposits: Counter::default(),
             withdrawals: Counter::default(),
             progress: AtomicU64::new(0),
+            watched: AtomicBool::new(false),
         })
     }
 
@@ -195,13 +200,19 @@ impl RetryBudget {
     }
 
     /// Records that an attempt to the upstream succeeded: the upstream is making progress (see
-    /// "Connection rotation" in the module docs). One relaxed atomic add.
+    /// "Connection rotation" in the module docs). Counted only once a call has asked for the
+    /// progress (it saw a rotation); before that, one relaxed load.
     pub fn record_progress(&self) {
-        self.progress.fetch_add(1, Ordering::Relaxed);
+        if self.watched.load(Ordering::Relaxed) {
+            self.progress.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
-    /// Successful attempts recorded so far (only its changes mean anything).
+    /// Successful attempts recorded since a call first asked (only its changes mean anything).
     pub fn progress(&self) -> u64 {
+        if !self.watched.load(Ordering::Relaxed) {
+            self.watched.store(true, Ordering::Relaxed);
+        }
         self.progress.load(Ordering::Relaxed)
     }
 

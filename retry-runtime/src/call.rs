@@ -386,7 +386,6 @@ impl<'r> Call<'r> {
 
     /// The next attempt, if time is left for one.
     fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        self.local = Local::NoTime;
         let now = match self.attempt {
             0 => self.created,
             _ => Instant::now(),
@@ -402,6 +401,7 @@ impl<'r> Call<'r> {
                     "no time left for an attempt"
                 )
             });
+            self.local = Local::NoTime;
             return Err(Error::DeadlineExceeded {
                 upstream: self.upstream.name_arc().clone(),
             });

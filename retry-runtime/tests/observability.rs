@@ -178,15 +178,15 @@ impl std::io::Write for Buf {
     }
 }
 
-#[test]
-fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+/// What a `fmt` subscriber at `level` prints (span closes included) while `work` runs on a
+/// paused current-thread runtime.
+fn logged<F: std::future::Future<Output = ()>>(level: tracing::Level, work: F) -> String {
     let buf = Buf::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
+        .with_max_level(level)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -194,18 +194,22 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
         .start_paused(true)
         .build()
         .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            let reg = registry();
-            calls(&reg).await;
-            let _: Result<(), Error> = Retry::in_registry(&reg, "up")
-                .method(Method::PUT)
-                .idempotency("secret-order-42")
-                .run(|_| async { Err(timeout()) })
-                .await;
-        })
+    tracing::subscriber::with_default(subscriber, || rt.block_on(work));
+    String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+}
+
+#[test]
+fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = logged(tracing::Level::DEBUG, async {
+        let reg = registry();
+        calls(&reg).await;
+        let _: Result<(), Error> = Retry::in_registry(&reg, "up")
+            .method(Method::PUT)
+            .idempotency("secret-order-42")
+            .run(|_| async { Err(timeout()) })
+            .await;
     });
-    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     assert!(out.contains("decision=\"retry\""), "{out}");
     assert!(out.contains("reason=max_attempts"), "{out}");
     assert!(out.contains("decision=\"ambiguous\""), "{out}");
@@ -236,26 +240,9 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
 #[test]
 fn at_info_decisions_are_events_and_calls_make_no_span() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .finish();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            let reg = registry();
-            calls(&reg).await;
-        })
+    let out = logged(tracing::Level::INFO, async {
+        calls(&registry()).await;
     });
-    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     assert!(out.contains("decision=\"retry\""), "{out}");
     assert!(out.contains("reason=max_attempts"), "{out}");
     assert!(!out.contains("retry.call{"), "no call span at INFO: {out}");

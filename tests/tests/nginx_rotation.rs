@@ -228,6 +228,19 @@ fn check_log(processed: &[Processed], tag: &str) -> (usize, u64) {
     (twice, most)
 }
 
+/// No call of any kind was refused by the breaker, and it is closed now.
+fn assert_breaker_stayed_closed(all: &Tally, registry: &Registry) {
+    for kind in Kind::ALL {
+        assert_eq!(
+            all.count(kind, Outcome::CircuitOpen),
+            0,
+            "{}",
+            all.summary()
+        );
+    }
+    assert_eq!(breaker_state(registry), BreakerState::Closed);
+}
+
 fn breaker_state(registry: &Registry) -> BreakerState {
     registry
         .upstream(UPSTREAM)
@@ -293,15 +306,7 @@ async fn keepalive_requests_3_is_invisible_to_callers() {
             }
             assert_eq!(twice, 0, "no key is processed twice");
             assert!(most <= 3, "nginx rotated after 3 requests");
-            for kind in Kind::ALL {
-                assert_eq!(
-                    all.count(kind, Outcome::CircuitOpen),
-                    0,
-                    "{}",
-                    all.summary()
-                );
-            }
-            assert_eq!(breaker_state(&registry), BreakerState::Closed);
+            assert_breaker_stayed_closed(&all, &registry);
         }
     }
 }
@@ -437,15 +442,7 @@ async fn a_graceful_reload_under_load_is_invisible_to_reads_and_keyed_writes() {
                     all.example
                 );
             }
-            for kind in Kind::ALL {
-                assert_eq!(
-                    all.count(kind, Outcome::CircuitOpen),
-                    0,
-                    "{}",
-                    all.summary()
-                );
-            }
-            assert_eq!(breaker_state(&registry), BreakerState::Closed);
+            assert_breaker_stayed_closed(&all, &registry);
         }
     }
 }

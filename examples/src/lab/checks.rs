@@ -150,12 +150,9 @@ pub fn check(results: &[Aggregate]) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::catalog::CatalogCounts;
-    use crate::lab::load::{OpRecord, Outcome};
-    use crate::lab::metrics::{Run, aggregate, compute};
+    use crate::lab::metrics::aggregate;
 
-    /// One run of `design` in `scenario` whose operations succeed as `ok` says, each making
-    /// `calls` catalog calls and executing its write `executions` times.
+    /// One run of `design` in `scenario` whose operations succeed as `ok` says.
     fn run(
         scenario: Scenario,
         design: Design,
@@ -164,32 +161,13 @@ mod tests {
         calls: u32,
         executions: u32,
     ) -> crate::lab::RunMetrics {
-        let records: Vec<OpRecord> = ok
-            .iter()
-            .enumerate()
-            .map(|(i, ok)| OpRecord {
-                id: i as u64 + 1,
-                start: Duration::from_millis(i as u64),
-                latency: Duration::from_millis(5),
-                outcome: if *ok { Outcome::Ok } else { Outcome::Failed },
-                lag: Duration::ZERO,
-            })
-            .collect();
-        let mut counts = CatalogCounts::default();
-        for r in &records {
-            counts.calls.insert(r.id, calls);
-            counts.executions.insert(r.id, executions);
-        }
-        compute(
-            Run {
-                scenario,
-                design,
-                seed,
-                duration: Duration::from_secs(1),
-            },
-            &records,
-            &counts,
-            Vec::new(),
+        crate::lab::metrics::testing::run(
+            scenario,
+            design,
+            seed,
+            ok.iter().copied(),
+            calls,
+            executions,
         )
     }
 

@@ -383,6 +383,48 @@ fn recovery(records: &[OpRecord], cleared: Duration, duration: Duration) -> Opti
     (first < bins || bins == 0).then(|| RECOVERY_BIN * first as u32)
 }
 
+/// Synthetic runs for the lab's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// One run of `design` in `scenario` whose operations succeed as `ok` says (one 5 ms
+    /// operation per millisecond), each making `calls` catalog calls and executing its write
+    /// `executions` times.
+    pub(crate) fn run(
+        scenario: Scenario,
+        design: Design,
+        seed: u64,
+        ok: impl IntoIterator<Item = bool>,
+        calls: u32,
+        executions: u32,
+    ) -> RunMetrics {
+        let records: Vec<OpRecord> = ok
+            .into_iter()
+            .enumerate()
+            .map(|(i, ok)| OpRecord {
+                id: i as u64 + 1,
+                start: Duration::from_millis(i as u64),
+                latency: Duration::from_millis(5),
+                outcome: if ok { Outcome::Ok } else { Outcome::Failed },
+                lag: Duration::ZERO,
+            })
+            .collect();
+        let mut counts = CatalogCounts::default();
+        for r in &records {
+            counts.calls.insert(r.id, calls);
+            counts.executions.insert(r.id, executions);
+        }
+        let run = Run {
+            scenario,
+            design,
+            seed,
+            duration: Duration::from_secs(1),
+        };
+        compute(run, &records, &counts, Vec::new())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

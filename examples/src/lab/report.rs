@@ -843,36 +843,12 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::catalog::CatalogCounts;
-    use crate::lab::load::{OpRecord, Outcome};
-    use crate::lab::metrics::{Run, aggregate, compute};
+    use crate::lab::metrics::aggregate;
 
+    /// 200 operations of `design`, the first `ok` of them successful.
     fn run(design: Design, ok: usize, calls: u32, executions: u32) -> RunMetrics {
-        let records: Vec<OpRecord> = (0..200)
-            .map(|i| OpRecord {
-                id: i + 1,
-                start: Duration::from_millis(i),
-                latency: Duration::from_millis(5),
-                outcome: if (i as usize) < ok {
-                    Outcome::Ok
-                } else {
-                    Outcome::Failed
-                },
-                lag: Duration::ZERO,
-            })
-            .collect();
-        let mut counts = CatalogCounts::default();
-        for r in &records {
-            counts.calls.insert(r.id, calls);
-            counts.executions.insert(r.id, executions);
-        }
-        let run = Run {
-            scenario: Scenario::ResetUnkeyed,
-            design,
-            seed: 1,
-            duration: Duration::from_secs(1),
-        };
-        compute(run, &records, &counts, Vec::new())
+        let oks = (0..200).map(|i| i < ok);
+        crate::lab::metrics::testing::run(Scenario::ResetUnkeyed, design, 1, oks, calls, executions)
     }
 
     #[test]
