@@ -226,6 +226,7 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
     let field = format_ident!("__classify_field", span = Span::mixed_site());
 
     let mut via = Vec::new();
+    let mut stopped = Vec::new();
     let mut evidence = Vec::new();
     let mut permanent = Vec::new();
     let mut froms = Vec::new();
@@ -248,6 +249,9 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
                 let span = f.ty.span();
                 via.push(quote_spanned!(span=>
                     #bind => ::core::option::Option::Some(::retry_runtime::__private::classify_ref(#field)),
+                ));
+                stopped.push(quote_spanned!(span=>
+                    #bind => (&mut #krate::__private::StopVia(#field)).forward_stop(stop),
                 ));
                 if *from {
                     let ty = &f.ty;
@@ -284,6 +288,19 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
         false => quote!(match self { #(#arms)* }),
     };
     let via = body(&via);
+    // The stop is kept by the wrapped error (the stated variants have nowhere to keep it).
+    let stopped = match stopped.is_empty() {
+        true => quote!(let _ = stop;),
+        false => quote! {
+            #[allow(unused_imports)]
+            use #krate::__private::{ForwardStop as _, NoStop as _};
+            match self {
+                #(#stopped)*
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        },
+    };
     // The stated variants answer for themselves; the wrapping ones ask `via` (as the trait's
     // defaults do).
     let evidence = quote! {
@@ -313,6 +330,9 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
             }
             fn permanent(&self) -> ::core::option::Option<#krate::PermanentCategory> {
                 #permanent
+            }
+            fn stopped(&mut self, stop: #krate::Stop) {
+                #stopped
             }
         }
         #(#froms)*

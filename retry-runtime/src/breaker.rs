@@ -15,6 +15,7 @@
 //! for metrics. That is a hundred lines on the window counters the budget already uses.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -177,6 +178,8 @@ pub struct CircuitBreaker {
     probes_started: AtomicU32,
     probes_succeeded: AtomicU32,
     start: Instant,
+    /// The upstream's name, for the transition events and metrics.
+    name: Arc<str>,
 }
 
 impl fmt::Debug for CircuitBreaker {
@@ -208,7 +211,39 @@ impl CircuitBreaker {
             probes_started: AtomicU32::new(0),
             probes_succeeded: AtomicU32::new(0),
             start: Instant::now(),
+            name: Arc::from(""),
         }
+    }
+
+    /// Names the upstream it guards, in its transition events and metrics.
+    pub fn named(mut self, upstream: Arc<str>) -> Self {
+        self.name = upstream;
+        self
+    }
+
+    /// Reports a change of state: an event, and `retry.breaker.transitions{upstream, to}`
+    /// (feature `metrics`), so a dashboard sees every opening, even one that closed again
+    /// between two scrapes of the state gauge.
+    fn transitioned(&self, to: BreakerState) {
+        let upstream = &*self.name;
+        match to {
+            BreakerState::Open => {
+                tracing::warn!(target: "retry_runtime::breaker", upstream, "circuit opened: failing fast");
+            }
+            BreakerState::HalfOpen => {
+                tracing::info!(target: "retry_runtime::breaker", upstream, "circuit half-open: probing");
+            }
+            BreakerState::Closed => {
+                tracing::info!(target: "retry_runtime::breaker", upstream, "circuit closed");
+            }
+        }
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "retry.breaker.transitions",
+            "upstream" => upstream.to_owned(),
+            "to" => to.as_str()
+        )
+        .increment(1);
     }
 
     /// Its configuration.
@@ -265,7 +300,7 @@ impl CircuitBreaker {
                             .store(self.now_nanos(), Ordering::Release);
                         self.probes_started.store(0, Ordering::Release);
                         self.probes_succeeded.store(0, Ordering::Release);
-                        tracing::info!(target: "retry_runtime::breaker", "circuit half-open: probing");
+                        self.transitioned(BreakerState::HalfOpen);
                     }
                 }
                 _ => {
@@ -315,7 +350,7 @@ impl CircuitBreaker {
             {
                 self.attempts.clear();
                 self.failures.clear();
-                tracing::info!(target: "retry_runtime::breaker", "circuit closed");
+                self.transitioned(BreakerState::Closed);
             }
             return;
         }
@@ -342,7 +377,7 @@ impl CircuitBreaker {
         self.opened_at_nanos
             .store(self.now_nanos(), Ordering::Release);
         if self.state.swap(OPEN, Ordering::AcqRel) != OPEN {
-            tracing::warn!(target: "retry_runtime::breaker", "circuit opened: failing fast");
+            self.transitioned(BreakerState::Open);
         }
     }
 }

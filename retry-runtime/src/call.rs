@@ -61,10 +61,10 @@ use crate::attempt::Attempt;
 use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
 use crate::breaker::Admission;
 use crate::bulkhead::Slot;
-use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
+use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
 use crate::engine::{Context, Safety};
 use crate::key::IdempotencyKey;
-use crate::observe::{self, CallKind};
+use crate::observe::{self, AttemptOutcome, CallKind};
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
@@ -190,6 +190,9 @@ pub struct Call<'r> {
     span: tracing::Span,
     attempt_span: tracing::Span,
     local: Local,
+    /// The facts of the last failed attempt that was retried: what the caller is told when
+    /// the deadline or a shutdown leaves no time for the retry itself.
+    last_failure: Option<Failure>,
     /// Free rotation retries granted so far (attempts not counted against the limit).
     rotations: u32,
     /// The upstream's progress when this call saw its last two rotations (older, newer).
@@ -319,6 +322,7 @@ impl<'r> Call<'r> {
             attempt_span: tracing::Span::none(),
             local: Local::Nothing,
             sleep: None,
+            last_failure: None,
             rotations: 0,
             rotation_marks: [None; 2],
         })
@@ -404,6 +408,9 @@ impl<'r> Call<'r> {
             self.local = Local::NoTime;
             return Err(Error::DeadlineExceeded {
                 upstream: self.upstream.name_arc().clone(),
+                attempts: self.attempt,
+                last_status: self.last_failure.and_then(|f| f.status),
+                last_evidence: self.last_failure.map(|f| f.evidence),
             });
         }
         self.local = Local::Nothing;
@@ -432,6 +439,7 @@ impl<'r> Call<'r> {
                 Some(admission) => Some(admission),
                 None => {
                     self.local = Local::CircuitOpen;
+                    observe::rejected(upstream.name(), crate::Rejection::CircuitOpen);
                     return Err(Error::CircuitOpen {
                         upstream: upstream.name_arc().clone(),
                     });
@@ -473,6 +481,7 @@ impl<'r> Call<'r> {
                     breaker.release(admission);
                 }
                 self.local = Local::BulkheadFull;
+                observe::rejected(upstream.name(), crate::Rejection::BulkheadFull);
                 Err(Error::BulkheadFull {
                     upstream: upstream.name_arc().clone(),
                 })
@@ -501,6 +510,12 @@ impl<'r> Call<'r> {
                 }))
             }
         };
+        let outcome = match (&result, self.local) {
+            (Ok(_), _) => AttemptOutcome::Success,
+            (Err(_), Local::TimedOut) => AttemptOutcome::Timeout,
+            (Err(_), _) => AttemptOutcome::Failure,
+        };
+        observe::attempt_ended(self.upstream.name(), self.attempt_started, outcome);
         if result.is_ok() {
             // Progress: what makes further rotation retries free (module docs).
             self.upstream.budget().record_progress();
@@ -556,12 +571,28 @@ impl<'r> Call<'r> {
             Err(error) => error,
         };
         if self.local == Local::NoTime {
-            // Nothing was sent: the deadline ends the call (its event is logged already).
+            // Nothing was sent this time: the deadline ends the call. The retried attempt
+            // before it decides what that means: a write whose outcome it left unknown is
+            // ambiguous (with its key), not a failure that reads as "nothing happened".
+            if let Some(last) = self.last_failure {
+                return self.stop(DenyReason::Deadline, error, &last);
+            }
             observe::denied(self.upstream.name(), DenyReason::Deadline);
             self.finish(CallKind::of(false, self.attempt));
             return Step::Done(Err(error));
         }
         let mut failure = Failure::of(&error);
+        if failure.evidence == Evidence::ResponseReceived && failure.status.is_none() {
+            // A programming error in the adapter, not a fact about the upstream: say where.
+            self.span.in_scope(|| {
+                tracing::warn!(
+                    target: "retry_runtime::decision",
+                    error_type = std::any::type_name::<E>(),
+                    "the error reports that a response arrived but not its status: \
+                     delegate `Classify` to the HTTP error (`via`, or `#[derive(Classify)]`)"
+                )
+            });
+        }
         match self.local {
             Local::CircuitOpen => failure.reject(crate::Rejection::CircuitOpen),
             Local::BulkheadFull => failure.reject(crate::Rejection::BulkheadFull),
@@ -721,6 +752,7 @@ impl<'r> Call<'r> {
             self.scope.give_back_retry();
             return self.stop(DenyReason::BudgetExhausted, error, failure);
         }
+        self.last_failure = Some(*failure);
         self.span.in_scope(|| {
             tracing::info!(
                 target: "retry_runtime::decision",
@@ -733,7 +765,7 @@ impl<'r> Call<'r> {
                 "retrying"
             )
         });
-        observe::retried(self.upstream.name(), self.upstream.budget());
+        observe::retried(self.upstream.name(), reason, self.upstream.budget());
         // Drop the error (and any response or connection it holds) before waiting: the facts in
         // `failure` are all a shutdown during the wait needs to tell the caller.
         drop(error);
@@ -756,6 +788,9 @@ impl<'r> Call<'r> {
                         self.finish(CallKind::of(false, self.attempt));
                         return Step::Done(Err(E::from(Error::DeadlineExceeded {
                             upstream: self.upstream.name_arc().clone(),
+                            attempts: self.attempt,
+                            last_status: failure.status,
+                            last_evidence: Some(failure.evidence),
                         })));
                     }
                 }
@@ -790,7 +825,7 @@ impl<'r> Call<'r> {
     /// outcome the last failure had (ambiguous for a write that may have executed).
     fn drained<T, E>(&mut self, failure: &Failure) -> Step<T, E>
     where
-        E: From<Error> + Display,
+        E: Classify + From<Error> + Display,
     {
         let last_error = match failure.status {
             Some(status) => format!("status {status}"),
@@ -812,13 +847,14 @@ impl<'r> Call<'r> {
     /// keyed write can be replayed safely later), whatever stopped the retries.
     fn stop<T, E>(&mut self, reason: DenyReason, error: E, failure: &Failure) -> Step<T, E>
     where
-        E: Display,
+        E: Classify + Display,
     {
         let unknown = match (failure.evidence, failure.status) {
             _ if self.safety == Safety::Read => None,
             (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
             (Evidence::PartialResponse, _) => Some(AmbiguityReason::PartialResponse),
             (Evidence::ResponseReceived, Some(s @ 502..=504)) => Some(AmbiguityReason::Status(s)),
+            (Evidence::ResponseReceived, None) => Some(AmbiguityReason::StatusUnknown),
             _ => None,
         };
         match (unknown, reason) {
@@ -880,8 +916,9 @@ impl<'r> Call<'r> {
         observe::denied(self.upstream.name(), reason);
     }
 
-    fn deny<T, E>(&mut self, reason: DenyReason, error: E) -> Step<T, E> {
+    fn deny<T, E: Classify>(&mut self, reason: DenyReason, mut error: E) -> Step<T, E> {
         self.record_denial(reason, "not retrying");
+        error.stopped(Stop::new(self.attempt, reason));
         if self.attempt > 1 {
             // Tell enclosing retrying calls that this failure was already retried here.
             self.scope.note_retried_failure();

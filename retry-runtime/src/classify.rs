@@ -5,97 +5,24 @@
 //! runtime's own [`Error`](crate::Error) and the HTTP integration's errors implement it, and an
 //! application error usually delegates to the one it wraps.
 
-use std::fmt;
 use std::time::Duration;
 
 use crate::Evidence;
-
-/// A failure that can never be fixed by sending the same request again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PermanentCategory {
-    /// The upstream answered with a client error (4xx): the request is wrong, retrying repeats it.
-    Contract,
-    /// The response was complete but could not be decoded (bad JSON, wrong schema).
-    Decode,
-    /// Credentials were refused and cannot be refreshed.
-    Auth,
-    /// The request was refused locally before sending because it is a bug (e.g. a write sent
-    /// through an adapter declared as a read, an invalid idempotency key).
-    InvalidRequest,
-    /// The client or registry is misconfigured (unknown upstream, bad TLS setup).
-    Configuration,
-    /// The caller cancelled the operation.
-    Cancelled,
-    /// Any other failure the application marks as permanent.
-    Other,
-}
-
-impl PermanentCategory {
-    /// The stable lower-case name used in traces and metrics.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            PermanentCategory::Contract => "contract",
-            PermanentCategory::Decode => "decode",
-            PermanentCategory::Auth => "auth",
-            PermanentCategory::InvalidRequest => "invalid_request",
-            PermanentCategory::Configuration => "configuration",
-            PermanentCategory::Cancelled => "cancelled",
-            PermanentCategory::Other => "other",
-        }
-    }
-}
-
-impl fmt::Display for PermanentCategory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A callee's explicit "do not retry" signal on its error response (like gRPC's pushback or the
-/// SRE book's "overloaded; don't retry").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Pushback {
-    /// The callee is overloaded: do not add retries to its load.
-    Overloaded,
-    /// The callee already spent the retries for this operation (it retried below us).
-    RetriesSpent,
-}
-
-impl Pushback {
-    /// The stable lower-case name, also the value of the pushback response header.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Pushback::Overloaded => "overloaded",
-            Pushback::RetriesSpent => "retries-spent",
-        }
-    }
-}
-
-/// An attempt refused locally, before anything was sent, to protect the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rejection {
-    /// The upstream's circuit breaker is open.
-    CircuitOpen,
-    /// The upstream's bulkhead had no free slot before the deadline.
-    BulkheadFull,
-}
-
-impl Rejection {
-    /// The stable snake-case name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Rejection::CircuitOpen => "circuit_open",
-            Rejection::BulkheadFull => "bulkhead_full",
-        }
-    }
-}
+use crate::category::{PermanentCategory, Pushback, Rejection};
+use crate::decision::{Failure, Stop};
 
 /// What a failed attempt's error knows about itself. Implement it for your adapter's error type
 /// (usually by delegating to the transport error it wraps) so the engine can decide.
 ///
-/// Nothing is required: an error that wraps another implements [`via`](Classify::via); an
-/// error that knows nothing is treated as possibly sent ([`Evidence::SentNoResponse`]).
+/// Prefer `#[derive(Classify)]`: it cannot forget a fact. By hand, nothing is required: an
+/// error that wraps another implements [`via`](Classify::via); an error that knows nothing is
+/// treated as possibly sent ([`Evidence::SentNoResponse`]).
+///
+/// A partial implementation fails safe, never silently: an error that says a response arrived
+/// but not its status (it overrides `evidence` without `via` or `status`) is not read as some
+/// status. A read is not retried ([`DenyReason::StatusUnknown`](crate::DenyReason::StatusUnknown)),
+/// a write is [ambiguous](crate::AmbiguityReason::StatusUnknown) (it may have executed), and a
+/// `WARN` event names the error type.
 ///
 /// ```
 /// use retry_runtime::{Classify, PermanentCategory};
@@ -208,6 +135,14 @@ pub trait Classify {
     fn connection_rotated(&self) -> bool {
         self.via().is_some_and(Classify::connection_rotated)
     }
+
+    /// Told once, when the call stops retrying and hands this error to the caller: how many
+    /// attempts were made and why no further one was (a [`Stop`]). The HTTP integration's
+    /// error keeps it and shows it in its message; `#[derive(Classify)]` passes it to the
+    /// error a variant wraps. The default forgets it, so implement it only to keep it.
+    fn stopped(&mut self, stop: Stop) {
+        let _ = stop;
+    }
 }
 
 impl<T: Classify + ?Sized> Classify for Box<T> {
@@ -241,55 +176,12 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
     fn connection_rotated(&self) -> bool {
         (**self).connection_rotated()
     }
-}
-
-/// The facts the engine decides from, copied out of a [`Classify`] error so the error itself
-/// (and any response or connection it holds) can be dropped before a backoff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failure {
-    /// How far the attempt got.
-    pub evidence: Evidence,
-    /// The response status, if any.
-    pub status: Option<u16>,
-    /// The server's requested delay, if any.
-    pub retry_after: Option<Duration>,
-    /// A permanent category, if any.
-    pub permanent: Option<PermanentCategory>,
-    /// The response was already (partly) handed to the caller.
-    pub response_delivered: bool,
-    /// A retrying call below already retried this failure.
-    pub already_retried: bool,
-    /// The callee's "do not retry" signal.
-    pub pushback: Option<Pushback>,
-    /// A local refusal (breaker, bulkhead).
-    pub rejection: Option<Rejection>,
-    /// The attempt was lost to connection rotation ([`Classify::connection_rotated`]).
-    pub connection_rotated: bool,
+    fn stopped(&mut self, stop: Stop) {
+        (**self).stopped(stop);
+    }
 }
 
 impl Failure {
-    /// A failure with only its evidence known.
-    pub const fn new(evidence: Evidence) -> Self {
-        Failure {
-            evidence,
-            status: None,
-            retry_after: None,
-            permanent: None,
-            response_delivered: false,
-            already_retried: false,
-            pushback: None,
-            rejection: None,
-            connection_rotated: false,
-        }
-    }
-
-    /// A response with `status` (evidence [`Evidence::ResponseReceived`]).
-    pub const fn status(status: u16) -> Self {
-        let mut f = Failure::new(Evidence::ResponseReceived);
-        f.status = Some(status);
-        f
-    }
-
     /// Copies the facts out of an error.
     pub fn of<E: Classify + ?Sized>(error: &E) -> Self {
         Failure {
@@ -303,30 +195,6 @@ impl Failure {
             rejection: error.rejection(),
             connection_rotated: error.connection_rotated(),
         }
-    }
-
-    /// Marks the attempt as refused locally (nothing was sent).
-    pub fn reject(&mut self, rejection: Rejection) {
-        self.evidence = Evidence::NotSent;
-        self.rejection = Some(rejection);
-    }
-
-    /// Marks the attempt as lost to connection rotation.
-    pub const fn rotated(mut self) -> Self {
-        self.connection_rotated = true;
-        self
-    }
-
-    /// Sets the `Retry-After` delay.
-    pub const fn with_retry_after(mut self, delay: Duration) -> Self {
-        self.retry_after = Some(delay);
-        self
-    }
-
-    /// Sets the permanent category.
-    pub const fn with_permanent(mut self, category: PermanentCategory) -> Self {
-        self.permanent = Some(category);
-        self
     }
 }
 

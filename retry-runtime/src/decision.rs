@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Evidence, PermanentCategory, Pushback};
+use crate::Evidence;
+use crate::category::{PermanentCategory, Pushback, Rejection};
 
 /// The engine's answer for one failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +98,12 @@ pub enum DenyReason {
     /// Step 9: the status is not retryable (other 4xx, 501, a second 425, a 401 that cannot be
     /// refreshed, a 500 not registered as transient, ...).
     Status(u16),
+    /// Step 9: a response arrived but the error reports no status (its [`Classify`] gives no
+    /// [`status`](crate::Classify::status)), on a read: it is not retried blind. On a write the
+    /// same failure is [`AmbiguityReason::StatusUnknown`].
+    ///
+    /// [`Classify`]: crate::Classify
+    StatusUnknown,
 }
 
 impl DenyReason {
@@ -116,6 +123,7 @@ impl DenyReason {
             DenyReason::CircuitOpen => "circuit_open",
             DenyReason::BulkheadFull => "bulkhead_full",
             DenyReason::Status(_) => "status_not_retryable",
+            DenyReason::StatusUnknown => "status_unknown",
         }
     }
 }
@@ -126,6 +134,9 @@ impl fmt::Display for DenyReason {
             DenyReason::PermanentFailure(c) => write!(f, "permanent failure ({c})"),
             DenyReason::Pushback(p) => write!(f, "pushback ({})", p.as_str()),
             DenyReason::Status(s) => write!(f, "status {s} is not retryable"),
+            DenyReason::StatusUnknown => f.write_str(
+                "a response arrived but the error reports no status (does its `Classify` delegate to the HTTP error?)",
+            ),
             other => f.write_str(other.as_str()),
         }
     }
@@ -141,6 +152,9 @@ pub enum AmbiguityReason {
     PartialResponse,
     /// 502/503/504 on an operation that is not safely idempotent: a gateway may have forwarded it.
     Status(u16),
+    /// A response arrived on a write but the error reports no status, so nothing proves the
+    /// write did not happen (its [`Classify`](crate::Classify) gives no `status`).
+    StatusUnknown,
 }
 
 impl fmt::Display for AmbiguityReason {
@@ -149,6 +163,110 @@ impl fmt::Display for AmbiguityReason {
             AmbiguityReason::SentNoResponse => f.write_str("sent, no response"),
             AmbiguityReason::PartialResponse => f.write_str("response broke off"),
             AmbiguityReason::Status(s) => write!(f, "status {s} on a write"),
+            AmbiguityReason::StatusUnknown => f.write_str("a response with no status reported"),
         }
+    }
+}
+
+/// Why a call stopped and returned its last attempt's error: the attempts it made and the rule
+/// that allowed no further one. Handed to the error by [`Classify::stopped`](crate::Classify::stopped),
+/// so the caller's error can say "3 attempts; not retried: budget_exhausted" instead of only
+/// the last attempt's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stop {
+    /// Attempts made (sent or refused locally), the last one included.
+    pub attempts: u32,
+    /// Why there was no further attempt.
+    pub reason: DenyReason,
+}
+
+impl Stop {
+    /// A stop after `attempts` attempts, for `reason`.
+    pub const fn new(attempts: u32, reason: DenyReason) -> Self {
+        Stop { attempts, reason }
+    }
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.attempts == 1 { "" } else { "s" };
+        write!(
+            f,
+            "{} attempt{s}; not retried: {}",
+            self.attempts, self.reason
+        )
+    }
+}
+
+/// The facts the engine decides from, copied out of a [`Classify`](crate::Classify) error so the error itself
+/// (and any response or connection it holds) can be dropped before a backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// How far the attempt got.
+    pub evidence: Evidence,
+    /// The response status, if any.
+    pub status: Option<u16>,
+    /// The server's requested delay, if any.
+    pub retry_after: Option<Duration>,
+    /// A permanent category, if any.
+    pub permanent: Option<PermanentCategory>,
+    /// The response was already (partly) handed to the caller.
+    pub response_delivered: bool,
+    /// A retrying call below already retried this failure.
+    pub already_retried: bool,
+    /// The callee's "do not retry" signal.
+    pub pushback: Option<Pushback>,
+    /// A local refusal (breaker, bulkhead).
+    pub rejection: Option<Rejection>,
+    /// The attempt was lost to connection rotation ([`Classify::connection_rotated`](crate::Classify::connection_rotated)).
+    pub connection_rotated: bool,
+}
+
+impl Failure {
+    /// A failure with only its evidence known.
+    pub const fn new(evidence: Evidence) -> Self {
+        Failure {
+            evidence,
+            status: None,
+            retry_after: None,
+            permanent: None,
+            response_delivered: false,
+            already_retried: false,
+            pushback: None,
+            rejection: None,
+            connection_rotated: false,
+        }
+    }
+
+    /// A response with `status` (evidence [`Evidence::ResponseReceived`]).
+    pub const fn status(status: u16) -> Self {
+        let mut f = Failure::new(Evidence::ResponseReceived);
+        f.status = Some(status);
+        f
+    }
+
+    /// Marks the attempt as refused locally (nothing was sent).
+    pub fn reject(&mut self, rejection: Rejection) {
+        self.evidence = Evidence::NotSent;
+        self.rejection = Some(rejection);
+    }
+
+    /// Marks the attempt as lost to connection rotation.
+    pub const fn rotated(mut self) -> Self {
+        self.connection_rotated = true;
+        self
+    }
+
+    /// Sets the `Retry-After` delay.
+    pub const fn with_retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
+    }
+
+    /// Sets the permanent category.
+    pub const fn with_permanent(mut self, category: PermanentCategory) -> Self {
+        self.permanent = Some(category);
+        self
     }
 }

@@ -165,7 +165,10 @@ fn rule(ctx: &Context<'_>, f: &Failure) -> Result<RetryReason, Decision> {
             }
         }
         (_, Some(status)) => status_rule(ctx, status),
-        (_, None) => Err(Decision::Denied(DenyReason::Status(0))),
+        // A response arrived but the error cannot say which: never read as some status. For a
+        // write it may have executed, so the caller must reconcile; a read is not retried blind.
+        (_, None) if safe => Err(Decision::Denied(DenyReason::StatusUnknown)),
+        (_, None) => Err(Decision::Ambiguous(AmbiguityReason::StatusUnknown)),
     }
 }
 

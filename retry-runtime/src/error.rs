@@ -80,10 +80,19 @@ pub enum Error {
         /// The timeout it had.
         timeout: Duration,
     },
-    /// The operation's deadline left no time for an attempt; nothing was sent.
+    /// The operation's deadline left no time for a further attempt, so none was sent. When
+    /// earlier attempts were made, what the last one got is kept here: a deadline does not hide
+    /// that the upstream answered 503 twice. (When the last attempt was a write whose outcome is
+    /// unknown, the call ends [`Ambiguous`] instead.)
     DeadlineExceeded {
         /// The upstream.
         upstream: Arc<str>,
+        /// Attempts made before the deadline (0 when there was no time for the first).
+        attempts: u32,
+        /// The last attempt's status, when a response arrived.
+        last_status: Option<u16>,
+        /// How far the last attempt got, when there was one.
+        last_evidence: Option<Evidence>,
     },
     /// The idempotency key was refused before anything was sent.
     InvalidIdempotencyKey(KeyError),
@@ -146,11 +155,24 @@ impl fmt::Display for Error {
                     "attempt {attempt} to `{upstream}` timed out after {timeout:?}"
                 )
             }
-            Error::DeadlineExceeded { upstream } => {
+            Error::DeadlineExceeded {
+                upstream,
+                attempts,
+                last_status,
+                last_evidence,
+            } => {
                 write!(
                     f,
                     "the operation's deadline passed before an attempt to `{upstream}` could start"
-                )
+                )?;
+                match (attempts, last_status, last_evidence) {
+                    (0, ..) => Ok(()),
+                    (n, Some(status), _) => write!(f, " ({n} made; the last answered {status})"),
+                    (n, None, Some(evidence)) => {
+                        write!(f, " ({n} made; the last got no response: {evidence})")
+                    }
+                    (n, None, None) => write!(f, " ({n} made)"),
+                }
             }
             Error::InvalidIdempotencyKey(e) => e.fmt(f),
             Error::RefreshFailed(e) => write!(f, "refreshing credentials after 401 failed: {e}"),
@@ -295,5 +317,13 @@ impl Classify for Error {
             Error::Http(e) => Classify::connection_rotated(e),
             _ => false,
         }
+    }
+
+    fn stopped(&mut self, stop: crate::Stop) {
+        #[cfg(feature = "http")]
+        if let Error::Http(e) = self {
+            e.stopped(stop);
+        }
+        let _ = (self, stop);
     }
 }

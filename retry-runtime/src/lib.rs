@@ -83,6 +83,7 @@ mod attempt;
 mod attempt_future;
 mod bulkhead;
 mod call;
+mod category;
 mod classify;
 mod decision;
 mod drain;
@@ -113,14 +114,16 @@ pub mod tower;
 
 pub use attempt::Attempt;
 pub use call::Reconciled;
-pub use classify::{Classify, Failure, PermanentCategory, Pushback, Rejection};
+pub use category::{PermanentCategory, Pushback, Rejection};
+pub use classify::Classify;
 pub use config::UpstreamConfig;
-pub use decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
+pub use decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason, Stop};
 pub use drain::Drain;
 pub use engine::{DefaultEngine, EligibilityEngine};
 pub use error::{Ambiguous, Error};
 pub use evidence::Evidence;
 pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
+pub use observe::describe_metrics;
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
 pub use retry::{Retry, RetryCall};
@@ -174,7 +177,9 @@ pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
     pub use crate::call::{Call, CallSite, Reconciled, Step};
     pub use crate::key::IntoIdempotencyKey;
-    pub use crate::macro_support::{AttemptArg, attempt_arg, classify_ref, idempotency_key};
+    pub use crate::macro_support::{
+        AttemptArg, ForwardStop, NoStop, StopVia, attempt_arg, classify_ref, idempotency_key,
+    };
     pub use crate::registry::{Registration, Registry};
     pub use crate::{Error, Method, Replayability};
     pub use ::core;

@@ -41,3 +41,33 @@ pub fn attempt_arg<T: AttemptArg>(arg: &T) -> T {
 pub fn classify_ref<C: Classify>(error: &C) -> &dyn Classify {
     error
 }
+
+/// Hands a [`Stop`](crate::Stop) to a wrapped error, for `#[derive(Classify)]`'s `stopped`.
+///
+/// A field whose type is not `Classify` is already reported once, by [`classify_ref`]; the two
+/// traits below (method resolution prefers `ForwardStop`, which applies only to a `Classify`
+/// field, over `NoStop`, which applies to any) keep that mistake from being reported a second
+/// time here.
+pub struct StopVia<'a, T: ?Sized>(pub &'a mut T);
+
+/// Forwards the stop to a `Classify` field.
+pub trait ForwardStop {
+    /// Forwards `stop`.
+    fn forward_stop(&mut self, stop: crate::Stop);
+}
+
+impl<T: Classify + ?Sized> ForwardStop for StopVia<'_, T> {
+    fn forward_stop(&mut self, stop: crate::Stop) {
+        self.0.stopped(stop);
+    }
+}
+
+/// The fallback for a field that is not `Classify` (already an error elsewhere).
+pub trait NoStop {
+    /// Does nothing.
+    fn forward_stop(&mut self, stop: crate::Stop);
+}
+
+impl<T: ?Sized> NoStop for &mut StopVia<'_, T> {
+    fn forward_stop(&mut self, _: crate::Stop) {}
+}

@@ -3,7 +3,14 @@
 //! Names follow Resilience4j's `retry.calls{kind}` so dashboards carry over:
 //! - `retry.calls{upstream, kind}`: `successful_without_retry`, `successful_with_retry`,
 //!   `failed_without_retry`, `failed_with_retry`, `ambiguous`
-//! - `retry.retries{upstream}`: retries started (rotation retries excluded)
+//! - `retry.retries{upstream, reason}`: retries started, by reason (`status` with a `status`
+//!   label, `transport`, `not_sent`, `refresh_auth`); rotation retries excluded
+//! - `retry.attempt.duration{upstream, outcome}` (histogram, seconds): each attempt, from
+//!   admission to its end; `outcome` is `success`, `failure` or `timeout`
+//! - `retry.rejections{upstream, reason}`: attempts refused locally before sending
+//!   (`circuit_open`, `bulkhead_full`): fail-fast load shedding, apart from retry denials
+//! - `retry.breaker.transitions{upstream, to}`: breaker state changes (`open`, `half_open`,
+//!   `closed`), counted by the breaker itself
 //! - `retry.rotations{upstream}`: attempts lost to connection rotation (GOAWAY `NO_ERROR`,
 //!   `REFUSED_STREAM`, a request handed back unsent); the circuit breaker does not count them
 //! - `retry.rotation_retries{upstream}`: of those, retried at once for free (reason
@@ -23,7 +30,90 @@
 
 use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
-use crate::decision::DenyReason;
+use crate::decision::{DenyReason, RetryReason};
+
+/// Every metric the library records: name, kind, unit and the HELP text an exporter shows.
+#[cfg(feature = "metrics")]
+const METRICS: [(&str, Kind, &str); 11] = [
+    (
+        "retry.calls",
+        Kind::Counter,
+        "Retrying calls ended, by how (kind)",
+    ),
+    (
+        "retry.retries",
+        Kind::Counter,
+        "Retries started, by reason (and status)",
+    ),
+    (
+        "retry.attempt.duration",
+        Kind::Seconds,
+        "Duration of each attempt, by outcome",
+    ),
+    (
+        "retry.rejections",
+        Kind::Counter,
+        "Attempts refused locally before sending (open breaker, full bulkhead)",
+    ),
+    (
+        "retry.denials",
+        Kind::Counter,
+        "Retries refused, by named reason",
+    ),
+    (
+        "retry.ambiguous",
+        Kind::Counter,
+        "Writes whose outcome is unknown (may or may not have happened)",
+    ),
+    (
+        "retry.rotations",
+        Kind::Counter,
+        "Attempts lost to connection rotation (not upstream failures)",
+    ),
+    (
+        "retry.rotation_retries",
+        Kind::Counter,
+        "Attempts lost to rotation and retried at once for free",
+    ),
+    (
+        "retry.breaker.transitions",
+        Kind::Counter,
+        "Circuit breaker state changes, by new state",
+    ),
+    (
+        "retry.budget.available",
+        Kind::Gauge,
+        "Whole retries left in the upstream's retry budget",
+    ),
+    (
+        "retry.breaker.state",
+        Kind::Gauge,
+        "Circuit breaker state: 0 closed, 1 half-open, 2 open",
+    ),
+];
+
+#[cfg(feature = "metrics")]
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Seconds,
+}
+
+/// Registers every metric's description (and unit) with the installed `metrics` recorder, so
+/// an exporter shows them (Prometheus: `# HELP` lines). Building a [`Registry`](crate::Registry)
+/// does it; call it yourself when the recorder is installed after the registry is built. A
+/// no-op without the `metrics` feature.
+pub fn describe_metrics() {
+    #[cfg(feature = "metrics")]
+    for (name, kind, help) in METRICS {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, metrics::Unit::Count, help),
+            Kind::Gauge => metrics::describe_gauge!(name, help),
+            Kind::Seconds => metrics::describe_histogram!(name, metrics::Unit::Seconds, help),
+        }
+    }
+}
 
 /// How a call ended, for `retry.calls{kind}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,12 +157,56 @@ pub(crate) fn call_finished(upstream: &str, kind: CallKind) {
 }
 
 /// A retry granted. The budget is read only when metrics are compiled in.
-pub(crate) fn retried(upstream: &str, budget: &RetryBudget) {
+pub(crate) fn retried(upstream: &str, reason: RetryReason, budget: &RetryBudget) {
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!("retry.retries", "upstream" => upstream.to_owned()).increment(1);
+        let upstream = upstream.to_owned();
+        match reason {
+            RetryReason::Status(status) => metrics::counter!(
+                "retry.retries", "upstream" => upstream, "reason" => reason.as_str(),
+                "status" => status.to_string()
+            ),
+            _ => metrics::counter!("retry.retries", "upstream" => upstream, "reason" => reason.as_str()),
+        }
+        .increment(1);
     }
     set_budget_gauge(upstream, budget);
+}
+
+/// How an attempt ended, for `retry.attempt.duration{outcome}`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttemptOutcome {
+    Success,
+    Failure,
+    Timeout,
+}
+
+/// An attempt admitted at `started` ended now. Reads the clock only when metrics are
+/// compiled in.
+pub(crate) fn attempt_ended(
+    upstream: &str,
+    started: tokio::time::Instant,
+    outcome: AttemptOutcome,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = match outcome {
+            AttemptOutcome::Success => "success",
+            AttemptOutcome::Failure => "failure",
+            AttemptOutcome::Timeout => "timeout",
+        };
+        metrics::histogram!(
+            "retry.attempt.duration", "upstream" => upstream.to_owned(), "outcome" => outcome
+        )
+        .record(started.elapsed());
+    }
+}
+
+/// An attempt refused locally before sending (`reason`: `circuit_open`, `bulkhead_full`).
+pub(crate) fn rejected(upstream: &str, reason: crate::Rejection) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.rejections", "upstream" => upstream.to_owned(), "reason" => reason.as_str())
+        .increment(1);
 }
 
 /// The `retry.budget.available` gauge: whole retries left in `upstream`'s budget now.

@@ -1005,3 +1005,63 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
         Some("order-7:pay")
     );
 }
+
+/// A backoff that uses up the deadline leaves no time for the retry it was waiting for. The
+/// caller is still told what the attempts got: a read's `DeadlineExceeded` keeps the last
+/// status; a keyed write whose last attempt may have executed is ambiguous, with its key.
+#[tokio::test(start_paused = true)]
+async fn a_deadline_after_a_retry_keeps_what_the_last_attempt_got() {
+    // The backoff is clamped to what is left of the deadline (less the minimum attempt budget,
+    // zero here), so the retry finds no time. (With a real clock a timer's late wake-up does
+    // the same with any minimum.)
+    let long = Backoff::new()
+        .with_initial(Duration::from_secs(1))
+        .with_max_backoff(Duration::from_secs(1))
+        .with_jitter(Jitter::Decorrelated);
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_max_attempts(2)
+            .with_attempt_timeout(ms(500))
+            .with_backoff(long)
+            .with_deadline(Duration::from_secs(1))
+            .with_min_attempt_budget(Duration::ZERO)
+            .with_dedups_idempotency_key(true),
+    );
+    let (starts, result) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+    assert_eq!(starts.len(), 1);
+    let error = result.unwrap_err();
+    assert!(
+        matches!(
+            error.runtime,
+            Some(Error::DeadlineExceeded {
+                attempts: 1,
+                last_status: Some(503),
+                last_evidence: Some(Evidence::ResponseReceived),
+                ..
+            })
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("the last answered 503"),
+        "{error}"
+    );
+
+    let write: Result<(), Fail> = Retry::in_registry(&reg, "up")
+        .method(Method::POST)
+        .idempotency("order-9:pay")
+        .run(|_| async { Err(Fail::new(Evidence::SentNoResponse)) })
+        .await;
+    let error = write.unwrap_err();
+    let ambiguous = error
+        .runtime
+        .as_ref()
+        .and_then(Error::as_ambiguous)
+        .unwrap_or_else(|| panic!("ambiguous: {error:?}"));
+    assert_eq!(ambiguous.reason, AmbiguityReason::SentNoResponse);
+    assert_eq!(ambiguous.attempts, 1);
+    assert_eq!(
+        ambiguous.idempotency_key.as_ref().map(|k| k.as_str()),
+        Some("order-9:pay")
+    );
+}

@@ -146,9 +146,9 @@ fn counters_follow_resilience4j_names() {
     assert_eq!(kind("ambiguous"), 1);
     assert_eq!(capture.get("retry.ambiguous{upstream=up}"), 1);
     assert_eq!(
-        capture.get("retry.retries{upstream=up}"),
+        capture.get("retry.retries{upstream=up,reason=transport}"),
         3,
-        "1 + 2 retries"
+        "1 + 2 retries, each after a timeout"
     );
     assert_eq!(
         capture.get("retry.denials{upstream=up,reason=max_attempts}"),
@@ -278,4 +278,61 @@ fn the_budget_gauge_shows_the_state_when_recorded() {
     });
     assert_eq!(capture.get(budget), 40, "200 calls at 0.2");
     assert_eq!(capture.get("retry.breaker.state{upstream=up}"), 0, "closed");
+}
+
+/// Tried with a real exporter, as a dashboard sees them: every metric carries its HELP text,
+/// retries say why, attempt durations form a histogram, and refusals by an open breaker are
+/// counted apart from retry denials.
+#[test]
+fn a_prometheus_scrape_shows_help_reasons_durations_and_refusals() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        // Built under the recorder: the registry registers the descriptions.
+        let registry = registry_with(Some(retry_runtime::breaker::BreakerConfig {
+            min_attempts: 2,
+            ..retry_runtime::breaker::BreakerConfig::new()
+        }));
+        rt.block_on(async {
+            calls(&registry).await;
+            // The breaker is open by now: this call is refused without sending.
+            let refused: Result<(), Error> = Retry::in_registry(&registry, "up")
+                .method(Method::GET)
+                .run(|_| async { Ok(()) })
+                .await;
+            assert!(
+                matches!(refused, Err(Error::CircuitOpen { .. })),
+                "{refused:?}"
+            );
+        });
+    });
+    let scrape = handle.render();
+    for metric in [
+        "retry_calls",
+        "retry_retries",
+        "retry_attempt_duration",
+        "retry_denials",
+        "retry_rejections",
+        "retry_breaker_transitions",
+        "retry_breaker_state",
+        "retry_budget_available",
+    ] {
+        assert!(
+            scrape.contains(&format!("# HELP {metric}")),
+            "no HELP for {metric} in:\n{scrape}"
+        );
+    }
+    let has = |needle: &str| {
+        assert!(scrape.contains(needle), "no `{needle}` in:\n{scrape}");
+    };
+    has(r#"reason="transport""#);
+    has(r#"retry_rejections{upstream="up",reason="circuit_open"}"#);
+    has(r#"retry_breaker_transitions{upstream="up",to="open"}"#);
+    has(r#"retry_attempt_duration{upstream="up",outcome="failure",quantile="0.5"}"#);
 }

@@ -44,6 +44,15 @@ impl AdapterError {
         }
     }
 
+    /// A response arrived, but the error does not say its status: what a hand-written
+    /// `Classify` that forgets `status` reports.
+    pub fn forgot_status() -> Self {
+        AdapterError::Failed {
+            evidence: Evidence::ResponseReceived,
+            status: None,
+        }
+    }
+
     /// The ambiguous outcome, if this is one.
     pub fn as_ambiguous(&self) -> Option<&retry_runtime::Ambiguous> {
         match self {

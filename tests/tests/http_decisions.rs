@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use retry_runtime::http::{HttpErrorKind, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
-    Classify, Error, Evidence, Method, PermanentCategory, Retry, RetryCall, UpstreamConfig,
+    Classify, DenyReason, Error, Evidence, Method, PermanentCategory, Retry, RetryCall, Stop,
+    UpstreamConfig,
 };
 use retry_tests::fault::dns::{FakeDns, Resolution};
 use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
@@ -168,6 +169,17 @@ async fn a_503_storm_against_a_get_stops_at_max_attempts() {
         .and_then(|e| e.response())
         .expect("response kept");
     assert_eq!(response.status(), 503);
+    // The error says how the call ended, not only how its last attempt did.
+    let stop = http_error(&error)
+        .and_then(|e| e.stop())
+        .expect("stop kept");
+    assert_eq!(stop, Stop::new(3, DenyReason::MaxAttempts));
+    assert!(
+        error
+            .to_string()
+            .ends_with("(3 attempts; not retried: max_attempts)"),
+        "{error}"
+    );
 }
 
 #[tokio::test]

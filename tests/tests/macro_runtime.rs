@@ -197,6 +197,41 @@ async fn reconcile_unknown_returns_the_ambiguous_outcome() {
     assert_eq!(adapter.attempts.load(Ordering::SeqCst), 1);
 }
 
+static FORGETFUL: AtomicU32 = AtomicU32::new(0);
+
+#[retry(upstream = "macro-attempts-4", method = GET)]
+async fn forgetful_read() -> Result<(), AdapterError> {
+    FORGETFUL.fetch_add(1, Ordering::SeqCst);
+    Err(AdapterError::forgot_status())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_that_forgets_its_status_is_never_read_as_some_status() {
+    setup();
+    // A read: not retried blind (the old rule read the missing status as "status 0").
+    assert!(forgetful_read().await.is_err());
+    assert_eq!(FORGETFUL.load(Ordering::SeqCst), 1);
+    // An unkeyed write: nothing proves it did not happen, so the caller gets an ambiguous
+    // outcome and the reconcile check is asked, never a plain failure.
+    let adapter = Adapter::scripted(vec![AdapterError::forgot_status]);
+    *adapter.reconcile_answer.lock().unwrap() = Some(Reconciled::Unknown);
+    let error = adapter.pay(&Cmd::new(7)).await.unwrap_err();
+    let ambiguous = error.as_ambiguous().expect("an ambiguous outcome");
+    assert_eq!(
+        ambiguous.reason,
+        retry_runtime::AmbiguityReason::StatusUnknown
+    );
+    assert_eq!(adapter.reconcile_calls.load(Ordering::SeqCst), 1);
+    // A keyed write: ambiguous too, carrying the key to replay with.
+    let adapter = Adapter::scripted(vec![AdapterError::forgot_status]);
+    let error = adapter.register(&Cmd::new(8)).await.unwrap_err();
+    let ambiguous = error.as_ambiguous().expect("an ambiguous outcome");
+    assert_eq!(
+        ambiguous.idempotency_key.as_ref().map(|k| k.as_str()),
+        Some("register-8")
+    );
+}
+
 static CALLS_2: AtomicU32 = AtomicU32::new(0);
 static CALLS_4: AtomicU32 = AtomicU32::new(0);
 

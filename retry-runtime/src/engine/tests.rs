@@ -459,3 +459,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_response_without_a_status_is_never_read_as_some_status() {
+    // An error that says "a response arrived" but not which (a hand-written `Classify` that
+    // forgot `status`): a read or keyed write is not retried blind (the loop reports the keyed
+    // write ambiguous, with its key), an unkeyed write may have executed.
+    let f = Failure::new(Evidence::ResponseReceived);
+    assert_eq!(denied(decide(&open(), &f)), Some(DenyReason::StatusUnknown));
+    let keyed = Context {
+        safety: Safety::KeyedWrite,
+        ..open()
+    };
+    assert_eq!(denied(decide(&keyed, &f)), Some(DenyReason::StatusUnknown));
+    let unkeyed = Context {
+        safety: Safety::UnsafeWrite,
+        ..open()
+    };
+    assert_eq!(
+        decide(&unkeyed, &f),
+        Decision::Ambiguous(AmbiguityReason::StatusUnknown)
+    );
+}

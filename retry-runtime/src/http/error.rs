@@ -9,7 +9,7 @@ use ::http::{HeaderMap, Method, StatusCode};
 
 use super::classify::ChainFacts;
 use super::headers;
-use crate::{Classify, Evidence, PermanentCategory, Pushback};
+use crate::{Classify, Evidence, PermanentCategory, Pushback, Stop};
 
 /// Where an HTTP attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +65,7 @@ struct Inner {
     pushback: Option<Pushback>,
     permanent: Option<PermanentCategory>,
     connection_rotated: bool,
+    stop: Option<Stop>,
     message: Option<Cow<'static, str>>,
     response: Option<reqwest::Response>,
     headers: Option<HeaderMap>,
@@ -84,6 +85,7 @@ impl HttpError {
                 pushback: None,
                 permanent: None,
                 connection_rotated: false,
+                stop: None,
                 message: None,
                 response: None,
                 headers: None,
@@ -196,6 +198,12 @@ impl HttpError {
     /// The response status, when final headers arrived.
     pub fn status(&self) -> Option<StatusCode> {
         self.inner.status
+    }
+
+    /// When this was the error a retrying call ended with: the attempts it made and why it
+    /// made no further one (also shown at the end of the message).
+    pub fn stop(&self) -> Option<Stop> {
+        self.inner.stop
     }
 
     /// The request method, when known.
@@ -323,6 +331,9 @@ impl fmt::Display for HttpError {
         if let Some(source) = &i.source {
             write!(f, ": {source}")?;
         }
+        if let Some(stop) = &i.stop {
+            write!(f, " ({stop})")?;
+        }
         Ok(())
     }
 }
@@ -354,6 +365,9 @@ impl Classify for HttpError {
     }
     fn connection_rotated(&self) -> bool {
         self.inner.connection_rotated
+    }
+    fn stopped(&mut self, stop: Stop) {
+        self.inner.stop = Some(stop);
     }
 }
 

@@ -402,6 +402,8 @@ impl Registry {
         &self,
         configs: impl IntoIterator<Item = (String, UpstreamConfig)>,
     ) -> Result<(), ConfigErrors> {
+        // The metrics' HELP texts, for the recorder installed by now (usually at start-up).
+        crate::observe::describe_metrics();
         let configs: Vec<_> = configs.into_iter().collect();
         let mut errors = Vec::new();
         for (name, config) in &configs {
@@ -434,7 +436,9 @@ impl Registry {
             };
             let breaker = match (previous, config.breaker) {
                 (Some(u), Some(b)) if u.config.breaker == Some(b) => u.breaker.clone(),
-                (_, Some(b)) => Some(Arc::new(CircuitBreaker::new(b))),
+                (_, Some(b)) => Some(Arc::new(
+                    CircuitBreaker::new(b).named(Arc::from(name.as_str())),
+                )),
                 (_, None) => None,
             };
             let bulkhead = match (previous, config.bulkhead) {

@@ -2,7 +2,7 @@
 // stating variants report their own; a struct may do either. Clean under `deny(warnings)`.
 #![deny(warnings, unused_qualifications)]
 
-use retry_runtime::{Classify, Evidence, PermanentCategory};
+use retry_runtime::{Classify, DenyReason, Evidence, PermanentCategory, Stop};
 
 #[derive(Debug, Classify)]
 enum AdapterError {
@@ -15,6 +15,17 @@ enum AdapterError {
     #[classify(permanent = "decode")]
     Garbled,
     Wrapped { inner: Inner },
+    Kept(Keeps),
+}
+
+/// Keeps how the call ended, as the HTTP integration's error does.
+#[derive(Debug, Default)]
+struct Keeps(Option<Stop>);
+
+impl Classify for Keeps {
+    fn stopped(&mut self, stop: Stop) {
+        self.0 = Some(stop);
+    }
 }
 
 #[derive(Debug, Classify)]
@@ -44,4 +55,11 @@ fn main() {
     assert_eq!(w.evidence(), Evidence::NotSent);
     assert_eq!(Newtype(AdapterError::Garbled).permanent(), Some(PermanentCategory::Decode));
     assert_eq!(Generic::Wraps(Inner).evidence(), Evidence::NotSent);
+    // How the call ended reaches the wrapped error, through every layer of wrapping.
+    let stop = Stop::new(3, DenyReason::MaxAttempts);
+    let mut kept = Newtype(AdapterError::Kept(Keeps::default()));
+    kept.stopped(stop);
+    assert!(matches!(kept, Newtype(AdapterError::Kept(Keeps(Some(s)))) if s == stop));
+    let mut stated = AdapterError::Garbled;
+    stated.stopped(stop); // nowhere to keep it: forgotten, no panic
 }
