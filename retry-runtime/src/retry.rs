@@ -42,6 +42,8 @@ pub struct Retry<'r> {
 
 impl Retry<'static> {
     /// A call to `upstream`, configured in the global registry (see [`Registry::global`]).
+    /// Name it with [`upstream!`](crate::upstream!) (`Retry::upstream(upstream!("sber"))`) so
+    /// [`Registry::verify`] checks it at start-up.
     pub fn upstream(upstream: &'static str) -> Retry<'static> {
         Retry {
             registry: Registry::global(),

@@ -387,6 +387,12 @@ async fn mut_self_and_by_value_arguments_are_fresh_on_every_attempt_with_instrum
     assert_eq!(counter.notes, ["a", "a", "a", "b", "b", "b"]);
 }
 
+/// A builder call site named with `upstream!` is checked at start-up like a `#[retry]` function.
+#[allow(dead_code)]
+fn builder_site() -> retry_runtime::Retry<'static> {
+    retry_runtime::Retry::upstream(retry_runtime::upstream!("macro-onse"))
+}
+
 #[test]
 fn verify_names_every_missing_upstream_and_its_functions() {
     let registry = Registry::builder()
@@ -405,24 +411,38 @@ fn verify_names_every_missing_upstream_and_its_functions() {
             "macro-deadline",
             "macro-instrumented",
             "macro-once",
+            "macro-onse",
             "macro-reconcile",
         ]
     );
-    let reconcile = &missing.missing[7];
+    let builder = &missing.missing[7];
+    assert!(builder.functions[0].is_builder_site());
+    assert_eq!(builder.functions[0].function(), "macro_runtime");
+    let reconcile = &missing.missing[8];
     assert_eq!(reconcile.functions.len(), 1);
     assert_eq!(reconcile.functions[0].function(), "macro_runtime::pay");
     assert!(reconcile.functions[0].file().ends_with("macro_runtime.rs"));
     let text = missing.to_string();
-    assert!(text.contains("8 upstream(s)"), "{text}");
+    assert!(text.contains("9 upstream(s)"), "{text}");
+    assert!(
+        text.contains("`macro-onse`, used by a builder call in macro_runtime"),
+        "{text}"
+    );
     assert!(
         text.contains("`macro-once`, used by macro_runtime::put"),
         "{text}"
     );
 
     setup();
-    Registry::global()
-        .verify()
-        .expect("every upstream of this file is installed");
+    // Every `#[retry]` function's upstream is installed; the builder site's typo is caught,
+    // with the name it was meant to be.
+    let typo = Registry::global().verify().unwrap_err();
+    assert_eq!(typo.missing.len(), 1, "{typo}");
+    assert!(
+        typo.to_string()
+            .contains("`macro-onse` (did you mean `macro-once`?)"),
+        "{typo}"
+    );
     // A function with an injected registry is checked against that registry.
     let injected = Registry::builder()
         .upstream("only-injected", UpstreamConfig::new())

@@ -1,4 +1,5 @@
-//! The start-up check: every upstream a `#[retry]` function in the binary names is configured.
+//! The start-up check: every upstream a `#[retry]` function (or a builder call site named with
+//! [`upstream!`](crate::upstream!)) in the binary names is configured.
 //!
 //! Each `#[retry(upstream = "...")]` function registers itself at compile time (through
 //! [`inventory`], which collects the registrations when the program starts, before `main`).
@@ -10,8 +11,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::Registry;
+use super::keys::closest;
 
-/// One `#[retry]` function: the upstream it names and where it is. Created by the macro only.
+/// One place in the binary that names an upstream: a `#[retry]` function, or a builder call
+/// site that names it with [`upstream!`](crate::upstream!). Created by those macros only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Registration {
     upstream: &'static str,
@@ -20,6 +23,8 @@ pub struct Registration {
     line: u32,
     /// The `registry = ...` expression, when the function does not use the global registry.
     registry: Option<&'static str>,
+    /// A builder call site (`Retry::upstream(upstream!(..))`), not a `#[retry]` function.
+    builder: bool,
 }
 
 impl Registration {
@@ -36,7 +41,20 @@ impl Registration {
             file,
             line,
             registry: None,
+            builder: false,
         }
+    }
+
+    #[doc(hidden)]
+    pub const fn builder_site(mut self) -> Self {
+        self.builder = true;
+        self
+    }
+
+    /// `true` for a builder call site named with [`upstream!`](crate::upstream!); `function`
+    /// is then the module it is in.
+    pub fn is_builder_site(&self) -> bool {
+        self.builder
     }
 
     #[doc(hidden)]
@@ -74,8 +92,45 @@ impl Registration {
 
 impl fmt::Display for Registration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.builder {
+            f.write_str("a builder call in ")?;
+        }
         write!(f, "{} ({}:{})", self.function, self.file, self.line)
     }
+}
+
+/// Names an upstream at a builder call site so [`Registry::verify`] checks it at start-up, as
+/// it checks `#[retry]` functions: `Retry::upstream(upstream!("sber"))`. Evaluates to the name
+/// (a `&'static str`); a misspelt name then fails the deployment at start-up instead of the
+/// first request that takes this path.
+///
+/// ```standalone_crate
+/// use retry_runtime::{Registry, Retry, UpstreamConfig, upstream};
+///
+/// fn charge() -> Retry<'static> {
+///     Retry::upstream(upstream!("sbr")) // a typo
+/// }
+///
+/// let registry = Registry::builder().upstream("sber", UpstreamConfig::new()).build().unwrap();
+/// let missing = registry.verify().unwrap_err();
+/// assert_eq!(missing.missing[0].upstream, "sbr");
+/// assert!(missing.to_string().contains("did you mean `sber`?"));
+/// # let _ = charge;
+/// ```
+#[macro_export]
+macro_rules! upstream {
+    ($name:literal) => {{
+        $crate::__private::inventory::submit! {
+            $crate::registry::Registration::new(
+                $name,
+                ::core::module_path!(),
+                ::core::file!(),
+                ::core::line!(),
+            )
+            .builder_site()
+        }
+        $name
+    }};
 }
 
 inventory::collect!(Registration);
@@ -112,7 +167,11 @@ impl fmt::Display for MissingUpstreams {
             }
         )?;
         for m in &self.missing {
-            write!(f, "  - `{}`, used by ", m.upstream)?;
+            write!(f, "  - `{}`", m.upstream)?;
+            if let Some(close) = closest(m.upstream, self.known.iter().map(String::as_str)) {
+                write!(f, " (did you mean `{close}`?)")?;
+            }
+            f.write_str(", used by ")?;
             for (i, r) in m.functions.iter().enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;
@@ -140,7 +199,8 @@ impl Registry {
     }
 
     /// Checks that every upstream named by a `#[retry]` function of the binary that uses the
-    /// global registry (no `registry = ...`) is configured here. Call it on
+    /// global registry (no `registry = ...`), or by a builder call site through
+    /// [`upstream!`](crate::upstream!), is configured here. Call it on
     /// [`Registry::global()`] at start-up, after loading the configuration: it reports every
     /// missing upstream at once, with the functions that name it. Functions with an injected
     /// registry are checked with [`verify_where`](Registry::verify_where).
