@@ -36,12 +36,23 @@
 //!     }
 //! }
 //!
-//! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
-//! Registry::global().load_file("upstreams.toml")?; // every mistake at once, located
-//! Registry::global().verify()?; // every upstream named by a #[retry] is configured
-//! tokio::spawn(retry_runtime::Drain::global().clone().on_shutdown_signal());
-//! # Ok(()) }
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     Registry::global().load_file("upstreams.toml")?; // every mistake at once, located
+//!     Registry::global().verify()?; // every upstream named by a #[retry] is configured
+//!     // On SIGTERM or Ctrl-C: no new retries; calls waiting out a backoff end at once.
+//!     tokio::spawn(retry_runtime::Drain::global().clone().on_shutdown_signal());
+//!     // A client the classifier can trust: no automatic redirects, no hidden retries.
+//!     let client = retry_runtime::http::client_builder().build()?;
+//!     let catalog = Catalog { client, base: "http://catalog.internal".into() };
+//!     let item = catalog.item(7).await?;
+//!     println!("{} bytes", item.len());
+//!     Ok(())
+//! }
 //! ```
+//!
+//! A complete service (registry, `verify()`, client, draining, an axum app behind the server
+//! layer calling an adapter) is `examples/src/bin/service.rs` in the repository.
 //!
 //! Without the macro: [`Retry::upstream`]. Across services: [`propagation`] headers and the
 //! `retry_runtime::tower` layers (feature `tower`). For outages longer than the in-memory

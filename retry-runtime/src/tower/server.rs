@@ -124,7 +124,7 @@ where
         // not a panic on every request.
         let now = Instant::now();
         let deadline = now.checked_add(deadline).unwrap_or_else(|| far_future(now));
-        let name = format!("{} {}", request.method(), request.uri().path());
+        let name = operation_name(request.method(), request.uri().path());
         let op = Operation::root(name, Some(deadline), Some(retries));
         let enforce = self.limits.enforce_deadline;
         // Services that work in `call` itself (not only when polled) see the scope too.
@@ -176,6 +176,46 @@ fn pushback(op: &Operation) -> Option<Pushback> {
 }
 
 /// A deadline too far away to matter (about 30 years), for limits given as `Duration::MAX`.
+/// The operation's name: the method and the path with every segment that looks like an id
+/// (it holds a digit) replaced by `{id}`, so `GET /orders/42/items/7` and
+/// `GET /orders/43/items/9` are one operation, `GET /orders/{id}/items/{id}`. Traces and
+/// metrics label by it: raw paths with their ids would make a series per order.
+pub fn operation_name(method: &http::Method, path: &str) -> String {
+    let mut name = String::with_capacity(method.as_str().len() + 1 + path.len());
+    name.push_str(method.as_str());
+    name.push(' ');
+    for (i, segment) in path.split('/').enumerate() {
+        if i > 0 {
+            name.push('/');
+        }
+        match segment.bytes().any(|b| b.is_ascii_digit()) {
+            true => name.push_str("{id}"),
+            false => name.push_str(segment),
+        }
+    }
+    name
+}
+
 fn far_future(now: Instant) -> Instant {
     now + Duration::from_secs(86_400 * 365 * 30)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::operation_name;
+    use http::Method;
+
+    #[test]
+    fn operation_names_hide_ids() {
+        assert_eq!(
+            operation_name(&Method::GET, "/orders/42/items/7f3a"),
+            "GET /orders/{id}/items/{id}"
+        );
+        assert_eq!(operation_name(&Method::POST, "/orders"), "POST /orders");
+        assert_eq!(operation_name(&Method::GET, "/"), "GET /");
+        assert_eq!(
+            operation_name(&Method::PUT, "/users/0b9e2c1e-6b0f-4a4e-9c8e-1f2a3b4c5d6e"),
+            "PUT /users/{id}"
+        );
+    }
 }
