@@ -68,6 +68,12 @@
 //! loop error type (it has no `From<retry_runtime::Error>`): the runtime's own outcomes
 //! (ambiguous, deadline, unknown upstream) are not HTTP failures.
 //!
+//! # The reqwest version
+//! The extension traits are implemented for reqwest 0.13's `RequestBuilder` and `Response`:
+//! an application on another reqwest major gets "method not found" for `send_attempt`. Depend
+//! on `reqwest = "0.13"`, or use the copy re-exported here, [`reqwest`], which
+//! is always the one the traits are implemented for.
+//!
 //! # TLS
 //! The `http` feature builds reqwest without TLS (plain HTTP/1 and HTTP/2 with prior
 //! knowledge), which is all the test suite needs. Enable the `rustls` feature for `https://`
@@ -84,6 +90,10 @@ pub use body::ResponseExt;
 pub use client::{DEFAULT_CONNECT_TIMEOUT, client_builder, client_builder_for};
 pub use error::{HttpError, HttpErrorKind};
 pub use send::RequestBuilderExt;
+
+/// The reqwest this integration is built on (0.13), re-exported so an application can use the
+/// very version [`RequestBuilderExt`] and [`ResponseExt`] are implemented for.
+pub use ::reqwest;
 
 mod sealed {
     pub trait Sealed {}
