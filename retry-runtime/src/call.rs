@@ -767,8 +767,10 @@ impl<'r> Call<'r> {
         });
         observe::retried(self.upstream.name(), reason, self.upstream.budget());
         // Drop the error (and any response or connection it holds) before waiting: the facts in
-        // `failure` are all a shutdown during the wait needs to tell the caller.
+        // `failure` are all a shutdown during the wait needs to tell the caller. The attempt's
+        // span ends here too: the wait is not part of the attempt.
         drop(error);
+        self.attempt_span = tracing::Span::none();
         if reason == RetryReason::RefreshAuth {
             self.auth_refresh_used = true;
             if let Some(hook) = self.upstream.refresh_hook().cloned() {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
@@ -335,4 +336,69 @@ fn a_prometheus_scrape_shows_help_reasons_durations_and_refusals() {
     has(r#"retry_rejections{upstream="up",reason="circuit_open"}"#);
     has(r#"retry_breaker_transitions{upstream="up",to="open"}"#);
     has(r#"retry_attempt_duration{upstream="up",outcome="failure",quantile="0.5"}"#);
+}
+
+/// Prints the paused clock's time since the first line, in whole milliseconds.
+struct VirtualTime(std::sync::OnceLock<tokio::time::Instant>);
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let start = *self.0.get_or_init(tokio::time::Instant::now);
+        write!(w, "t={}ms", start.elapsed().as_millis())
+    }
+}
+
+/// An attempt's span ends with the attempt: it does not stay open through the backoff that
+/// follows (a trace would show the wait as part of the attempt's duration).
+#[test]
+fn the_attempt_span_closes_before_the_backoff() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_timer(VirtualTime(std::sync::OnceLock::new()))
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let second = Duration::from_secs(1);
+    let registry = Registry::builder()
+        .upstream(
+            "up",
+            UpstreamConfig::new().with_backoff(
+                Backoff::new()
+                    .with_initial(second)
+                    .with_max_backoff(second)
+                    .with_jitter(retry_runtime::backoff::Jitter::Decorrelated),
+            ),
+        )
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let _: Result<(), Error> = Retry::in_registry(&registry, "up")
+                .method(Method::GET)
+                .run(|a| async move {
+                    match a.number() {
+                        1 => Err(timeout()),
+                        _ => Ok(()),
+                    }
+                })
+                .await;
+        })
+    });
+    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let closes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("retry.attempt{") && l.contains(": close "))
+        .collect();
+    assert_eq!(closes.len(), 2, "{out}");
+    assert!(closes[0].starts_with("t=0ms"), "{out}");
+    assert!(closes[1].starts_with("t=1000ms"), "{out}");
 }
