@@ -646,7 +646,14 @@ impl<'r> Call<'r> {
         E: Classify + From<Error> + Display,
     {
         let failure = Failure::new(Evidence::NotSent);
-        let decision = self.decide(&failure, false);
+        let decision = match self.decide(&failure, false) {
+            // Logged and counted under what really happened, not as "not sent".
+            Decision::Retry { delay, .. } => Decision::Retry {
+                delay,
+                reason: RetryReason::ReconciledNotHappened,
+            },
+            other => other,
+        };
         self.apply(decision, error, &failure, false).await
     }
 

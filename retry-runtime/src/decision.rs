@@ -38,6 +38,9 @@ pub enum RetryReason {
     /// makes progress: retried at once, without a budget token, not counted in the attempts.
     /// Chosen by the attempt loop, never by the engine.
     ConnectionRotated,
+    /// A reconcile check found that the write did not happen, so it is sent again. Chosen by
+    /// the attempt loop (the engine decides it as [`NotSent`](RetryReason::NotSent)).
+    ReconciledNotHappened,
 }
 
 impl RetryReason {
@@ -49,6 +52,7 @@ impl RetryReason {
             RetryReason::Status(_) => "status",
             RetryReason::RefreshAuth => "refresh_auth",
             RetryReason::ConnectionRotated => "connection_rotated",
+            RetryReason::ReconciledNotHappened => "reconciled_not_happened",
         }
     }
 }
@@ -61,6 +65,9 @@ impl fmt::Display for RetryReason {
             RetryReason::Status(s) => write!(f, "status {s}"),
             RetryReason::RefreshAuth => f.write_str("refresh credentials and replay"),
             RetryReason::ConnectionRotated => f.write_str("connection rotated"),
+            RetryReason::ReconciledNotHappened => {
+                f.write_str("the reconcile check found the write did not happen")
+            }
         }
     }
 }

@@ -338,6 +338,32 @@ fn a_prometheus_scrape_shows_help_reasons_durations_and_refusals() {
     has(r#"retry_attempt_duration{upstream="up",outcome="failure",quantile="0.5"}"#);
 }
 
+/// A retry after a reconcile check is logged as what it is, not as "not sent".
+#[test]
+fn a_retry_after_a_reconcile_check_says_so() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = logged(tracing::Level::INFO, async {
+        let reg = registry();
+        let _: Result<u32, Error> = Retry::in_registry(&reg, "up")
+            .method(Method::POST)
+            .run_reconciled(
+                |a| async move {
+                    match a.number() {
+                        1 => Err(timeout()),
+                        _ => Ok(1),
+                    }
+                },
+                || async { retry_runtime::Reconciled::NotHappened },
+            )
+            .await;
+    });
+    assert!(
+        out.contains("reason=the reconcile check found the write did not happen"),
+        "{out}"
+    );
+    assert!(!out.contains("reason=not sent"), "{out}");
+}
+
 /// Prints the paused clock's time since the first line, in whole milliseconds.
 struct VirtualTime(std::sync::OnceLock<tokio::time::Instant>);
 
