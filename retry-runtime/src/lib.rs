@@ -58,8 +58,8 @@
 //! `retry_runtime::tower` layers (feature `tower`). For outages longer than the in-memory
 //! window: the durable queue (features `durable-sqlite`, `durable-postgres`).
 //!
-//! What the library promises when things go wrong, with the test behind each promise: the
-//! [`guarantees`] page. What it reports (spans, events, metrics): the [`observability`] page.
+//! Every rule, its reason and its source: the [`rules`] page. What the library promises when
+//! things go wrong, with the test behind each promise: the [`guarantees`] page. What it reports (spans, events, metrics): the [`observability`] page.
 //! How the crate is built: `ARCHITECTURE.md` at the repository root.
 //!
 //! # Connection rotation is not failure
@@ -170,6 +170,11 @@ pub use retry_macros::Classify;
 /// each level costs.
 #[doc = include_str!("observability.md")]
 pub mod observability {}
+
+/// Every rule the library applies, why, and where it comes from (RFC 9110/9113, the SRE
+/// book, the AWS backoff study).
+#[doc = include_str!("rules.md")]
+pub mod rules {}
 
 /// What the library promises under bad input, concurrency, crashes and clock jumps, each
 /// promise with the test that shows it.
