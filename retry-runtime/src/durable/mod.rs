@@ -132,7 +132,7 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::DurableError;
 pub use handler::{
     AlertError, AlertFuture, AlertHook, AttemptError, Handler, HandlerFuture, TaskContext,
-    TracingAlert,
+    TaskOutput, TracingAlert,
 };
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};

@@ -39,7 +39,8 @@ macro_rules! fence_where {
 macro_rules! cols {
     () => {
         "task_id, operation, idempotency_key, payload, status, retry_count, max_attempts, \
-         next_attempt_at, locked_by, locked_until, last_error, alerted_at, created_at, updated_at"
+         next_attempt_at, locked_by, locked_until, last_error, output, alerted_at, created_at, \
+         updated_at"
     };
 }
 
@@ -226,6 +227,7 @@ fn decode(row: &SqliteRow) -> StoreResult<Task> {
         locked_by: get(row, Some(id), "locked_by")?,
         locked_until: get(row, Some(id), "locked_until")?,
         last_error: get(row, Some(id), "last_error")?,
+        output: get(row, Some(id), "output")?,
         alerted_at: get(row, Some(id), "alerted_at")?,
         created_at: get(row, Some(id), "created_at")?,
         updated_at: get(row, Some(id), "updated_at")?,
@@ -355,17 +357,23 @@ impl DurableStore for SqliteStore {
         decode_all(&rows)
     }
 
-    async fn complete(&self, fence: &Fence, now: Timestamp) -> StoreResult<bool> {
+    async fn complete(
+        &self,
+        fence: &Fence,
+        output: Option<&[u8]>,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
         let query = fenced(
             concat!(
                 "UPDATE retry_durable_task
                  SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
-                     last_error = NULL, updated_at = ?4 ",
+                     last_error = NULL, output = ?5, updated_at = ?4 ",
                 fence_where!()
             ),
             fence,
         )
-        .bind(now.as_unix_millis());
+        .bind(now.as_unix_millis())
+        .bind(output);
         self.settle_fenced(query, "complete a task").await
     }
 

@@ -44,11 +44,13 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<Vec<Task>>> + Send;
 
-    /// Marks a claimed task `succeeded`. Returns `false`, changing nothing, when the fence no
-    /// longer matches (the lease was rescued and the task re-claimed or finished elsewhere).
+    /// Marks a claimed task `succeeded`, storing the attempt's `output` (its serialized
+    /// result, if any). Returns `false`, changing nothing, when the fence no longer matches
+    /// (the lease was rescued and the task re-claimed or finished elsewhere).
     fn complete(
         &self,
         fence: &Fence,
+        output: Option<&[u8]>,
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
