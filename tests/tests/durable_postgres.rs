@@ -33,7 +33,11 @@ async fn migrations_apply_once_in_our_own_table() {
             .unwrap();
     assert_eq!(
         rows,
-        vec![(1, "task_table".to_owned()), (2, "task_output".to_owned())]
+        vec![
+            (1, "task_table".to_owned()),
+            (2, "task_output".to_owned()),
+            (3, "notify".to_owned())
+        ]
     );
     again.close().await;
     db.cleanup().await;
@@ -55,7 +59,7 @@ async fn concurrent_startups_migrate_once() {
         .fetch_one(a.pool())
         .await
         .unwrap();
-    assert_eq!(n, 2, "each of the two migrations applied once");
+    assert_eq!(n, 3, "each of the three migrations applied once");
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA \"{schema}\" CASCADE"
     )))

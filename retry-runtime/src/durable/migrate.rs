@@ -9,9 +9,12 @@
 
 /// One schema step.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Migration {
+pub struct Migration {
+    /// Its number, in order of application.
     pub version: i64,
+    /// A short name, recorded with the version.
     pub name: &'static str,
+    /// The script.
     pub sql: &'static str,
 }
 
@@ -58,6 +61,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         version: 2,
         name: "task_output",
         sql: include_str!("migrations/postgres/0002_task_output.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "notify",
+        sql: include_str!("migrations/postgres/0003_notify.sql"),
     },
 ];
 

@@ -121,6 +121,7 @@ mod migrate;
 #[cfg(feature = "durable-postgres")]
 mod postgres;
 mod queue;
+mod sql;
 #[cfg(feature = "durable-sqlite")]
 mod sqlite;
 mod store;
@@ -137,9 +138,10 @@ pub use handler::{
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};
 pub use queue::{Deferred, DurableQueue};
+pub use sql::{Dialect, SqlStore};
 #[cfg(feature = "durable-sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};
-pub use store::{DurableStore, StoreResult};
+pub use store::{Completion, DurableStore, StoreResult, WorkSignal};
 pub use task::{
     EnqueueOptions, Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId, TaskStatus,
     UnknownStatus,
