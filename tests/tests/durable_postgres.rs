@@ -27,11 +27,18 @@ async fn migrations_apply_once_in_our_own_table() {
     let Some(db) = PgDb::new().await else { return };
     let again = PgDb::connect(&db.url, &db.schema).await;
     let rows: Vec<(i64, String)> =
-        sqlx::query_as("SELECT version, name FROM retry_durable_migrations")
+        sqlx::query_as("SELECT version, name FROM retry_durable_migrations ORDER BY version")
             .fetch_all(again.pool())
             .await
             .unwrap();
-    assert_eq!(rows, vec![(1, "task_table".to_owned())]);
+    assert_eq!(
+        rows,
+        vec![
+            (1, "task_table".to_owned()),
+            (2, "task_output".to_owned()),
+            (3, "notify".to_owned())
+        ]
+    );
     again.close().await;
     db.cleanup().await;
 }
@@ -52,7 +59,7 @@ async fn concurrent_startups_migrate_once() {
         .fetch_one(a.pool())
         .await
         .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(n, 3, "each of the three migrations applied once");
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA \"{schema}\" CASCADE"
     )))
@@ -124,5 +131,19 @@ async fn a_bad_row_is_a_located_error_not_a_panic() {
         err.to_string().contains(&format!("`status` of task {id}")),
         "{err}"
     );
+    db.cleanup().await;
+}
+
+/// Another process's hand-off wakes an idle worker through `LISTEN`/`NOTIFY`: the hand-off
+/// goes through a second store (its own pool, as another instance would), whose in-process
+/// wake-up the worker does not share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
+async fn a_hand_off_from_another_process_wakes_the_worker() {
+    let Some(db) = PgDb::new().await else { return };
+    let other = PgDb::connect(&db.url, &db.schema).await;
+    durable_support::suite::a_hand_off_wakes_an_idle_worker_with(db.store.clone(), other.clone())
+        .await;
+    other.close().await;
     db.cleanup().await;
 }

@@ -121,6 +121,7 @@ mod migrate;
 #[cfg(feature = "durable-postgres")]
 mod postgres;
 mod queue;
+mod sql;
 #[cfg(feature = "durable-sqlite")]
 mod sqlite;
 mod store;
@@ -132,14 +133,15 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::DurableError;
 pub use handler::{
     AlertError, AlertFuture, AlertHook, AttemptError, Handler, HandlerFuture, TaskContext,
-    TracingAlert,
+    TaskOutput, TracingAlert,
 };
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};
 pub use queue::{Deferred, DurableQueue};
+pub use sql::{Dialect, SqlStore};
 #[cfg(feature = "durable-sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};
-pub use store::{DurableStore, StoreResult};
+pub use store::{Completion, DurableStore, StoreResult, WorkSignal};
 pub use task::{
     EnqueueOptions, Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId, TaskStatus,
     UnknownStatus,

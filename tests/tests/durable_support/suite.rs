@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_runtime::durable::{
-    AlertError, AttemptError, Clock, DurableBackoff, DurableError, DurableQueue, DurableStore,
-    EnqueueOptions, ManualClock, Task, TaskContext, TaskId, TaskStatus, Timestamp, Worker,
-    WorkerConfig,
+    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableQueue,
+    DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId, TaskStatus,
+    Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
 
@@ -291,7 +291,7 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
     let fresh_fence = fresh[0].fence().unwrap();
 
     assert!(
-        !store.complete(&stale_fence, now).await.unwrap(),
+        !store.complete(&stale_fence, None, now).await.unwrap(),
         "stale complete must not apply"
     );
     assert!(
@@ -308,13 +308,13 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
         (TaskStatus::Running, Some("fast"))
     );
 
-    assert!(store.complete(&fresh_fence, now).await.unwrap());
+    assert!(store.complete(&fresh_fence, None, now).await.unwrap());
     let t = get(&store, id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
     assert_eq!(t.retry_count, 2);
     assert_eq!(t.locked_by, None);
     assert!(
-        !store.complete(&fresh_fence, now).await.unwrap(),
+        !store.complete(&fresh_fence, None, now).await.unwrap(),
         "completing twice is a no-op"
     );
 }
@@ -329,7 +329,7 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
         .with_cap(Duration::from_secs(10));
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry("503 from upstream"))
+            Err::<(), _>(AttemptError::retry("503 from upstream"))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -374,7 +374,7 @@ pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S)
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry("connection reset"))
+            Err::<(), _>(AttemptError::retry("connection reset"))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -411,7 +411,7 @@ pub async fn permanent_failure_fails_at_once<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::permanent(
+            Err::<(), _>(AttemptError::permanent(
                 "422 Unprocessable Entity: card number invalid",
             ))
         })
@@ -483,7 +483,7 @@ pub async fn failing_alert_hook_is_retried_until_delivered<S: DurableStore>(stor
     let alert_lease = Duration::from_secs(60);
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::permanent("400"))
+            Err::<(), _>(AttemptError::permanent("400"))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -670,7 +670,7 @@ pub async fn counts_by_status<S: DurableStore>(store: S) {
             .fence()
             .unwrap()
     };
-    assert!(store.complete(&fence(succeeded), now).await.unwrap());
+    assert!(store.complete(&fence(succeeded), None, now).await.unwrap());
     assert!(store.mark_failed(&fence(failed), "x", now).await.unwrap());
     let cancelled = c("c").await;
     q.cancel(cancelled).await.unwrap();
@@ -689,7 +689,9 @@ pub async fn attempt_timeout_is_a_transient_failure<S: DurableStore>(store: S) {
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
-        .handler(OP, |_t: TaskContext| std::future::pending())
+        .handler(OP, |_t: TaskContext| {
+            std::future::pending::<Result<(), AttemptError>>()
+        })
         .clock(clock.clone())
         .config(config("w").with_attempt_timeout(Duration::from_millis(20)))
         .build()
@@ -833,7 +835,7 @@ pub async fn retry_after_is_honoured<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry_after(
+            Err::<(), _>(AttemptError::retry_after(
                 "429 Too Many Requests",
                 Duration::from_secs(30),
             ))
@@ -966,4 +968,196 @@ pub async fn a_task_claimed_too_long_ago_is_not_run<S: DurableStore>(store: S) {
     assert_eq!(current.tick().await.unwrap().succeeded, 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "run exactly once");
     assert_eq!(get(&store, id).await.status, TaskStatus::Succeeded);
+}
+
+/// A deferred call's outcome is looked up by task id: completed with the handler's output,
+/// failed with its last error, or still pending; a handler returning `()` stores no output.
+pub async fn results_are_looked_up_by_task_id<S: DurableStore>(store: S) {
+    const QUIET: &str = "payments.notify";
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let done = enqueue(&q, "done", EnqueueOptions::new()).await;
+    let bad = enqueue(&q, "bad", EnqueueOptions::new()).await;
+    let later = enqueue(
+        &q,
+        "later",
+        EnqueueOptions::new().with_delay(Duration::from_secs(60)),
+    )
+    .await;
+    let quiet = q
+        .enqueue(QUIET, "quiet", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |t: TaskContext| async move {
+            if t.idempotency_key == "bad" {
+                return Err(AttemptError::permanent(
+                    "402 Payment Required: card declined",
+                ));
+            }
+            Ok(format!("receipt for {}", t.idempotency_key).into_bytes())
+        })
+        .handler(QUIET, |_t: TaskContext| async { Ok(()) })
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.succeeded, stats.failed), (2, 1), "{stats:?}");
+
+    let t = q.get(done).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.output.as_deref(), Some(&b"receipt for done"[..]));
+    assert_eq!(t.last_error, None);
+
+    let t = q.get(bad).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.output, None);
+    assert!(t.last_error.unwrap().contains("card declined"));
+
+    let t = q.get(later).await.unwrap().unwrap();
+    assert_eq!((t.status, t.output), (TaskStatus::Pending, None));
+
+    let t = q.get(quiet).await.unwrap().unwrap();
+    assert_eq!((t.status, t.output), (TaskStatus::Succeeded, None));
+
+    assert_eq!(q.get(TaskId(i64::MAX)).await.unwrap(), None);
+}
+
+/// One batched completion write keeps every task's fence: in a batch from a worker whose lease
+/// on one task was rescued (and the task re-claimed, once by another worker and once by the
+/// same worker for a newer attempt), the stale completions change nothing and the current
+/// ones complete, each with its own output.
+pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let ids = [
+        enqueue(&q, "a", EnqueueOptions::new()).await,
+        enqueue(&q, "b", EnqueueOptions::new()).await,
+        enqueue(&q, "c", EnqueueOptions::new()).await,
+        enqueue(&q, "d", EnqueueOptions::new()).await,
+    ];
+    let now = clock.now();
+    let first = store
+        .claim("slow", &ops(), 4, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 4);
+    let fences: Vec<Fence> = first.iter().map(|t| t.fence().unwrap()).collect();
+
+    // The leases on all four expire; a and b go back to the queue. a is re-claimed by
+    // another worker, b by the same worker again (a newer attempt under the same owner).
+    clock.advance(LEASE + Duration::from_millis(1));
+    let rescued = store
+        .rescue_expired(2, DurableBackoff::new(), clock.now())
+        .await
+        .unwrap();
+    let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
+    assert_eq!(rescued, vec![ids[0], ids[1]], "the two oldest leases");
+    clock.advance(Duration::from_secs(3_600));
+    let now = clock.now();
+    let lease = now.saturating_add(LEASE);
+    let ops_ = ops();
+    let other = store.claim("fast", &ops_, 1, lease, now).await.unwrap();
+    let again = store.claim("slow", &ops_, 1, lease, now).await.unwrap();
+    assert_eq!((other[0].id, other[0].retry_count), (ids[0], 2));
+    assert_eq!((again[0].id, again[0].retry_count), (ids[1], 2));
+
+    let batch: Vec<Completion> = fences
+        .iter()
+        .map(|f| Completion {
+            fence: f.clone(),
+            output: Some(f.task_id.to_string().into_bytes()),
+        })
+        .collect();
+    let mut written = store.complete_many(&batch, now).await.unwrap();
+    written.sort();
+    assert_eq!(
+        written,
+        vec![ids[2], ids[3]],
+        "only the completions whose claim still holds"
+    );
+    for (id, owner) in [(ids[0], "fast"), (ids[1], "slow")] {
+        let t = get(&store, id).await;
+        assert_eq!(
+            (t.status, t.locked_by.as_deref(), t.retry_count, t.output),
+            (TaskStatus::Running, Some(owner), 2, None),
+            "the newer attempt of task {id} is untouched"
+        );
+    }
+    for id in [ids[2], ids[3]] {
+        let t = get(&store, id).await;
+        assert_eq!(t.status, TaskStatus::Succeeded);
+        assert_eq!(t.output, Some(id.to_string().into_bytes()));
+    }
+
+    // The current claims complete in one batch too; repeating the batch changes nothing.
+    let current = [
+        Completion {
+            fence: other[0].fence().unwrap(),
+            output: None,
+        },
+        Completion {
+            fence: again[0].fence().unwrap(),
+            output: Some(vec![0, 255]),
+        },
+    ];
+    assert_eq!(store.complete_many(&current, now).await.unwrap().len(), 2);
+    assert!(store.complete_many(&current, now).await.unwrap().is_empty());
+    assert_eq!(get(&store, ids[1]).await.output, Some(vec![0, 255]));
+    assert_eq!(store.counts().await.unwrap().succeeded, 4);
+}
+
+/// A hand-off wakes an idle worker at once instead of at its next poll: the second task is
+/// handed off after the worker's last claim, and the poll interval is an hour. `enqueuer` is
+/// the store the hand-offs go through (this store, or another process's connection to the
+/// same database).
+pub async fn a_hand_off_wakes_an_idle_worker_with<S: DurableStore, E: DurableStore>(
+    store: S,
+    enqueuer: E,
+) {
+    let q = DurableQueue::new(enqueuer);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    q.enqueue(OP, "first", b"", EnqueueOptions::new())
+        .await
+        .unwrap();
+    let worker = Worker::builder(store)
+        .handler(OP, move |t: TaskContext| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(t.idempotency_key);
+                Ok(())
+            }
+        })
+        .config(
+            config("w")
+                .with_poll_interval(Duration::from_secs(3_600))
+                .with_rescue_interval(Duration::from_secs(3_600)),
+        )
+        .build()
+        .unwrap();
+    let stop = Arc::new(Notify::new());
+    let run = tokio::spawn({
+        let (worker, stop) = (worker.clone(), stop.clone());
+        async move { worker.run(async move { stop.notified().await }).await }
+    });
+    assert_eq!(rx.recv().await.as_deref(), Some("first"));
+    q.enqueue(OP, "second", b"", EnqueueOptions::new())
+        .await
+        .unwrap();
+    // A guard against hanging, far below the hour-long poll: only a wake-up can meet it.
+    let second = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await;
+    assert_eq!(
+        second.ok().flatten().as_deref(),
+        Some("second"),
+        "the worker was not woken by the hand-off"
+    );
+    stop.notify_one();
+    let stats = run.await.unwrap();
+    assert_eq!(stats.succeeded, 2, "{stats:?}");
+}
+
+pub async fn a_hand_off_wakes_an_idle_worker<S: DurableStore>(store: S) {
+    a_hand_off_wakes_an_idle_worker_with(store.clone(), store).await;
 }
