@@ -8,6 +8,8 @@
 //!   `REFUSED_STREAM`, a request handed back unsent); the circuit breaker does not count them
 //! - `retry.rotation_retries{upstream}`: of those, retried at once for free (reason
 //!   `connection_rotated`); the others were decided as ordinary retries
+//! - `retry.hedges{upstream}`: hedges sent (further copies of a slow request)
+//! - `retry.hedges.cancelled{upstream}`: copies cancelled because another answered first
 //! - `retry.denials{upstream, reason}`: denied retries by named reason
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
@@ -110,4 +112,17 @@ pub(crate) fn rotated(upstream: &str) {
 pub(crate) fn rotation_retried(upstream: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("retry.rotation_retries", "upstream" => upstream.to_owned()).increment(1);
+}
+
+/// A hedge sent.
+pub(crate) fn hedged(upstream: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.hedges", "upstream" => upstream.to_owned()).increment(1);
+}
+
+/// Copies cancelled because another answered first.
+pub(crate) fn hedges_cancelled(upstream: &str, copies: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.hedges.cancelled", "upstream" => upstream.to_owned())
+        .increment(copies as u64);
 }

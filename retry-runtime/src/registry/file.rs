@@ -14,7 +14,8 @@ use toml::de::{DeTable, DeValue};
 use super::env::{self, Override};
 use super::errors::{ConfigError, ConfigErrors, Location};
 use super::keys::{
-    self, BREAKER, BREAKER_KEYS, BUDGET, BUDGET_KEYS, KeySpec, Settings, UPSTREAM_KEYS, Value,
+    self, BREAKER, BREAKER_KEYS, BUDGET, BUDGET_KEYS, HEDGE, HEDGE_KEYS, KeySpec, Settings,
+    UPSTREAM_KEYS, Value,
 };
 use crate::budget::BudgetConfig;
 use crate::config::UpstreamConfig;
@@ -164,17 +165,20 @@ enum Table {
     Budget,
     /// `[upstreams.<name>.breaker]`.
     Breaker,
+    /// `[upstreams.<name>.hedge]`.
+    Hedge,
 }
 
 impl Table {
     /// The sub-tables of an upstream.
-    const SUBTABLES: [Table; 2] = [Table::Budget, Table::Breaker];
+    const SUBTABLES: [Table; 3] = [Table::Budget, Table::Breaker, Table::Hedge];
 
     fn keys(self) -> &'static [KeySpec] {
         match self {
             Table::Upstream => UPSTREAM_KEYS,
             Table::Budget => BUDGET_KEYS,
             Table::Breaker => BREAKER_KEYS,
+            Table::Hedge => HEDGE_KEYS,
         }
     }
 
@@ -184,6 +188,7 @@ impl Table {
             Table::Upstream => "",
             Table::Budget => BUDGET,
             Table::Breaker => BREAKER,
+            Table::Hedge => HEDGE,
         }
     }
 }

@@ -151,6 +151,8 @@ use crate::budget::RetryBudget;
 use crate::bulkhead::Bulkhead;
 use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
+use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
+use crate::latency::LatencyWindow;
 use crate::{Drain, Error};
 
 mod duration;
@@ -190,6 +192,8 @@ pub struct Upstream {
     budget: Arc<RetryBudget>,
     breaker: Option<Arc<CircuitBreaker>>,
     bulkhead: Option<Arc<Bulkhead>>,
+    /// Recent attempt latencies, kept only for a hedge delay at a percentile.
+    latency: Option<Arc<LatencyWindow>>,
     refresh: Option<Arc<dyn RefreshAuth>>,
 }
 
@@ -245,6 +249,29 @@ impl Upstream {
     /// The 401 refresh hook, if registered.
     pub fn refresh_hook(&self) -> Option<&Arc<dyn RefreshAuth>> {
         self.refresh.as_ref()
+    }
+
+    /// How long a copy runs before the next one is sent, at `now`: the fixed delay, or the
+    /// percentile of the recent latencies (`None` while too few are known, or without hedging).
+    pub fn hedge_delay(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
+        let hedge = self.config.hedge.as_ref()?;
+        match (hedge.delay, hedge.percentile, &self.latency) {
+            (Some(delay), _, _) => Some(delay),
+            (None, Some(p), Some(latency)) => latency.percentile(p, MIN_SAMPLES, now),
+            _ => None,
+        }
+    }
+
+    /// Whether attempts' latencies are kept (for a percentile hedge delay).
+    pub(crate) fn keeps_latency(&self) -> bool {
+        self.latency.is_some()
+    }
+
+    /// Records an attempt's latency for a percentile hedge delay (nothing without one).
+    pub(crate) fn record_latency(&self, latency: std::time::Duration, now: tokio::time::Instant) {
+        if let Some(window) = &self.latency {
+            window.record(latency, now);
+        }
     }
 }
 
@@ -442,6 +469,14 @@ impl Registry {
                 (_, Some(n)) => Some(Arc::new(Bulkhead::new(n))),
                 (_, None) => None,
             };
+            let latency = match (previous, config.hedge.and_then(|h| h.percentile)) {
+                (Some(u), Some(_)) if u.latency.is_some() => u.latency.clone(),
+                (_, Some(_)) => Some(Arc::new(LatencyWindow::new(
+                    LATENCY_WINDOW,
+                    tokio::time::Instant::now(),
+                ))),
+                (_, None) => None,
+            };
             let name: Arc<str> = name.into();
             let refresh = hooks.get(&*name).cloned();
             upstreams.insert(
@@ -452,6 +487,7 @@ impl Registry {
                     budget,
                     breaker,
                     bulkhead,
+                    latency,
                     refresh,
                 }),
             );
@@ -509,6 +545,7 @@ impl Registry {
                 budget: u.budget.clone(),
                 breaker: u.breaker.clone(),
                 bulkhead: u.bulkhead.clone(),
+                latency: u.latency.clone(),
                 refresh: Some(hook),
             });
             self.swap_in(Snapshot { upstreams });
