@@ -9,7 +9,7 @@
 //!
 //! # The configuration file
 //!
-//! One table per upstream under `upstreams`; the budget and the circuit breaker are
+//! One table per upstream under `upstreams`; the budget, the circuit breaker and hedging are
 //! sub-tables. Every key is optional
 //! and defaults to [`UpstreamConfig::new`] (the table below restates its `# Default` section).
 //!
@@ -42,6 +42,11 @@
 //! window = "10s"
 //! open_for = "5s"
 //! half_open_probes = 3
+//!
+//! [upstreams.sber.hedge]     # no default: left out, never hedged
+//! percentile = 95            # or a fixed delay = "50ms", not both
+//! max_copies = 2
+//! dedups_in_flight = false   # keyed writes too, if the upstream dedups copies in flight
 //! ```
 //!
 //! | key | type | default | rule |
@@ -69,6 +74,11 @@
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
 //! | `breaker.open_for` | duration | `"5s"` | above zero |
 //! | `breaker.half_open_probes` | integer | 3 | at least 1 |
+//! | `hedge.enabled` | boolean | `true` once a hedge key is set | `false` turns hedging off (an environment override) |
+//! | `hedge.delay` | duration | none | above zero, below `attempt_timeout`; not with `percentile` |
+//! | `hedge.percentile` | number | none | above 0, below 100 (of the last 5-10 s of latencies; no hedge before 20 are known) |
+//! | `hedge.max_copies` | integer | 2 | 2..=3, at most `max_attempts` |
+//! | `hedge.dedups_in_flight` | boolean | `false` | the upstream answers concurrent copies of a keyed write with one execution |
 //!
 //! The deadline is the longest a call may wait in memory, whatever a server's `Retry-After`
 //! asks, so it is held to the same 5 s as the window below.
@@ -95,8 +105,8 @@
 //! of the file: `RETRY__SBER__MAX_ATTEMPTS=4`, `RETRY__SBER__BUDGET__RATIO=0.1`. Segments are
 //! separated by a double underscore and matched without regard to case. `<UPSTREAM>` is the
 //! name in upper case with every character other than an ASCII letter or digit written `_`
-//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, prefixed `BUDGET__` or
-//! `BREAKER__` for a key of those tables. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
+//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, prefixed `BUDGET__`,
+//! `BREAKER__` or `HEDGE__` for a key of those tables. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
 //! that names no upstream of the file, or two of them, is an error: overrides never create an
 //! upstream. Errors are located as `environment: RETRY__SBER__MAX_ATTEMPTS`. Tests and tools
 //! pass the variables explicitly to [`Registry::load_str`] or [`parse_toml`];
