@@ -145,7 +145,10 @@ mod tests {
 
     #[test]
     fn one_delay_and_two_or_three_copies() {
-        assert_eq!(HedgeConfig::after(Duration::from_millis(50)).violations(), vec![]);
+        assert_eq!(
+            HedgeConfig::after(Duration::from_millis(50)).violations(),
+            vec![]
+        );
         assert_eq!(HedgeConfig::at_percentile(95.0).violations(), vec![]);
         let fields = |c: HedgeConfig| c.violations().into_iter().map(|v| v.0).collect::<Vec<_>>();
         let both = HedgeConfig {
@@ -165,7 +168,13 @@ mod tests {
         for p in [0.0, 100.0, f64::NAN, -1.0] {
             assert_eq!(fields(HedgeConfig::at_percentile(p)), ["hedge.percentile"]);
         }
-        assert_eq!(fields(HedgeConfig::at_percentile(99.9).with_max_copies(3)), Vec::<&str>::new());
-        assert_eq!(fields(HedgeConfig::at_percentile(95.0).with_max_copies(1)), ["hedge.max_copies"]);
+        assert_eq!(
+            fields(HedgeConfig::at_percentile(99.9).with_max_copies(3)),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            fields(HedgeConfig::at_percentile(95.0).with_max_copies(1)),
+            ["hedge.max_copies"]
+        );
     }
 }

@@ -90,7 +90,12 @@ impl LatencyWindow {
 
     /// The `percentile` (0..100) of the latencies in the window at `now`, or `None` while it
     /// holds fewer than `min_samples`.
-    pub(crate) fn percentile(&self, percentile: f64, min_samples: u64, now: Instant) -> Option<Duration> {
+    pub(crate) fn percentile(
+        &self,
+        percentile: f64,
+        min_samples: u64,
+        now: Instant,
+    ) -> Option<Duration> {
         self.rotate(now);
         let counts: [u64; BUCKETS] = std::array::from_fn(|i| {
             u64::from(self.halves[0][i].load(Ordering::Relaxed))
@@ -173,6 +178,9 @@ mod tests {
         let p90 = w.percentile(90.0, 20, after).unwrap();
         assert!(p90 <= 7 * MS, "{p90:?}");
         // Long idle: nothing left.
-        assert_eq!(w.percentile(90.0, 20, start + Duration::from_secs(60)), None);
+        assert_eq!(
+            w.percentile(90.0, 20, start + Duration::from_secs(60)),
+            None
+        );
     }
 }

@@ -263,7 +263,11 @@ async fn a_full_bulkhead_sends_no_hedge() {
     let up = Upstream::new(vec![ok(1000)]);
     let start = Instant::now();
     assert_eq!(get(&reg, &up).await.unwrap(), 1);
-    assert_eq!(start.elapsed(), ms(1000), "the hedge never waits for a slot");
+    assert_eq!(
+        start.elapsed(),
+        ms(1000),
+        "the hedge never waits for a slot"
+    );
     assert_eq!(up.starts(), [ms(0)]);
 }
 
@@ -368,9 +372,8 @@ async fn the_breaker_never_counts_a_cancelled_loser() {
 
 #[tokio::test(start_paused = true)]
 async fn an_unkeyed_write_is_never_hedged() {
-    let reg = registry(config().with_hedge(Some(
-        HedgeConfig::after(ms(50)).with_dedups_in_flight(true),
-    )));
+    let reg =
+        registry(config().with_hedge(Some(HedgeConfig::after(ms(50)).with_dedups_in_flight(true))));
     let up = Upstream::new(vec![ok(1000), ok(10)]);
     let result: Result<u32, Fail> = Retry::in_registry(&reg, "up")
         .method(Method::POST)
@@ -417,7 +420,10 @@ async fn no_hedge_without_time_left_and_the_deadline_cuts_every_copy() {
     let up = Upstream::new(vec![ok(1000), ok(10)]);
     let start = Instant::now();
     let err = get(&reg, &up).await.unwrap_err();
-    assert!(matches!(err, Fail::Runtime(Error::AttemptTimeout { .. })), "{err:?}");
+    assert!(
+        matches!(err, Fail::Runtime(Error::AttemptTimeout { .. })),
+        "{err:?}"
+    );
     assert_eq!(start.elapsed(), ms(100));
     assert_eq!(up.starts(), [ms(0)]);
 }
@@ -465,7 +471,12 @@ fn hedge_settings_are_read_from_the_file_and_their_errors_located() {
     let toml = "[upstreams.catalog]\nattempt_timeout = \"300ms\"\n\n[upstreams.catalog.hedge]\npercentile = 95\nmax_copies = 3\ndedups_in_flight = true\n";
     let configs = retry_runtime::registry::parse_toml(toml, "up.toml", []).unwrap();
     let hedge = configs[0].1.hedge.unwrap();
-    assert_eq!(hedge, HedgeConfig::at_percentile(95.0).with_max_copies(3).with_dedups_in_flight(true));
+    assert_eq!(
+        hedge,
+        HedgeConfig::at_percentile(95.0)
+            .with_max_copies(3)
+            .with_dedups_in_flight(true)
+    );
 
     let toml = "[upstreams.catalog]\nmax_attempts = 2\nattempt_timeout = \"300ms\"\n\n[upstreams.catalog.hedge]\ndelay = \"300ms\"\nmax_copies = 3\n\n[upstreams.sber.hedge]\nmax_copies = 4\npercentile = 100\n";
     let errors = retry_runtime::registry::parse_toml(toml, "up.toml", []).unwrap_err();
@@ -483,12 +494,17 @@ fn hedge_settings_are_read_from_the_file_and_their_errors_located() {
     let toml = "[upstreams.catalog.hedge]\nmax_copies = 2\n";
     let errors = retry_runtime::registry::parse_toml(toml, "up.toml", []).unwrap_err();
     assert!(
-        errors.to_string().contains("up.toml:1:1: upstream `catalog`: hedging needs a delay"),
+        errors
+            .to_string()
+            .contains("up.toml:1:1: upstream `catalog`: hedging needs a delay"),
         "{errors}"
     );
     // And the environment turns it off.
     let toml = "[upstreams.catalog.hedge]\npercentile = 95\n";
-    let env = [("RETRY__CATALOG__HEDGE__ENABLED".to_owned(), "false".to_owned())];
+    let env = [(
+        "RETRY__CATALOG__HEDGE__ENABLED".to_owned(),
+        "false".to_owned(),
+    )];
     let configs = retry_runtime::registry::parse_toml(toml, "up.toml", env).unwrap();
     assert_eq!(configs[0].1.hedge, None);
 }

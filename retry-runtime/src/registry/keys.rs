@@ -418,7 +418,10 @@ mod tests {
             .unwrap()
             .apply(&mut settings, Value::Env("95"))
             .unwrap();
-        assert_eq!(settings.config().hedge, Some(HedgeConfig::at_percentile(95.0)));
+        assert_eq!(
+            settings.config().hedge,
+            Some(HedgeConfig::at_percentile(95.0))
+        );
         by_path("hedge.enabled")
             .unwrap()
             .apply(&mut settings, Value::Env("false"))
