@@ -3,7 +3,7 @@
 //! wins and the other copy is dropped.
 #![deny(unused_qualifications)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use retry_runtime::hedge::HedgeConfig;
