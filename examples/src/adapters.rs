@@ -180,19 +180,22 @@ impl CatalogAdapter {
     }
 
     /// The order's status. A read: retried on 5xx, 429, timeouts and resets, inside the
-    /// operation's deadline, retry allowance and the catalog's budget.
-    #[retry(upstream = "catalog", method = GET, registry = &self.registry)]
+    /// operation's deadline, retry allowance and the catalog's budget; hedged when the
+    /// catalog's registry entry says when (`[upstreams.catalog.hedge]`).
+    #[retry(upstream = "catalog", method = GET, registry = &self.registry, hedge)]
     pub async fn order_status(&self, id: &OrderId) -> Result<OrderStatus, AdapterError> {
         self.fetch_status(*id).await
     }
 
     /// Registers the order with its deterministic key: a retry carries the same key, and the
-    /// catalog answers a replay with the stored result instead of registering twice.
+    /// catalog answers a replay with the stored result instead of registering twice. Hedged
+    /// only if the catalog's entry also promises to deduplicate copies in flight.
     #[retry(
         upstream = "catalog",
         method = POST,
         idempotency = cmd.idempotency_key(),
-        registry = &self.registry
+        registry = &self.registry,
+        hedge
     )]
     pub async fn register(&self, cmd: &RegisterCommand) -> Result<Registered, AdapterError> {
         self.post_register(cmd).await
@@ -217,10 +220,13 @@ impl CatalogAdapter {
     /// Registers the order without a key or a check: sent once, never repeated after it may
     /// have reached the catalog; a lost response is [`AdapterError::as_ambiguous`]. The macro
     /// refuses this write (no key, no check), so it uses the builder, which says the same thing
-    /// at runtime: the outcome is ambiguous instead of retried.
+    /// at runtime: the outcome is ambiguous instead of retried. It asks to be hedged like the
+    /// others, and the runtime never hedges it: two copies of a write without a key could both
+    /// execute.
     pub async fn register_once(&self, cmd: &RegisterCommand) -> Result<Registered, AdapterError> {
         Retry::in_registry(&self.registry, "catalog")
             .method(Method::POST)
+            .hedged()
             .run(|_attempt| self.post_register(cmd))
             .await
     }

@@ -49,7 +49,11 @@ fn quick_mode_holds_the_headline_properties() {
     let json = std::fs::read_to_string(out.join("outage-lab.json")).expect("the JSON report");
     let report: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let cells = report["cells"].as_array().expect("cells");
-    assert_eq!(cells.len(), 10 * 3, "every scenario under B, B-tuned and C");
+    assert_eq!(
+        cells.len(),
+        11 * 3 + 5,
+        "every scenario under B, B-tuned and C, and B-hedged in its five"
+    );
     let html = std::fs::read_to_string(out.join("outage-lab.html")).expect("the HTML report");
     assert!(
         html.contains("<svg") && !html.contains("<script"),

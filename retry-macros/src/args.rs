@@ -17,9 +17,11 @@ pub(crate) const IDEMPOTENCY: &str = "idempotency";
 pub(crate) const RECONCILE: &str = "reconcile";
 const REGISTRY: &str = "registry";
 const CRATE: &str = "crate";
+pub(crate) const HEDGE: &str = "hedge";
 
 /// The arguments, in the order a message lists them.
-const VALID: &str = "`upstream`, `method`, `idempotency`, `reconcile`, `registry` or `crate`";
+const VALID: &str =
+    "`upstream`, `method`, `idempotency`, `reconcile`, `registry`, `crate` or `hedge`";
 
 /// Tuning people put in retry annotations elsewhere (Resilience4j, Spring Retry, backon): each
 /// is refused with the registry key that holds it.
@@ -144,6 +146,8 @@ pub(crate) struct Args {
     pub(crate) reconcile: Option<ExprPath>,
     pub(crate) registry: Option<Expr>,
     pub(crate) krate: Option<Path>,
+    /// Where the `hedge` flag was written.
+    pub(crate) hedge: Option<Span>,
     /// Keys seen, for the duplicate check (a key with an invalid value still counts).
     seen: Vec<&'static str>,
 }
@@ -170,9 +174,17 @@ impl Args {
             .get_ident()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let known = [UPSTREAM, METHOD, IDEMPOTENCY, RECONCILE, REGISTRY, CRATE]
-            .into_iter()
-            .find(|k| *k == key);
+        let known = [
+            UPSTREAM,
+            METHOD,
+            IDEMPOTENCY,
+            RECONCILE,
+            REGISTRY,
+            CRATE,
+            HEDGE,
+        ]
+        .into_iter()
+        .find(|k| *k == key);
         let Some(known) = known else {
             skip_value(&meta)?;
             let path = &meta.path;
@@ -206,6 +218,9 @@ impl Args {
         };
         let duplicate = self.seen.contains(&known);
         self.seen.push(known);
+        if known == HEDGE {
+            return self.parse_hedge(cx, &meta, duplicate);
+        }
         let value: Expr = meta.value()?.parse()?;
         if duplicate {
             cx.error_spanned_by(
@@ -221,6 +236,31 @@ impl Args {
             RECONCILE => self.reconcile = reconcile(cx, value),
             REGISTRY => self.registry = Some(value),
             _ => self.krate = krate(cx, value),
+        }
+        Ok(())
+    }
+}
+
+impl Args {
+    /// `hedge`: a bare flag; when to hedge belongs in the registry.
+    fn parse_hedge(
+        &mut self,
+        cx: &Ctxt,
+        meta: &ParseNestedMeta,
+        duplicate: bool,
+    ) -> syn::Result<()> {
+        let given_value = meta.input.peek(syn::Token![=]) || meta.input.peek(syn::token::Paren);
+        skip_value(meta)?;
+        if duplicate {
+            cx.error_spanned_by(&meta.path, "duplicate `hedge` argument: give it once");
+        } else if given_value {
+            cx.error_spanned_by(
+                &meta.path,
+                "`hedge` is a flag: write `hedge` alone; when to hedge (delay, percentile, \
+                 copies) belongs in the upstream's registry entry, under [upstreams.<name>.hedge]",
+            );
+        } else {
+            self.hedge = Some(meta.path.span());
         }
         Ok(())
     }

@@ -290,6 +290,28 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
     };
 
     let stmts = &block.stmts;
+    // One attempt: its body inline, or, for `hedge`, made by a closure so a further copy can
+    // start while one is in flight (each copy binds its own arguments, moved into its body).
+    let attempt = match spec.hedge {
+        false => quote_spanned! {mixed=>
+            {
+                #(#per_attempt)*
+                __retry_call.attempt(async {
+                    #pin_type
+                    #(#stmts)*
+                }).await
+            }
+        },
+        true => quote_spanned! {mixed=>
+            __retry_call.attempt_hedged(|| {
+                #(#per_attempt)*
+                async move {
+                    #pin_type
+                    #(#stmts)*
+                }
+            }).await
+        },
+    };
     quote_spanned! {mixed=>
         #(#outer)*
         #vis #sig {
@@ -308,13 +330,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 }
             };
             loop {
-                let __retry_result = {
-                    #(#per_attempt)*
-                    __retry_call.attempt(async {
-                        #pin_type
-                        #(#stmts)*
-                    }).await
-                };
+                let __retry_result = #attempt;
                 match __retry_call.settle(__retry_result).await {
                     #private::Step::Retry => {}
                     #private::Step::Done(result) => return result,

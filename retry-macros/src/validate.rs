@@ -17,6 +17,8 @@ pub(crate) struct Spec {
     pub(crate) reconcile: Option<ExprPath>,
     /// An expression of type `&Registry` (default: the global registry).
     pub(crate) registry: Option<syn::Expr>,
+    /// Whether the body may run as several copies at once (`hedge`).
+    pub(crate) hedge: bool,
 }
 
 pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
@@ -120,6 +122,9 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
     if let Some((m, _)) = method {
         check_against_body(cx, m, &args, item);
     }
+    if let Some(at) = args.hedge {
+        check_hedge(cx, at, method.map(|(m, _)| m), &args, item);
+    }
 
     Some(Spec {
         krate: args
@@ -130,7 +135,54 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         idempotency: args.idempotency,
         reconcile: args.reconcile,
         registry: args.registry,
+        hedge: args.hedge.is_some(),
     })
+}
+
+/// What `hedge` needs: a call safe to run twice at once (a read, or a keyed write: the registry
+/// must still promise that the upstream deduplicates copies in flight), and a body that can run
+/// twice at once (no `&mut` shared between copies).
+fn check_hedge(cx: &Ctxt, at: Span, method: Option<HttpMethod>, args: &Args, item: &ItemFn) {
+    if let Some(m) = method
+        && !m.is_read()
+        && !args.saw(IDEMPOTENCY)
+    {
+        cx.error_at(
+            at,
+            format!(
+                "an unkeyed `{m}` is never hedged: two copies in flight could both execute it; \
+                 remove `hedge`, or add `idempotency = ...` with a key the upstream deduplicates \
+                 (and `hedge.dedups_in_flight = true` in its registry entry)"
+            ),
+        );
+    }
+    for input in &item.sig.inputs {
+        let exclusive = match input {
+            syn::FnArg::Receiver(r) => match &r.kind {
+                syn::ReceiverKind::Reference(_, _, Some(m)) => Some(m.span),
+                syn::ReceiverKind::Typed(_, ty) => exclusive_ref(ty),
+                _ => None,
+            },
+            syn::FnArg::Typed(pt) => exclusive_ref(&pt.ty),
+        };
+        if let Some(span) = exclusive {
+            cx.error_at(
+                span,
+                "`hedge` runs the body as several copies at once, and a `&mut` borrow cannot be \
+                 shared between them: take `&` instead, or remove `hedge`",
+            );
+        }
+    }
+}
+
+/// Where a `&mut` type says so.
+fn exclusive_ref(ty: &Type) -> Option<Span> {
+    match ty {
+        Type::Reference(r) => r.mutability.map(|m| m.span),
+        Type::Paren(p) => exclusive_ref(&p.elem),
+        Type::Group(g) => exclusive_ref(&g.elem),
+        _ => None,
+    }
 }
 
 /// What the declared method and the body must agree on: a key goes with a write, and the body

@@ -51,6 +51,7 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -63,6 +64,7 @@ use crate::breaker::Admission;
 use crate::bulkhead::Slot;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
 use crate::engine::{Context, Safety};
+use crate::hedge::HedgeConfig;
 use crate::key::IdempotencyKey;
 use crate::observe::{self, AttemptOutcome, CallKind};
 use crate::registry::{Registry, Upstream};
@@ -161,6 +163,16 @@ struct Pass {
     slot: Option<Slot>,
 }
 
+/// One copy of a hedged attempt in flight, with what let it start.
+struct InFlight<F> {
+    future: Pin<Box<AttemptFuture<F>>>,
+    pass: Pass,
+    number: u32,
+    started: Instant,
+    timeout: Duration,
+    span: tracing::Span,
+}
+
 /// One retrying call; see the module docs.
 #[derive(Debug)]
 pub struct Call<'r> {
@@ -236,6 +248,8 @@ fn attempt_span(call: &tracing::Span, attempt: u32, method: &http::Method) -> tr
         "error.type" = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
         connection_rotated = tracing::field::Empty,
+        reason = tracing::field::Empty,
+        cancelled = tracing::field::Empty,
     )
 }
 
@@ -385,7 +399,303 @@ impl<'r> Call<'r> {
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
         let span = self.attempt_span.clone();
         let ended = AttemptFuture::new(frame, span, ends, body).await;
-        self.end_attempt(ended, pass)
+        self.end_attempt(ended, pass, self.attempt)
+    }
+
+    /// Runs one attempt that may be hedged: like [`attempt`](Self::attempt), but `make` can
+    /// make the body again, so that when the upstream has hedging configured
+    /// ([`UpstreamConfig::hedge`](crate::UpstreamConfig::hedge)) and the call is safe to run
+    /// twice at once, a further copy starts once the first has run for the hedge delay. See
+    /// [`attempt_hedged_with`](Self::attempt_hedged_with) for the rules. Without hedging it is
+    /// exactly [`attempt`](Self::attempt).
+    pub async fn attempt_hedged<T, E, M, F>(&mut self, mut make: M) -> Result<T, E>
+    where
+        M: FnMut() -> F,
+        F: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        self.attempt_hedged_with(|_| make()).await
+    }
+
+    /// Runs one attempt whose body `make` can make more than once, hedging it when allowed.
+    ///
+    /// Who is hedged: reads, and keyed writes whose upstream promises to deduplicate copies in
+    /// flight ([`HedgeConfig::dedups_in_flight`]); never a write without that promise.
+    ///
+    /// A hedge is an attempt: it needs an attempt left (`max_attempts` counts every copy), time
+    /// before the deadline, the breaker's admission, a free bulkhead slot at once (a hedge never
+    /// waits for capacity), a retry from the operation's allowance and a retry budget token;
+    /// without any of them no hedge is sent and the copies in flight carry on. It carries the
+    /// same key and headers as the first copy, and its span (`retry.attempt`) says
+    /// `reason = "hedge"`.
+    ///
+    /// The first success wins, and so does a failure that another copy could not improve on (a
+    /// permanent failure, or a status the engine would not retry): the other copies are
+    /// cancelled (their futures dropped, their bulkhead slots freed at once) and, since their
+    /// outcome is unknown, the breaker counts them neither as failures nor as successes. A
+    /// failure that could be retried (no response, a 503, the attempt's timeout) while another
+    /// copy is still in flight is counted by the breaker as any attempt's failure and set
+    /// aside: the call waits for the other copies. Only when every copy has failed does the last
+    /// failure go to [`settle`](Self::settle), as an ordinary attempt's would.
+    pub(crate) async fn attempt_hedged_with<T, E, M, F>(&mut self, mut make: M) -> Result<T, E>
+    where
+        M: FnMut(&Attempt) -> F,
+        F: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        let Some(hedge) = self.hedging() else {
+            return self.attempt_with(make).await;
+        };
+        // Every copy installs the call's scope: it must be one scope, opened now.
+        self.scope.open_now(self.upstream.name_arc(), self.deadline);
+        let mut attempt = match self.next_attempt() {
+            Ok(attempt) => attempt,
+            Err(error) => return Err(E::from(error)),
+        };
+        let pass = match self.admit(&mut attempt).await {
+            Ok(pass) => pass,
+            Err(error) => return Err(E::from(error)),
+        };
+        let max_copies = hedge.max_copies as usize;
+        let mut copies = Vec::with_capacity(max_copies);
+        let delay = self.upstream.hedge_delay(attempt.started);
+        let mut next_hedge = delay.map(|d| Box::pin(tokio::time::sleep_until(attempt.started + d)));
+        copies.push(self.start_copy(attempt, pass, &mut make));
+        loop {
+            let event = std::future::poll_fn(|cx| {
+                for (i, copy) in copies.iter_mut().enumerate() {
+                    if let Poll::Ready(ended) = copy.future.as_mut().poll(cx) {
+                        return Poll::Ready(Some((i, ended)));
+                    }
+                }
+                match next_hedge.as_mut().map(|t| t.as_mut().poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(None),
+                    _ => Poll::Pending,
+                }
+            })
+            .await;
+            let Some((i, ended)) = event else {
+                next_hedge = None;
+                if let Some((attempt, pass)) = self.admit_hedge(copies.len()) {
+                    copies.push(self.start_copy(attempt, pass, &mut make));
+                    if let (Some(d), true) = (delay, copies.len() < max_copies) {
+                        next_hedge = Some(Box::pin(tokio::time::sleep(d)));
+                    }
+                }
+                continue;
+            };
+            let copy = copies.swap_remove(i);
+            self.attempt_started = copy.started;
+            self.attempt_timeout = copy.timeout;
+            self.attempt_span = copy.span;
+            self.local = Local::Nothing;
+            let result = self.end_attempt(ended, copy.pass, copy.number);
+            let settled = match &result {
+                Ok(_) => true,
+                Err(_) if copies.is_empty() => true,
+                Err(error) => self.is_final(error),
+            };
+            if settled {
+                self.cancel(copies);
+                return result;
+            }
+            // Set aside: another copy may still answer.
+            self.span.in_scope(|| {
+                tracing::debug!(
+                    target: "retry_runtime::decision",
+                    attempt = copy.number,
+                    in_flight = copies.len(),
+                    "a hedged copy failed while another is in flight: waiting for it"
+                )
+            });
+        }
+    }
+
+    /// The call's hedging settings, if its upstream hedges and the call is safe to run twice at
+    /// once.
+    fn hedging(&self) -> Option<HedgeConfig> {
+        let hedge = self.upstream.config().hedge?;
+        let safe = match self.safety {
+            Safety::Read => true,
+            Safety::KeyedWrite => hedge.dedups_in_flight,
+            Safety::UnsafeWrite => false,
+        };
+        safe.then_some(hedge)
+    }
+
+    /// Starts the body of an admitted copy, inside its own frame and span.
+    fn start_copy<T, E, M, F>(&mut self, attempt: Attempt, pass: Pass, make: &mut M) -> InFlight<F>
+    where
+        M: FnMut(&Attempt) -> F,
+        F: Future<Output = Result<T, E>>,
+    {
+        let body = make(&attempt);
+        let (number, started, timeout) = (attempt.number, attempt.started, attempt.timeout);
+        let span = attempt.span.clone();
+        let ends = attempt.ends();
+        let frame = Frame::attempt(attempt, self.scope.for_attempt());
+        InFlight {
+            future: Box::pin(AttemptFuture::new(frame, span.clone(), ends, body)),
+            pass,
+            number,
+            started,
+            timeout,
+            span,
+        }
+    }
+
+    /// Admits a hedge, when everything a retry needs is there (see
+    /// [`attempt_hedged_with`](Self::attempt_hedged_with)); what it took is given back when a
+    /// later check refuses. `None`: no hedge (the reason is logged).
+    fn admit_hedge(&mut self, in_flight: usize) -> Option<(Attempt, Pass)> {
+        let upstream = self.upstream.clone();
+        let config = upstream.config();
+        let now = Instant::now();
+        let remaining = self.deadline.saturating_duration_since(now);
+        let refused = if self.attempt - self.rotations >= config.max_attempts {
+            Some("max_attempts")
+        } else if remaining < config.min_attempt_budget || remaining.is_zero() {
+            Some("deadline")
+        } else if self.registry.drain().is_draining() {
+            Some("draining")
+        } else if !self.replay.can_replay() {
+            Some("body_not_replayable")
+        } else {
+            None
+        };
+        let no_hedge = |call: &Call<'_>, reason: &'static str| {
+            call.span.in_scope(|| {
+                tracing::debug!(
+                    target: "retry_runtime::decision",
+                    decision = "no_hedge",
+                    reason,
+                    in_flight,
+                    "not hedging"
+                )
+            });
+            None
+        };
+        if let Some(reason) = refused {
+            return no_hedge(self, reason);
+        }
+        let admission = match upstream.breaker() {
+            Some(breaker) => match breaker.admit() {
+                Some(admission) => Some(admission),
+                None => return no_hedge(self, "circuit_open"),
+            },
+            None => None,
+        };
+        let release = |admission: Option<Admission>| {
+            if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
+                breaker.release(admission);
+            }
+        };
+        let slot = match upstream.bulkhead() {
+            Some(bulkhead) => match bulkhead.try_enter() {
+                Some(slot) => Some(slot),
+                None => {
+                    release(admission);
+                    return no_hedge(self, "bulkhead_full");
+                }
+            },
+            None => None,
+        };
+        if !self.scope.take_retry() {
+            release(admission);
+            return no_hedge(self, "max_attempts");
+        }
+        if !upstream.budget().withdraw() {
+            self.scope.give_back_retry();
+            release(admission);
+            return no_hedge(self, "budget_exhausted");
+        }
+        self.attempt += 1;
+        self.retried_mark = self.scope.retried_failures();
+        let span = attempt_span(&self.span, self.attempt, &self.method);
+        span.record("reason", "hedge");
+        self.span.in_scope(|| {
+            tracing::info!(
+                target: "retry_runtime::decision",
+                decision = "hedge",
+                reason = "hedge",
+                attempt = self.attempt,
+                in_flight,
+                "the request is slower than usual: sending another copy"
+            )
+        });
+        observe::hedged(upstream.name());
+        let attempt = Attempt {
+            upstream: upstream.clone(),
+            number: self.attempt,
+            method: self.method.clone(),
+            key: self.key.clone(),
+            deadline: self.deadline,
+            timeout: config.attempt_timeout.min(remaining),
+            started: now,
+            retries_left: self.scope.retries_left(),
+            span,
+        };
+        Some((attempt, Pass { admission, slot }))
+    }
+
+    /// Whether a failed copy's error ends the hedged attempt although another copy is in
+    /// flight: a failure the engine would not retry even with every limit to spare (a
+    /// permanent failure, a status it does not retry) is the upstream's answer.
+    fn is_final<E: Classify>(&self, error: &E) -> bool {
+        let mut failure = Failure::of(error);
+        if self.local == Local::TimedOut {
+            failure.evidence = Evidence::SentNoResponse;
+        }
+        let config = self.upstream.config();
+        let ctx = Context {
+            attempt: 1,
+            max_attempts: 2,
+            operation_retries_left: 1,
+            budget_has_token: true,
+            replay: Replayability::Replayable,
+            draining: false,
+            remaining: crate::config::MAX_IN_MEMORY_WINDOW,
+            min_attempt_budget: Duration::ZERO,
+            safety: self.safety,
+            transient_500: config.transient_500,
+            can_refresh_auth: false,
+            backoff: &config.backoff,
+            previous_delay: Duration::ZERO,
+        };
+        let mut rng = fastrand::Rng::with_seed(0);
+        !matches!(
+            self.registry.engine().decide(&ctx, &failure, &mut rng),
+            Decision::Retry { .. }
+        )
+    }
+
+    /// Cancels the copies still in flight once another has answered: dropped at once (their
+    /// bulkhead slots with them); their outcome is unknown, so the breaker counts them neither
+    /// way, and their latency so far (a lower bound) goes to the upstream's latency window.
+    fn cancel<F>(&mut self, copies: Vec<InFlight<F>>) {
+        if copies.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        observe::hedges_cancelled(self.upstream.name(), copies.len());
+        for copy in copies {
+            let InFlight {
+                future,
+                pass,
+                started,
+                span,
+                ..
+            } = copy;
+            drop(future);
+            let Pass { admission, slot } = pass;
+            drop(slot);
+            if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
+                breaker.release(admission);
+            }
+            self.upstream
+                .record_latency(now.saturating_duration_since(started), now);
+            span.record("cancelled", true);
+        }
     }
 
     /// The next attempt, if time is left for one.
@@ -491,12 +801,22 @@ impl<'r> Call<'r> {
 
     /// Counts the attempt that `ended` in the breaker, adopts a scope the attempt opened, and
     /// turns a timeout into the caller's error.
-    fn end_attempt<T, E>(&mut self, ended: Ended<Result<T, E>>, pass: Pass) -> Result<T, E>
+    fn end_attempt<T, E>(
+        &mut self,
+        ended: Ended<Result<T, E>>,
+        pass: Pass,
+        number: u32,
+    ) -> Result<T, E>
     where
         E: Classify + From<Error>,
     {
         let Pass { admission, slot } = pass;
         drop(slot);
+        if self.upstream.keeps_latency() {
+            let now = Instant::now();
+            self.upstream
+                .record_latency(now.saturating_duration_since(self.attempt_started), now);
+        }
         self.scope.adopt(ended.opened);
         self.replay = self.replay.min(ended.reported);
         let result = match ended.output {
@@ -505,7 +825,7 @@ impl<'r> Call<'r> {
                 self.local = Local::TimedOut;
                 Err(E::from(Error::AttemptTimeout {
                     upstream: self.upstream.name_arc().clone(),
-                    attempt: self.attempt,
+                    attempt: number,
                     timeout: self.attempt_timeout,
                 }))
             }

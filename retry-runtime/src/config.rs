@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::backoff::{Backoff, Jitter};
 use crate::breaker::BreakerConfig;
 use crate::budget::BudgetConfig;
+use crate::hedge::HedgeConfig;
 
 /// The longest in-memory retry window allowed: beyond it, a handler holds
 /// a worker for too long; hand the work to a durable queue instead.
@@ -37,6 +38,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
 /// | `breaker` | on: 50 % of >= 20 attempts in 10 s, open 5 s, 3 probes | retries without a breaker keep hitting a dead upstream |
+/// | `hedge` | none (never hedged) | a hedge adds load: turn it on for an upstream with a slow tail |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
@@ -74,6 +76,13 @@ pub struct UpstreamConfig {
     pub bulkhead: Option<usize>,
     /// The circuit breaker (`None`: disabled).
     pub breaker: Option<BreakerConfig>,
+    /// Hedging: when a further copy of a slow safe request is sent (`None`: never). Only calls
+    /// that ask for it are hedged (`#[retry(hedge, ..)]`, [`RetryCall::hedged`]), and only
+    /// reads, or keyed writes when [`HedgeConfig::dedups_in_flight`] promises the upstream
+    /// deduplicates copies in flight.
+    ///
+    /// [`RetryCall::hedged`]: crate::RetryCall::hedged
+    pub hedge: Option<HedgeConfig>,
 }
 
 impl Default for UpstreamConfig {
@@ -102,6 +111,7 @@ impl UpstreamConfig {
             budget: BudgetConfig::new(),
             bulkhead: None,
             breaker: Some(BreakerConfig::new()),
+            hedge: None,
         }
     }
 
@@ -163,6 +173,11 @@ impl UpstreamConfig {
     /// Sets the circuit breaker (`None`: disabled).
     pub fn with_breaker(mut self, breaker: Option<BreakerConfig>) -> Self {
         self.breaker = breaker;
+        self
+    }
+    /// Sets hedging (`None`: never).
+    pub fn with_hedge(mut self, hedge: Option<HedgeConfig>) -> Self {
+        self.hedge = hedge;
         self
     }
 
@@ -264,6 +279,36 @@ impl UpstreamConfig {
         if let Some(b) = &self.breaker {
             for (field, message) in b.violations() {
                 push(field, message);
+            }
+        }
+        if let Some(h) = &self.hedge {
+            for (field, message) in h.violations() {
+                push(field, message);
+            }
+            if let Some(delay) = h.delay
+                && !delay.is_zero()
+                && delay >= self.attempt_timeout
+            {
+                push(
+                    "hedge.delay",
+                    format!(
+                        "hedge.delay ({delay:?}) must be below attempt_timeout ({:?}): the \
+                         attempt is cut before a hedge would start; lower hedge.delay",
+                        self.attempt_timeout
+                    ),
+                );
+            }
+            if (2..=crate::hedge::MAX_COPIES).contains(&h.max_copies)
+                && h.max_copies > self.max_attempts
+            {
+                push(
+                    "hedge.max_copies",
+                    format!(
+                        "hedge.max_copies = {} is above max_attempts = {}: every copy is an \
+                         attempt; lower hedge.max_copies or raise max_attempts",
+                        h.max_copies, self.max_attempts
+                    ),
+                );
             }
         }
         if self.idempotency_header.is_empty()

@@ -101,6 +101,7 @@ mod drain;
 mod error;
 mod evidence;
 mod key;
+mod latency;
 mod macro_support;
 mod observe;
 mod replay;
@@ -115,6 +116,7 @@ pub mod config;
 #[cfg(feature = "durable")]
 pub mod durable;
 pub mod engine;
+pub mod hedge;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod propagation;

@@ -15,6 +15,8 @@
 //!   `REFUSED_STREAM`, a request handed back unsent); the circuit breaker does not count them
 //! - `retry.rotation_retries{upstream}`: of those, retried at once for free (reason
 //!   `connection_rotated`); the others were decided as ordinary retries
+//! - `retry.hedges{upstream}`: hedges sent (further copies of a slow request)
+//! - `retry.hedges.cancelled{upstream}`: copies cancelled because another answered first
 //! - `retry.denials{upstream, reason}`: denied retries by named reason
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
@@ -34,7 +36,7 @@ use crate::decision::{DenyReason, RetryReason};
 
 /// Every metric the library records: name, kind, unit and the HELP text an exporter shows.
 #[cfg(feature = "metrics")]
-const METRICS: [(&str, Kind, &str); 11] = [
+const METRICS: [(&str, Kind, &str); 13] = [
     (
         "retry.calls",
         Kind::Counter,
@@ -74,6 +76,16 @@ const METRICS: [(&str, Kind, &str); 11] = [
         "retry.rotation_retries",
         Kind::Counter,
         "Attempts lost to rotation and retried at once for free",
+    ),
+    (
+        "retry.hedges",
+        Kind::Counter,
+        "Hedges sent: further copies of a slow request",
+    ),
+    (
+        "retry.hedges.cancelled",
+        Kind::Counter,
+        "Copies cancelled because another answered first",
     ),
     (
         "retry.breaker.transitions",
@@ -244,4 +256,17 @@ pub(crate) fn rotated(upstream: &str) {
 pub(crate) fn rotation_retried(upstream: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("retry.rotation_retries", "upstream" => upstream.to_owned()).increment(1);
+}
+
+/// A hedge sent.
+pub(crate) fn hedged(upstream: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.hedges", "upstream" => upstream.to_owned()).increment(1);
+}
+
+/// Copies cancelled because another answered first.
+pub(crate) fn hedges_cancelled(upstream: &str, copies: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("retry.hedges.cancelled", "upstream" => upstream.to_owned())
+        .increment(copies as u64);
 }

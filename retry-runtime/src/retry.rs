@@ -92,6 +92,7 @@ impl<'r> Retry<'r> {
             operation: self.operation,
             key: None,
             replay: Replayability::Replayable,
+            hedged: false,
         }
     }
 }
@@ -101,6 +102,7 @@ impl<'r> Retry<'r> {
 /// # Default
 /// - no idempotency key
 /// - body [`Replayability::Replayable`] (no body, or bytes)
+/// - not hedged
 #[derive(Debug, Clone)]
 #[must_use = "a retrying call does nothing until `.run(..)` is awaited"]
 pub struct RetryCall<'r> {
@@ -110,6 +112,7 @@ pub struct RetryCall<'r> {
     operation: Option<Cow<'static, str>>,
     key: Option<Result<IdempotencyKey, KeyError>>,
     replay: Replayability,
+    hedged: bool,
 }
 
 impl<'r> RetryCall<'r> {
@@ -123,6 +126,17 @@ impl<'r> RetryCall<'r> {
     /// Declares the body's replayability (a one-shot stream is never retried).
     pub fn body(mut self, replay: Replayability) -> Self {
         self.replay = replay;
+        self
+    }
+
+    /// Lets the call be hedged when its upstream has hedging configured
+    /// ([`UpstreamConfig::hedge`](crate::UpstreamConfig::hedge)): the closure may then be
+    /// called for a further copy while an earlier one is still in flight, and the first answer
+    /// wins (see [`HedgeConfig`](crate::hedge::HedgeConfig)). Only reads, and keyed writes to
+    /// an upstream that promises to deduplicate copies in flight, are ever hedged; for any
+    /// other call this changes nothing.
+    pub fn hedged(mut self) -> Self {
+        self.hedged = true;
         self
     }
 
@@ -149,9 +163,13 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
+        let hedged = self.hedged;
         let mut call = self.into_call()?;
         loop {
-            let result = call.attempt_with(|a| attempt(a.clone())).await;
+            let result = match hedged {
+                true => call.attempt_hedged_with(|a| attempt(a.clone())).await,
+                false => call.attempt_with(|a| attempt(a.clone())).await,
+            };
             match call.settle(result).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,
@@ -185,9 +203,13 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
+        let hedged = self.hedged;
         let mut call = self.into_call()?;
         loop {
-            let result = call.attempt_with(|_| attempt()).await;
+            let result = match hedged {
+                true => call.attempt_hedged_with(|_| attempt()).await,
+                false => call.attempt_with(|_| attempt()).await,
+            };
             match call.settle(result).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,

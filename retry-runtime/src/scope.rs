@@ -348,6 +348,17 @@ impl CallScope {
         }
     }
 
+    /// Opens the call's own scope now if it is not open yet, so several copies of an attempt in
+    /// flight at once share one scope (each installs a clone of what this holds).
+    pub(crate) fn open_now(&mut self, upstream: &Arc<str>, deadline: Instant) {
+        if let CallScope::Unopened(u) = self {
+            let op = u
+                .clone()
+                .open(|| OpName::Shared(upstream.clone()), Some(deadline));
+            *self = CallScope::Own(op);
+        }
+    }
+
     /// After an attempt: a nested call may have opened the scope.
     pub(crate) fn adopt(&mut self, opened: Option<Operation>) {
         if let (CallScope::Unopened(_), Some(op)) = (&*self, opened) {

@@ -281,6 +281,75 @@ fn the_budget_gauge_shows_the_state_when_recorded() {
     assert_eq!(capture.get("retry.breaker.state{upstream=up}"), 0, "closed");
 }
 
+/// A hedged read whose first copy is slow: the hedge answers first.
+async fn hedged_call() {
+    let config = UpstreamConfig::new().with_breaker(None).with_hedge(Some(
+        retry_runtime::hedge::HedgeConfig::after(std::time::Duration::from_millis(50)),
+    ));
+    let reg = Registry::builder()
+        .upstream("up", config)
+        .seed(1)
+        .build()
+        .unwrap();
+    let result: Result<u32, Error> = Retry::in_registry(&reg, "up")
+        .method(Method::GET)
+        .hedged()
+        .run(|a| async move {
+            let slow = a.number() == 1;
+            let wait = if slow { 1000 } else { 10 };
+            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+            Ok(a.number())
+        })
+        .await;
+    assert_eq!(result.unwrap(), 2);
+}
+
+#[test]
+fn a_hedge_is_an_attempt_with_its_reason_and_the_loser_is_marked_cancelled() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let capture = Capture::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&capture, || rt.block_on(hedged_call()));
+    assert_eq!(capture.get("retry.hedges{upstream=up}"), 1);
+    assert_eq!(capture.get("retry.hedges.cancelled{upstream=up}"), 1);
+    assert_eq!(
+        capture.get("retry.retries{upstream=up}"),
+        0,
+        "a hedge is not a retry"
+    );
+
+    let out = logged(tracing::Level::DEBUG, hedged_call());
+    let hedge = out
+        .lines()
+        .find(|l| l.contains("decision=\"hedge\""))
+        .unwrap_or_else(|| panic!("a hedge event:\n{out}"));
+    assert!(
+        hedge.contains("reason=\"hedge\"") && hedge.contains("attempt=2"),
+        "{hedge}"
+    );
+    let closed: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("retry.attempt") && l.contains("close"))
+        .collect();
+    assert_eq!(closed.len(), 2, "{out}");
+    assert!(
+        closed
+            .iter()
+            .any(|l| l.contains("attempt=1") && l.contains("cancelled=true")),
+        "{out}"
+    );
+    assert!(
+        closed
+            .iter()
+            .any(|l| l.contains("attempt=2") && l.contains("reason=\"hedge\"")),
+        "{out}"
+    );
+}
+
 /// Tried with a real exporter, as a dashboard sees them: every metric carries its HELP text,
 /// retries say why, attempt durations form a histogram, and refusals by an open breaker are
 /// counted apart from retry denials.

@@ -14,13 +14,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use retry_examples::lab::{self, Design, LabConfig, Progress, Scenario, checks, report};
 
 /// Starts API -> middle -> catalog on 127.0.0.1, forces faults on the catalog, and measures
-/// four retry designs side by side: A retries in every layer (backon and reqwest-retry at their
+/// five retry designs side by side: A retries in every layer (backon and reqwest-retry at their
 /// defaults), B has one retry owner (this library at its defaults), B-tuned the same with
-/// examples/lab.toml, C does not retry. Each scenario runs with several seeds; every figure is
+/// examples/lab.toml, B-hedged is B-tuned with hedged catalog calls (in the slow and write
+/// scenarios), C does not retry. Each scenario runs with several seeds; every figure is
 /// reported over all of them with its spread.
 ///
 /// Scenarios: always-503, 429-retry-after, 503-no-retry-after, transient-outage,
-/// brief-slowdown, brief-slowdown-ignores-deadline, slow-catalog, reset-write-keyed,
+/// brief-slowdown, brief-slowdown-ignores-deadline, slow-catalog, slow-tail, reset-write-keyed,
 /// reset-write-unkeyed, reset-write-reconciled.
 ///
 /// Prints a table and a ranking, writes outage-lab.json and outage-lab.html (charts) under
@@ -46,8 +47,8 @@ struct Args {
     /// Scenarios to run (repeat the flag or give a comma list); all by default.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<Scenario>,
-    /// Designs to run: A, B, B-tuned, C (repeat or comma list); all by default (B, B-tuned
-    /// and C with --quick).
+    /// Designs to run: A, B, B-tuned, B-hedged, C (repeat or comma list); all by default (all
+    /// but A with --quick).
     #[arg(long, value_delimiter = ',')]
     design: Vec<Design>,
     /// B-tuned's upstream configuration (TOML, loaded through the registry; `RETRY__*`
@@ -124,7 +125,7 @@ fn main() -> std::process::ExitCode {
             d.dedup();
             d
         } else if args.quick {
-            vec![Design::B, Design::BTuned, Design::C]
+            vec![Design::B, Design::BTuned, Design::BHedged, Design::C]
         } else {
             Design::ALL.to_vec()
         },

@@ -56,6 +56,11 @@ struct Books {
     /// Idempotency key -> (order, registration number).
     keys: HashMap<String, (u64, u64)>,
     next_registration: u64,
+    /// Requests of each order being served now.
+    serving: HashMap<u64, u32>,
+    /// Requests of each order that arrived while another of the same order was being served
+    /// (hedges, or a retry while an abandoned attempt is still served).
+    overlapping: HashMap<u64, u32>,
 }
 
 /// What the catalog counted for one run.
@@ -67,6 +72,8 @@ pub struct CatalogCounts {
     pub executions: HashMap<u64, u32>,
     /// Most requests in flight at once.
     pub peak: usize,
+    /// Requests per order that arrived while another of the same order was being served.
+    pub overlapping: HashMap<u64, u32>,
 }
 
 impl CatalogState {
@@ -121,6 +128,7 @@ impl CatalogState {
         CatalogCounts {
             calls: books.calls.clone(),
             executions: books.executions.clone(),
+            overlapping: books.overlapping.clone(),
             peak: self.peak.load(Ordering::Relaxed),
         }
     }
@@ -147,10 +155,16 @@ impl CatalogState {
         let write = request.method() == http::Method::POST;
         let nth = {
             let mut books = self.books.lock().unwrap();
+            let serving = books.serving.entry(order).or_default();
+            *serving += 1;
+            if *serving > 1 {
+                *books.overlapping.entry(order).or_default() += 1;
+            }
             let n = books.calls.entry(order).or_default();
             *n += 1;
             *n - 1
         };
+        let _serving = Serving(self.clone(), order);
         let fault =
             self.scenario
                 .fault(self.seed, order, nth, self.elapsed(), self.duration, write);
@@ -258,6 +272,18 @@ impl CatalogState {
 }
 
 struct InFlight(Arc<CatalogState>);
+
+/// One request of an order being served.
+struct Serving(Arc<CatalogState>, u64);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let mut books = self.0.books.lock().unwrap();
+        if let Some(n) = books.serving.get_mut(&self.1) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {

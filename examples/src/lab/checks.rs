@@ -37,7 +37,19 @@
 //! failed asserted property as inconclusive (exit code 2, which CI's test repeats) rather than
 //! as the library's failure (exit code 1), and a run whose properties hold passes either way.
 //!
-//! Counts and rates only, never durations.
+//! Hedging (B-hedged beside B-tuned, the same configuration without hedges):
+//!
+//! 4. in `slow-tail`, B-hedged's p99 is at least [`TAIL_CUT`] times lower than B-tuned's, for
+//!    at most [`HEDGE_EXTRA_CALLS`] more catalog calls per operation;
+//! 5. under a catalog that is slow for everyone (`slow-catalog`, `brief-slowdown`), hedges add
+//!    no more than the budget allows: B-hedged's catalog calls per operation stay within
+//!    B-tuned's plus the budget's ratio ([`BUDGET_RATIO`], `examples/lab.toml`);
+//! 6. no write without a key is ever hedged: in `reset-write-unkeyed`, no catalog request of
+//!    B-hedged arrives while another of the same operation is being served (property 2 covers
+//!    the keyed writes: no duplicate side effect).
+//!
+//! Counts and rates only, never durations, but for property 4: a 1 s tail against one of a
+//! few tens of milliseconds, far from any scheduling noise.
 
 use std::time::Duration;
 
@@ -66,6 +78,17 @@ impl std::fmt::Display for Violation {
 /// How late (p99) the lab may start operations against its schedule before its figures
 /// describe the machine rather than the designs.
 pub const LAG_LIMIT: Duration = Duration::from_millis(100);
+
+/// How much lower B-hedged's p99 must be than B-tuned's in `slow-tail`.
+pub const TAIL_CUT: f64 = 5.0;
+
+/// How many more catalog calls per operation (a fraction of B-tuned's) hedging may cost in
+/// `slow-tail`.
+pub const HEDGE_EXTRA_CALLS: f64 = 0.10;
+
+/// The catalog budget's ratio in `examples/lab.toml`: retries and hedges together may add this
+/// many calls per call made.
+pub const BUDGET_RATIO: f64 = 0.5;
 
 /// How far below C's success B's may be in a scenario before it counts as worse: see the
 /// module docs.
@@ -144,7 +167,64 @@ pub fn check(results: &[Aggregate]) -> Vec<Violation> {
             }
         }
     }
+    hedging(results, &mut out);
     out
+}
+
+/// Properties 4-6 (module docs).
+fn hedging(results: &[Aggregate], out: &mut Vec<Violation>) {
+    for hedged in results.iter().filter(|a| a.design == Design::BHedged) {
+        let scenario = hedged.scenario;
+        let tuned = results
+            .iter()
+            .find(|a| a.scenario == scenario && a.design == Design::BTuned);
+        let name = format!("B-hedged in {scenario}");
+        match (scenario, tuned) {
+            (Scenario::SlowTail, Some(tuned)) => {
+                if hedged.p99_ms.pooled * TAIL_CUT > tuned.p99_ms.pooled {
+                    out.push(Violation {
+                        text: format!(
+                            "{name}: p99 {:.0} ms against {:.0} ms for B-tuned, less than {TAIL_CUT}x                              lower: hedges no longer cut the tail",
+                            hedged.p99_ms.pooled, tuned.p99_ms.pooled
+                        ),
+                        asserted: true,
+                    });
+                }
+                if hedged.calls.pooled > tuned.calls.pooled * (1.0 + HEDGE_EXTRA_CALLS) {
+                    out.push(Violation {
+                        text: format!(
+                            "{name}: {:.3} catalog calls per operation against {:.3} for B-tuned,                              more than {:.0} % more: hedges fire too early or too often",
+                            hedged.calls.pooled,
+                            tuned.calls.pooled,
+                            HEDGE_EXTRA_CALLS * 100.0
+                        ),
+                        asserted: true,
+                    });
+                }
+            }
+            (Scenario::Slow | Scenario::Slowdown, Some(tuned))
+                if hedged.calls.pooled > tuned.calls.pooled + BUDGET_RATIO =>
+            {
+                out.push(Violation {
+                    text: format!(
+                        "{name}: {:.2} catalog calls per operation against {:.2} for B-tuned, more                          than the budget's ratio ({BUDGET_RATIO}) above it: hedges escape the                          retry budget",
+                        hedged.calls.pooled, tuned.calls.pooled
+                    ),
+                    asserted: true,
+                });
+            }
+            (Scenario::ResetUnkeyed, _) if hedged.overlapping > 0 => {
+                out.push(Violation {
+                    text: format!(
+                        "{name}: {} catalog requests arrived while another of the same write                          was being served: a write without a key was hedged",
+                        hedged.overlapping
+                    ),
+                    asserted: true,
+                });
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]

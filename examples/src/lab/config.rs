@@ -39,6 +39,34 @@ attempt_timeout = \"300ms\"
 propagate = true
 ";
 
+/// What B-hedged adds to B-tuned's catalog: a hedge once a call has run longer than 95 % of the
+/// catalog's recent calls ("The Tail at Scale" defers hedges until the 95th-percentile
+/// latency), for reads and keyed writes: the lab's catalog executes a key once however many
+/// copies arrive at the same time (it looks the key up and records it under one lock).
+pub const HEDGE_TOML: &str = "\
+[upstreams.catalog.hedge]
+percentile = 95
+max_copies = 2
+dedups_in_flight = true
+";
+
+/// `configs` with the catalog hedged as [`HEDGE_TOML`] says.
+fn hedged(configs: &[(String, UpstreamConfig)]) -> Vec<(String, UpstreamConfig)> {
+    let hedge = parse_toml(HEDGE_TOML, "hedge.toml", [])
+        .expect("the hedge settings are valid")
+        .into_iter()
+        .find_map(|(name, c)| (name == "catalog").then_some(c.hedge))
+        .flatten();
+    configs
+        .iter()
+        .cloned()
+        .map(|(name, c)| match name.as_str() {
+            "catalog" => (name, c.with_hedge(hedge)),
+            _ => (name, c),
+        })
+        .collect()
+}
+
 /// The parsed upstreams of the library's designs.
 #[derive(Debug, Clone)]
 pub struct LabUpstreams {
@@ -46,6 +74,7 @@ pub struct LabUpstreams {
     pub source: PathBuf,
     configs: Vec<(String, UpstreamConfig)>,
     defaults: Vec<(String, UpstreamConfig)>,
+    hedged: Vec<(String, UpstreamConfig)>,
 }
 
 impl LabUpstreams {
@@ -69,23 +98,28 @@ impl LabUpstreams {
         };
         let env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        let configs = parse_toml(&text, path, env)?;
         Ok(LabUpstreams {
             source: path.to_owned(),
-            configs: parse_toml(&text, path, env)?,
+            hedged: hedged(&configs),
+            configs,
             defaults: defaults(),
         })
     }
 
     /// The built-in copy of `examples/lab.toml`, without environment overrides (tests).
     pub fn builtin() -> Self {
+        let configs = parse_toml(LAB_TOML, default_path(), []).expect("lab.toml is valid");
         LabUpstreams {
             source: default_path(),
-            configs: parse_toml(LAB_TOML, default_path(), []).expect("lab.toml is valid"),
+            hedged: hedged(&configs),
+            configs,
             defaults: defaults(),
         }
     }
 
-    /// One upstream's config under `design` (B: the defaults; otherwise B-tuned's file).
+    /// One upstream's config under `design` (B: the defaults; B-hedged: B-tuned's file and
+    /// [`HEDGE_TOML`]; otherwise B-tuned's file).
     pub fn get(&self, design: Design, name: &str) -> Option<&UpstreamConfig> {
         self.of(design)
             .iter()
@@ -96,6 +130,7 @@ impl LabUpstreams {
     fn of(&self, design: Design) -> &[(String, UpstreamConfig)] {
         match design {
             Design::B => &self.defaults,
+            Design::BHedged => &self.hedged,
             _ => &self.configs,
         }
     }
@@ -132,6 +167,15 @@ mod tests {
         assert_eq!(catalog.bulkhead, Some(32));
         assert!(catalog.breaker.is_some());
         assert!(lab.get(Design::BTuned, "middle").is_some());
+        assert_eq!(catalog.hedge, None, "B-tuned does not hedge");
+        let hedged = lab.get(Design::BHedged, "catalog").unwrap();
+        assert_eq!(
+            hedged,
+            &catalog.clone().with_hedge(Some(
+                retry_runtime::hedge::HedgeConfig::at_percentile(95.0).with_dedups_in_flight(true)
+            ))
+        );
+        assert_eq!(lab.get(Design::BHedged, "middle").unwrap().hedge, None);
     }
 
     #[test]

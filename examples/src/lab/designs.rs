@@ -5,6 +5,7 @@
 //! | A, retry in every layer | backon's `ExponentialBuilder::default()` around a reqwest call (`error_for_status`): every error retried, 3 retries after 1 s, 2 s, 4 s, no jitter | reqwest-middleware with reqwest-retry's `RetryTransientMiddleware` and `ExponentialBackoff::builder().build_with_max_retries(3)` (the crate's documented setup): 5xx, 408, 429, timeouts and connection errors retried whatever the method, 3 retries after up to 1 s, 2 s, 4 s (full jitter) |
 //! | B, one retry owner, library defaults | the runtime (`middle` upstream): one attempt unless the middle did not retry; propagates deadline and retries left | `ScopeLayer` restores the API's scope; the catalog adapter (`catalog` upstream) owns the retries: shared allowance, budget, breaker, `Retry-After` |
 //! | B-tuned | the same code, with `examples/lab.toml`'s upstreams | the same, with a bulkhead |
+//! | B-hedged | as B-tuned | as B-tuned, and the catalog's reads and keyed writes hedged at the 95th percentile of its recent latency ([`config::HEDGE_TOML`](super::config::HEDGE_TOML)) |
 //! | C, no retry | one attempt | one attempt |
 //!
 //! Timeouts: 1.5 s per API -> middle attempt and 300 ms per middle -> catalog attempt in A, C
@@ -35,7 +36,7 @@ use retry_runtime::{Method, Pushback, Registry, Retry, propagation};
 use tower_layer::Layer;
 
 use super::catalog::IDEMPOTENCY_KEY;
-use super::scenarios::WriteContract;
+use super::scenarios::{Scenario, WriteContract};
 use super::servers::{self, FnService, Req, Resp, Server};
 use crate::adapters::{AdapterError, CatalogAdapter, OrderId, RegisterCommand};
 
@@ -56,13 +57,21 @@ pub enum Design {
     B,
     /// One retry owner with the lab's tuned configuration (`examples/lab.toml`).
     BTuned,
+    /// B-tuned, with hedged catalog calls.
+    BHedged,
     /// No retry.
     C,
 }
 
 impl Design {
     /// Every design.
-    pub const ALL: [Design; 4] = [Design::A, Design::B, Design::BTuned, Design::C];
+    pub const ALL: [Design; 5] = [
+        Design::A,
+        Design::B,
+        Design::BTuned,
+        Design::BHedged,
+        Design::C,
+    ];
 
     /// The flag value and report label.
     pub const fn letter(self) -> &'static str {
@@ -70,6 +79,7 @@ impl Design {
             Design::A => "A",
             Design::B => "B",
             Design::BTuned => "B-tuned",
+            Design::BHedged => "B-hedged",
             Design::C => "C",
         }
     }
@@ -80,13 +90,30 @@ impl Design {
             Design::A => "retry in every layer (backon + reqwest-retry defaults)",
             Design::B => "one retry owner, library defaults",
             Design::BTuned => "one retry owner, examples/lab.toml",
+            Design::BHedged => "B-tuned with hedged catalog calls (95th percentile)",
             Design::C => "no retry",
         }
     }
 
-    /// Whether this is one of the library's designs (B or B-tuned).
+    /// Whether this is one of the library's designs (B, B-tuned or B-hedged).
     pub const fn is_ours(self) -> bool {
-        matches!(self, Design::B | Design::BTuned)
+        matches!(self, Design::B | Design::BTuned | Design::BHedged)
+    }
+
+    /// Whether the design runs in `scenario`: B-hedged only where hedging can change something
+    /// (slow catalogs) or must not (writes), to keep the lab's run time.
+    pub const fn runs_in(self, scenario: Scenario) -> bool {
+        match self {
+            Design::BHedged => matches!(
+                scenario,
+                Scenario::Slow
+                    | Scenario::SlowTail
+                    | Scenario::Slowdown
+                    | Scenario::ResetKeyed
+                    | Scenario::ResetUnkeyed
+            ),
+            _ => true,
+        }
     }
 }
 
@@ -103,8 +130,11 @@ impl FromStr for Design {
             "A" => Ok(Design::A),
             "B" => Ok(Design::B),
             "B-TUNED" | "BT" => Ok(Design::BTuned),
+            "B-HEDGED" | "BH" => Ok(Design::BHedged),
             "C" => Ok(Design::C),
-            _ => Err(format!("unknown design `{s}`: use A, B, B-tuned or C")),
+            _ => Err(format!(
+                "unknown design `{s}`: use A, B, B-tuned, B-hedged or C"
+            )),
         }
     }
 }
@@ -182,7 +212,7 @@ pub async fn start(
             }))
             .await?
         }
-        Design::B | Design::BTuned => {
+        Design::B | Design::BTuned | Design::BHedged => {
             let deadline = registries
                 .middle
                 .upstream("catalog")
@@ -223,7 +253,7 @@ pub async fn start(
             }))
             .await?
         }
-        Design::B | Design::BTuned => {
+        Design::B | Design::BTuned | Design::BHedged => {
             let upstream = registries
                 .api
                 .upstream("middle")

@@ -50,8 +50,8 @@ pub struct RunMetrics {
     pub calls_max: u32,
     /// Catalog requests in total.
     pub calls_total: u64,
-    /// Latency percentiles (every operation, success or not): p50, p95, p99.
-    pub latency: [Duration; 3],
+    /// Latency percentiles (every operation, success or not): p50, p95, p99, p99.9.
+    pub latency: [Duration; 4],
     /// Most requests in flight at the catalog at once.
     pub peak_concurrency: usize,
     /// The catalog's in-flight peak per sampling interval: (seconds from start, peak).
@@ -61,6 +61,9 @@ pub struct RunMetrics {
     pub recovery: Option<Option<Duration>>,
     /// Writes executed more than once at the catalog.
     pub duplicates: usize,
+    /// Catalog requests that arrived while another request of the same operation was being
+    /// served (a hedge, or a retry while an abandoned attempt is still served).
+    pub overlapping: u64,
     /// Writes the user was told failed that the catalog did execute.
     pub failed_but_done: usize,
     /// Histogram of catalog calls per operation: `calls_histogram[n]` operations made n calls.
@@ -157,17 +160,17 @@ pub fn compute(
         },
         calls_max,
         calls_total,
-        latency: [
-            percentile(&latencies, 0.50),
-            percentile(&latencies, 0.95),
-            percentile(&latencies, 0.99),
-        ],
+        latency: percentiles(&latencies),
         peak_concurrency: counts.peak,
         concurrency,
         recovery: scenario
             .outage_window(duration)
             .map(|(_, cleared)| recovery(records, cleared, duration)),
         duplicates: records.iter().filter(|r| executed(r.id) > 1).count(),
+        overlapping: records
+            .iter()
+            .map(|r| u64::from(counts.overlapping.get(&r.id).copied().unwrap_or(0)))
+            .sum(),
         failed_but_done: records
             .iter()
             .filter(|r| r.outcome == Outcome::Failed && executed(r.id) > 0)
@@ -230,8 +233,8 @@ pub struct Aggregate {
     pub calls: Spread,
     /// p99 latency, milliseconds.
     pub p99_ms: Spread,
-    /// p50, p95, p99 over every operation of every seed.
-    pub latency: [Duration; 3],
+    /// p50, p95, p99, p99.9 over every operation of every seed.
+    pub latency: [Duration; 4],
     /// Most catalog calls one operation made.
     pub calls_max: u32,
     /// The highest in-flight peak at the catalog.
@@ -240,6 +243,8 @@ pub struct Aggregate {
     pub ambiguous: usize,
     /// See [`RunMetrics::duplicates`], summed.
     pub duplicates: usize,
+    /// See [`RunMetrics::overlapping`], summed.
+    pub overlapping: u64,
     /// See [`RunMetrics::failed_but_done`], summed.
     pub failed_but_done: usize,
     /// (succeeded, started) per bin, summed over seeds.
@@ -332,15 +337,12 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
             ms(percentile(&latencies, 0.99)),
             runs.iter().map(|m| ms(m.latency[2])),
         ),
-        latency: [
-            percentile(&latencies, 0.50),
-            percentile(&latencies, 0.95),
-            percentile(&latencies, 0.99),
-        ],
+        latency: percentiles(&latencies),
         calls_max: runs.iter().map(|m| m.calls_max).max().unwrap_or(0),
         peak: runs.iter().map(|m| m.peak_concurrency).max().unwrap_or(0),
         ambiguous: runs.iter().map(|m| m.ambiguous).sum(),
         duplicates: runs.iter().map(|m| m.duplicates).sum(),
+        overlapping: runs.iter().map(|m| m.overlapping).sum(),
         failed_but_done: runs.iter().map(|m| m.failed_but_done).sum(),
         timeline,
         concurrency,
@@ -350,6 +352,11 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
         }),
         runs,
     }
+}
+
+/// p50, p95, p99 and p99.9 of sorted values.
+fn percentiles(sorted: &[Duration]) -> [Duration; 4] {
+    [0.50, 0.95, 0.99, 0.999].map(|q| percentile(sorted, q))
 }
 
 /// The nearest-rank percentile of sorted values.

@@ -95,13 +95,22 @@ impl LabConfig {
             .collect()
     }
 
+    /// The designs that run in `scenario` (see [`Design::runs_in`]).
+    pub fn designs_in(&self, scenario: Scenario) -> Vec<Design> {
+        self.designs
+            .iter()
+            .copied()
+            .filter(|d| d.runs_in(scenario))
+            .collect()
+    }
+
     /// Seconds of load in a run of this configuration (the measurement, without the drains).
     pub fn measured_seconds(&self) -> f64 {
         self.scenarios
             .iter()
             .map(|s| {
                 let rounds = if self.isolate && s.workers(self.load).is_some() {
-                    self.designs.len()
+                    self.designs_in(*s).len()
                 } else {
                     1
                 };
@@ -159,10 +168,15 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
         .collect();
     let total: usize = plan
         .iter()
-        .flat_map(|(_, seeds)| seeds.iter())
-        .map(|seed| load::schedule(*seed, config.load, config.duration).len())
+        .map(|(scenario, seeds)| {
+            let ops: usize = seeds
+                .iter()
+                .map(|seed| load::schedule(*seed, config.load, config.duration).len())
+                .sum();
+            ops * config.designs_in(*scenario).len()
+        })
         .sum();
-    progress.begin((total * config.designs.len()) as u64);
+    progress.begin(total as u64);
     let mut results = Vec::new();
     let mut pending: JoinSet<std::io::Result<Vec<RunMetrics>>> = JoinSet::new();
     for (scenario, seeds) in plan {
@@ -171,7 +185,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
             while let Some(done) = pending.join_next().await {
                 results.extend(done.expect("a scenario task does not panic")?);
             }
-            for design in config.designs.clone() {
+            for design in config.designs_in(scenario) {
                 progress.scenario(scenario);
                 results.extend(
                     run_together(
@@ -192,7 +206,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
                 config.clone(),
                 scenario,
                 seeds,
-                config.designs.clone(),
+                config.designs_in(scenario),
                 progress.clone(),
                 Some(started),
             ));

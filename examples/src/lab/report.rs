@@ -68,9 +68,9 @@ fn recovery_text(a: &Aggregate) -> String {
     }
 }
 
-const COLUMNS: [&str; 15] = [
-    "scenario", "design", "ops", "ok %", "calls/op", "max", "p50ms", "p95ms", "p99ms", "peak",
-    "recovery", "ambig", "dup", "lost-ack", "open",
+const COLUMNS: [&str; 17] = [
+    "scenario", "design", "ops", "ok %", "calls/op", "max", "p50ms", "p95ms", "p99ms", "p99.9ms",
+    "peak", "recovery", "ambig", "dup", "overlap", "lost-ack", "open",
 ];
 
 fn row(a: &Aggregate) -> Vec<String> {
@@ -84,10 +84,12 @@ fn row(a: &Aggregate) -> Vec<String> {
         ms(a.latency[0]),
         ms(a.latency[1]),
         spread(a.p99_ms, 1.0, 0),
+        ms(a.latency[3]),
         a.peak.to_string(),
         recovery_text(a),
         a.ambiguous.to_string(),
         a.duplicates.to_string(),
+        a.overlapping.to_string(),
         a.failed_but_done.to_string(),
         format!("{}+{}", a.breaker_refusals[0], a.breaker_refusals[1]),
     ]
@@ -129,12 +131,15 @@ pub fn table(results: &[Aggregate]) -> String {
 /// What the columns mean (printed under the table and in the HTML report).
 pub const LEGEND: &str = "\
 Designs: A retries in every layer with backon and reqwest-retry at their defaults; B is this library at its
-defaults; B-tuned the same code with examples/lab.toml; C does not retry.
+defaults; B-tuned the same code with examples/lab.toml; B-hedged is B-tuned with the catalog calls hedged
+at the 95th percentile of their recent latency (run where hedging matters: slow catalogs, writes); C does
+not retry.
 Each figure is pooled over every operation of every seed; [lo-hi] is the lowest and highest single seed.
 ops: operations behind the figures (all seeds); calls/op, max: catalog requests per user operation (mean,
 max); peak: most requests in flight at the catalog; recovery: time from the fault clearing until every
 later 250 ms bin of operations succeeds at >= 95 %, per seed; ambig: writes reported as 'outcome
-unknown'; dup: writes the catalog executed more than once; lost-ack: writes reported as failed that the
+unknown'; dup: writes the catalog executed more than once; overlap: catalog requests that arrived while
+another of the same operation was being served (hedges, or a retry beside an abandoned attempt); lost-ack: writes reported as failed that the
 catalog had executed; open: calls B's services answered at once because a breaker was open (the API's
 breaker on the middle + the middle's on the catalog).
 A user gives up after 15 s: an operation still running then counts as failed.";
@@ -366,10 +371,12 @@ pub fn json(config: &LabConfig, results: &LabResults) -> Value {
                     "p50": a.latency[0].as_secs_f64() * 1000.0,
                     "p95": a.latency[1].as_secs_f64() * 1000.0,
                     "p99": spread(a.p99_ms),
+                    "p99.9": a.latency[3].as_secs_f64() * 1000.0,
                 },
                 "peak_concurrency": a.peak,
                 "ambiguous": a.ambiguous,
                 "duplicate_side_effects": a.duplicates,
+                "overlapping_requests": a.overlapping,
                 "failed_but_executed": a.failed_but_done,
                 "success_over_time": a.timeline.iter().map(|(ok, all)| json!([ok, all])).collect::<Vec<_>>(),
                 "breaker_refusals": {"api": a.breaker_refusals[0], "middle": a.breaker_refusals[1]},
@@ -424,6 +431,7 @@ fn run_json(m: &RunMetrics) -> Value {
             "p50": m.latency[0].as_secs_f64() * 1000.0,
             "p95": m.latency[1].as_secs_f64() * 1000.0,
             "p99": m.latency[2].as_secs_f64() * 1000.0,
+            "p99.9": m.latency[3].as_secs_f64() * 1000.0,
         },
         "peak_concurrency": m.peak_concurrency,
         "concurrency_over_time": m.concurrency.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
@@ -433,6 +441,7 @@ fn run_json(m: &RunMetrics) -> Value {
             Some(Some(d)) => json!(d.as_secs_f64()),
         },
         "duplicate_side_effects": m.duplicates,
+        "overlapping_requests": m.overlapping,
         "failed_but_executed": m.failed_but_done,
         "breaker_refusals": {"api": m.breaker_refusals[0], "middle": m.breaker_refusals[1]},
     })
@@ -443,6 +452,7 @@ fn color(design: Design) -> RGBColor {
         Design::A => RGBColor(214, 69, 65),
         Design::B => RGBColor(38, 120, 178),
         Design::BTuned => RGBColor(46, 160, 90),
+        Design::BHedged => RGBColor(150, 90, 190),
         Design::C => RGBColor(130, 130, 130),
     }
 }

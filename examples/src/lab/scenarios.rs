@@ -29,6 +29,8 @@ pub enum Scenario {
     SlowdownIgnoresDeadline,
     /// A third of the requests take 1 s, far past the 300 ms attempt timeout.
     Slow,
+    /// A rare slow tail: 2 % of the requests take 1 s, the rest the usual ~10 ms.
+    SlowTail,
     /// Writes with an idempotency key; the catalog executes half the writes and then resets the
     /// connection before answering.
     ResetKeyed,
@@ -41,7 +43,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Always503,
         Scenario::RateLimited429,
         Scenario::Flaky503,
@@ -49,6 +51,7 @@ impl Scenario {
         Scenario::Slowdown,
         Scenario::SlowdownIgnoresDeadline,
         Scenario::Slow,
+        Scenario::SlowTail,
         Scenario::ResetKeyed,
         Scenario::ResetUnkeyed,
         Scenario::ResetReconciled,
@@ -64,6 +67,7 @@ impl Scenario {
             Scenario::Slowdown => "brief-slowdown",
             Scenario::SlowdownIgnoresDeadline => "brief-slowdown-ignores-deadline",
             Scenario::Slow => "slow-catalog",
+            Scenario::SlowTail => "slow-tail",
             Scenario::ResetKeyed => "reset-write-keyed",
             Scenario::ResetUnkeyed => "reset-write-unkeyed",
             Scenario::ResetReconciled => "reset-write-reconciled",
@@ -89,6 +93,7 @@ impl Scenario {
                  service would: it serves every queued request, whether anyone still waits or not"
             }
             Scenario::Slow => "a third of the catalog requests take 1 s (attempt timeout 300 ms)",
+            Scenario::SlowTail => "2% of the catalog requests take 1 s, the rest ~10 ms",
             Scenario::ResetKeyed => {
                 "writes with an idempotency key; half are executed, then the connection is reset"
             }
@@ -231,6 +236,7 @@ impl Scenario {
                 }
             }
             Scenario::Slow if coin(1.0 / 3.0) => Fault::Slow(SLOW),
+            Scenario::SlowTail if coin(0.02) => Fault::Slow(SLOW),
             Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
                 if write && coin(0.5) =>
             {

@@ -243,7 +243,9 @@ mod tests {
                  TRANSIENT_500, IDEMPOTENCY_HEADER, DEDUPS_IDEMPOTENCY_KEY, PROPAGATE, BULKHEAD, \
                  BUDGET__RATIO, BUDGET__MIN_PER_SECOND, BUDGET__WINDOW, BREAKER__ENABLED, \
                  BREAKER__FAILURE_RATE, \
-                 BREAKER__MIN_ATTEMPTS, BREAKER__WINDOW, BREAKER__OPEN_FOR, BREAKER__HALF_OPEN_PROBES",
+                 BREAKER__MIN_ATTEMPTS, BREAKER__WINDOW, BREAKER__OPEN_FOR, BREAKER__HALF_OPEN_PROBES, \
+                 HEDGE__ENABLED, HEDGE__DELAY, HEDGE__PERCENTILE, HEDGE__MAX_COPIES, \
+                 HEDGE__DEDUPS_IN_FLIGHT",
                 "environment: RETRY__SBRE__MAX_ATTEMPTS: no upstream of the file is spelled `SBRE`: \
                  an override only adjusts an upstream the file defines (known: A_B, SBER); fix \
                  the name or add the upstream to the file",

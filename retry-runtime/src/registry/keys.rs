@@ -11,6 +11,7 @@ use super::duration::parse_duration;
 use crate::backoff::Jitter;
 use crate::breaker::BreakerConfig;
 use crate::config::UpstreamConfig;
+use crate::hedge::HedgeConfig;
 
 /// What a key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,8 @@ const fn key(name: &'static str, path: &'static str, kind: Kind, example: &'stat
 pub(crate) const BUDGET: &str = "budget";
 /// The table of circuit-breaker settings inside an upstream.
 pub(crate) const BREAKER: &str = "breaker";
+/// The table of hedging settings inside an upstream.
+pub(crate) const HEDGE: &str = "hedge";
 
 /// The keys of `[upstreams.<name>]`, in documentation order (`budget` and `breaker` are
 /// sub-tables).
@@ -121,9 +124,24 @@ pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
     key("half_open_probes", "breaker.half_open_probes", Kind::Count,    "3"),
 ];
 
+/// The keys of `[upstreams.<name>.hedge]`. No defaults for the delays: hedging is off until
+/// one is set.
+#[rustfmt::skip]
+pub(crate) const HEDGE_KEYS: &[KeySpec] = &[
+    key("enabled",          "hedge.enabled",          Kind::Flag,     "true"),
+    key("delay",            "hedge.delay",            Kind::Duration, "50ms"),
+    key("percentile",       "hedge.percentile",       Kind::Number,   "95"),
+    key("max_copies",       "hedge.max_copies",       Kind::Count,    "2"),
+    key("dedups_in_flight", "hedge.dedups_in_flight", Kind::Flag,     "false"),
+];
+
 /// Every key, in documentation order.
 pub(crate) fn all() -> impl Iterator<Item = &'static KeySpec> {
-    UPSTREAM_KEYS.iter().chain(BUDGET_KEYS).chain(BREAKER_KEYS)
+    UPSTREAM_KEYS
+        .iter()
+        .chain(BUDGET_KEYS)
+        .chain(BREAKER_KEYS)
+        .chain(HEDGE_KEYS)
 }
 
 /// Every key by its dotted path.
@@ -139,6 +157,12 @@ pub(crate) struct Settings {
     config: UpstreamConfig,
     breaker: BreakerConfig,
     breaker_enabled: bool,
+    /// Hedging as written so far (its delays unset until a key sets them).
+    hedge: HedgeConfig,
+    /// Whether any hedge key was written: writing one turns hedging on...
+    hedge_written: bool,
+    /// ...unless `hedge.enabled = false` says otherwise.
+    hedge_enabled: Option<bool>,
 }
 
 impl Settings {
@@ -148,6 +172,12 @@ impl Settings {
         Settings {
             breaker: config.breaker.unwrap_or_default(),
             breaker_enabled: config.breaker.is_some(),
+            hedge: HedgeConfig {
+                delay: None,
+                ..HedgeConfig::after(Duration::ZERO)
+            },
+            hedge_written: false,
+            hedge_enabled: None,
             config,
         }
     }
@@ -156,6 +186,10 @@ impl Settings {
     pub(crate) fn config(&self) -> UpstreamConfig {
         let mut config = self.config.clone();
         config.breaker = self.breaker_enabled.then_some(self.breaker);
+        config.hedge = self
+            .hedge_enabled
+            .unwrap_or(self.hedge_written)
+            .then_some(self.hedge);
         config
     }
 }
@@ -249,6 +283,10 @@ impl KeySpec {
     pub(crate) fn apply(&self, settings: &mut Settings, value: Value<'_>) -> Result<(), String> {
         let config = &mut settings.config;
         let breaker = &mut settings.breaker;
+        let hedge = &mut settings.hedge;
+        if self.path.starts_with("hedge.") && self.path != "hedge.enabled" {
+            settings.hedge_written = true;
+        }
         match self.path {
             "max_attempts" => config.max_attempts = self.count(value)?,
             "initial_backoff" => config.backoff.initial = self.duration(value)?,
@@ -295,6 +333,11 @@ impl KeySpec {
             "breaker.window" => breaker.window = self.duration(value)?,
             "breaker.open_for" => breaker.open_for = self.duration(value)?,
             "breaker.half_open_probes" => breaker.half_open_probes = self.count(value)?,
+            "hedge.enabled" => settings.hedge_enabled = Some(self.flag(value)?),
+            "hedge.delay" => hedge.delay = Some(self.duration(value)?),
+            "hedge.percentile" => hedge.percentile = Some(self.number(value)?),
+            "hedge.max_copies" => hedge.max_copies = self.count(value)?,
+            "hedge.dedups_in_flight" => hedge.dedups_in_flight = self.flag(value)?,
             other => {
                 // Unreachable through the key tables; reported rather than panicking.
                 return Err(format!("`{other}` cannot be set: remove it"));
@@ -356,7 +399,7 @@ mod tests {
     fn every_key_sets_its_default_from_its_example() {
         // The examples are the documented defaults: applying them to a default config changes
         // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
-        for key in all().filter(|k| k.path != "bulkhead") {
+        for key in all().filter(|k| k.path != "bulkhead" && !k.path.starts_with("hedge.")) {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.path));
@@ -368,6 +411,22 @@ mod tests {
         let bulkhead = by_path("bulkhead").unwrap();
         bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
         assert_eq!(settings.config().bulkhead, Some(100));
+        // Hedging is off until a hedge key is written, and `enabled = false` keeps it off.
+        assert_eq!(UpstreamConfig::new().hedge, None);
+        let mut settings = Settings::new();
+        by_path("hedge.percentile")
+            .unwrap()
+            .apply(&mut settings, Value::Env("95"))
+            .unwrap();
+        assert_eq!(
+            settings.config().hedge,
+            Some(HedgeConfig::at_percentile(95.0))
+        );
+        by_path("hedge.enabled")
+            .unwrap()
+            .apply(&mut settings, Value::Env("false"))
+            .unwrap();
+        assert_eq!(settings.config().hedge, None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!
 //! # The configuration file
 //!
-//! One table per upstream under `upstreams`; the budget and the circuit breaker are
+//! One table per upstream under `upstreams`; the budget, the circuit breaker and hedging are
 //! sub-tables. Every key is optional
 //! and defaults to [`UpstreamConfig::new`] (the table below restates its `# Default` section).
 //!
@@ -42,6 +42,11 @@
 //! window = "10s"
 //! open_for = "5s"
 //! half_open_probes = 3
+//!
+//! [upstreams.sber.hedge]     # no default: left out, never hedged
+//! percentile = 95            # or a fixed delay = "50ms", not both
+//! max_copies = 2
+//! dedups_in_flight = false   # keyed writes too, if the upstream dedups copies in flight
 //! ```
 //!
 //! | key | type | default | rule |
@@ -69,6 +74,11 @@
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
 //! | `breaker.open_for` | duration | `"5s"` | above zero |
 //! | `breaker.half_open_probes` | integer | 3 | at least 1 |
+//! | `hedge.enabled` | boolean | `true` once a hedge key is set | `false` turns hedging off (an environment override) |
+//! | `hedge.delay` | duration | none | above zero, below `attempt_timeout`; not with `percentile` |
+//! | `hedge.percentile` | number | none | above 0, below 100 (of the last 5-10 s of latencies; no hedge before 20 are known) |
+//! | `hedge.max_copies` | integer | 2 | 2..=3, at most `max_attempts` |
+//! | `hedge.dedups_in_flight` | boolean | `false` | the upstream answers concurrent copies of a keyed write with one execution |
 //!
 //! The deadline is the longest a call may wait in memory, whatever a server's `Retry-After`
 //! asks, so it is held to the same 5 s as the window below.
@@ -95,8 +105,8 @@
 //! of the file: `RETRY__SBER__MAX_ATTEMPTS=4`, `RETRY__SBER__BUDGET__RATIO=0.1`. Segments are
 //! separated by a double underscore and matched without regard to case. `<UPSTREAM>` is the
 //! name in upper case with every character other than an ASCII letter or digit written `_`
-//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, prefixed `BUDGET__` or
-//! `BREAKER__` for a key of those tables. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
+//! (`sms-gateway` is `SMS_GATEWAY`); `<KEY>` is the key in upper case, prefixed `BUDGET__`,
+//! `BREAKER__` or `HEDGE__` for a key of those tables. The value is the bare text of the file's value (`750ms`, not `"750ms"`). An override
 //! that names no upstream of the file, or two of them, is an error: overrides never create an
 //! upstream. Errors are located as `environment: RETRY__SBER__MAX_ATTEMPTS`. Tests and tools
 //! pass the variables explicitly to [`Registry::load_str`] or [`parse_toml`];
@@ -151,6 +161,8 @@ use crate::budget::RetryBudget;
 use crate::bulkhead::Bulkhead;
 use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
+use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
+use crate::latency::LatencyWindow;
 use crate::{Drain, Error};
 
 mod duration;
@@ -190,6 +202,8 @@ pub struct Upstream {
     budget: Arc<RetryBudget>,
     breaker: Option<Arc<CircuitBreaker>>,
     bulkhead: Option<Arc<Bulkhead>>,
+    /// Recent attempt latencies, kept only for a hedge delay at a percentile.
+    latency: Option<Arc<LatencyWindow>>,
     refresh: Option<Arc<dyn RefreshAuth>>,
 }
 
@@ -245,6 +259,29 @@ impl Upstream {
     /// The 401 refresh hook, if registered.
     pub fn refresh_hook(&self) -> Option<&Arc<dyn RefreshAuth>> {
         self.refresh.as_ref()
+    }
+
+    /// How long a copy runs before the next one is sent, at `now`: the fixed delay, or the
+    /// percentile of the recent latencies (`None` while too few are known, or without hedging).
+    pub fn hedge_delay(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
+        let hedge = self.config.hedge.as_ref()?;
+        match (hedge.delay, hedge.percentile, &self.latency) {
+            (Some(delay), _, _) => Some(delay),
+            (None, Some(p), Some(latency)) => latency.percentile(p, MIN_SAMPLES, now),
+            _ => None,
+        }
+    }
+
+    /// Whether attempts' latencies are kept (for a percentile hedge delay).
+    pub(crate) fn keeps_latency(&self) -> bool {
+        self.latency.is_some()
+    }
+
+    /// Records an attempt's latency for a percentile hedge delay (nothing without one).
+    pub(crate) fn record_latency(&self, latency: std::time::Duration, now: tokio::time::Instant) {
+        if let Some(window) = &self.latency {
+            window.record(latency, now);
+        }
     }
 }
 
@@ -446,6 +483,14 @@ impl Registry {
                 (_, Some(n)) => Some(Arc::new(Bulkhead::new(n))),
                 (_, None) => None,
             };
+            let latency = match (previous, config.hedge.and_then(|h| h.percentile)) {
+                (Some(u), Some(_)) if u.latency.is_some() => u.latency.clone(),
+                (_, Some(_)) => Some(Arc::new(LatencyWindow::new(
+                    LATENCY_WINDOW,
+                    tokio::time::Instant::now(),
+                ))),
+                (_, None) => None,
+            };
             let name: Arc<str> = name.into();
             let refresh = hooks.get(&*name).cloned();
             upstreams.insert(
@@ -456,6 +501,7 @@ impl Registry {
                     budget,
                     breaker,
                     bulkhead,
+                    latency,
                     refresh,
                 }),
             );
@@ -513,6 +559,7 @@ impl Registry {
                 budget: u.budget.clone(),
                 breaker: u.breaker.clone(),
                 bulkhead: u.bulkhead.clone(),
+                latency: u.latency.clone(),
                 refresh: Some(hook),
             });
             self.swap_in(Snapshot { upstreams });
