@@ -46,6 +46,13 @@
 //! can be turned away by some 65 connections in a row). The successes on the connection before
 //! last are certain to have completed by the time the next GOAWAY arrives; those on the last
 //! connection race with its GOAWAY.
+//!
+//! # Hedging
+//! [`Call::attempt_hedged`] runs one attempt as up to three copies in flight (see its docs):
+//! each copy is an `AttemptFuture` of its own, polled in turn by the same task, each
+//! installing its own attempt (and the call's one scope, opened first) around its polls, so
+//! the integration of each copy finds its own attempt number. The loop's per-attempt fields
+//! (`attempt_started`, `attempt_span`, ...) describe the copy whose result is returned.
 
 use std::borrow::Cow;
 use std::fmt::Display;

@@ -34,8 +34,8 @@ pub struct HedgeConfig {
     /// A fixed wait before each further copy.
     pub delay: Option<Duration>,
     /// The wait as this percentile (above 0, below 100) of the upstream's attempt latencies
-    /// over the last [`LATENCY_WINDOW`](crate::hedge::LATENCY_WINDOW). No hedge is sent until
-    /// the window holds [`MIN_SAMPLES`](crate::hedge::MIN_SAMPLES) latencies.
+    /// over the last [`LATENCY_WINDOW`]. No hedge is sent until
+    /// the window holds [`MIN_SAMPLES`] latencies.
     pub percentile: Option<f64>,
     /// Most copies of one request in flight at once, the first included (2..=3).
     pub max_copies: u32,
