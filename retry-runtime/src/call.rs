@@ -492,6 +492,11 @@ impl<'r> Call<'r> {
             self.attempt_timeout = copy.timeout;
             self.attempt_span = copy.span;
             self.local = Local::Nothing;
+            if self.upstream.keeps_latency() {
+                let now = Instant::now();
+                self.upstream
+                    .record_latency(now.saturating_duration_since(copy.started), now);
+            }
             let result = self.end_attempt(ended, copy.pass, copy.number);
             let settled = match &result {
                 Ok(_) => true,
@@ -810,11 +815,6 @@ impl<'r> Call<'r> {
     {
         let Pass { admission, slot } = pass;
         drop(slot);
-        if self.upstream.keeps_latency() {
-            let now = Instant::now();
-            self.upstream
-                .record_latency(now.saturating_duration_since(self.attempt_started), now);
-        }
         self.scope.adopt(ended.opened);
         self.replay = self.replay.min(ended.reported);
         let result = match ended.output {

@@ -125,7 +125,7 @@ pub use evidence::Evidence;
 pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
-pub use retry::{Retry, RetryCall};
+pub use retry::{HedgedCall, Retry, RetryCall};
 pub use scope::{Operation, OperationBuilder, operation};
 
 /// Derives [`Classify`](trait@Classify) for an adapter error: every variant wraps a classifying
