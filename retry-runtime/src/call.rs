@@ -46,6 +46,13 @@
 //! can be turned away by some 65 connections in a row). The successes on the connection before
 //! last are certain to have completed by the time the next GOAWAY arrives; those on the last
 //! connection race with its GOAWAY.
+//!
+//! # Hedging
+//! [`Call::attempt_hedged`] runs one attempt as up to three copies in flight (see its docs):
+//! each copy is an `AttemptFuture` of its own, polled in turn by the same task, each
+//! installing its own attempt (and the call's one scope, opened first) around its polls, so
+//! the integration of each copy finds its own attempt number. The loop's per-attempt fields
+//! (`attempt_started`, `attempt_span`, ...) describe the copy whose result is returned.
 
 use std::borrow::Cow;
 use std::fmt::Display;
@@ -489,6 +496,11 @@ impl<'r> Call<'r> {
             self.attempt_timeout = copy.timeout;
             self.attempt_span = copy.span;
             self.local = Local::Nothing;
+            if self.upstream.keeps_latency() {
+                let now = Instant::now();
+                self.upstream
+                    .record_latency(now.saturating_duration_since(copy.started), now);
+            }
             let result = self.end_attempt(ended, copy.pass, copy.number);
             let settled = match &result {
                 Ok(_) => true,
@@ -812,11 +824,6 @@ impl<'r> Call<'r> {
     {
         let Pass { admission, slot } = pass;
         drop(slot);
-        if self.upstream.keeps_latency() {
-            let now = Instant::now();
-            self.upstream
-                .record_latency(now.saturating_duration_since(self.attempt_started), now);
-        }
         self.scope.adopt(ended.opened);
         self.replay = self.replay.min(ended.reported);
         let result = match ended.output {

@@ -139,7 +139,7 @@ pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 pub use observe::describe_metrics;
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
-pub use retry::{Retry, RetryCall};
+pub use retry::{HedgedCall, Retry, RetryCall};
 pub use scope::{Operation, OperationBuilder, operation};
 
 /// Derives [`Classify`](trait@Classify) for an adapter error: every variant wraps a classifying

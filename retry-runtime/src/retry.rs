@@ -92,7 +92,6 @@ impl<'r> Retry<'r> {
             operation: self.operation,
             key: None,
             replay: Replayability::Replayable,
-            hedged: false,
         }
     }
 }
@@ -102,7 +101,7 @@ impl<'r> Retry<'r> {
 /// # Default
 /// - no idempotency key
 /// - body [`Replayability::Replayable`] (no body, or bytes)
-/// - not hedged
+/// - not hedged (see [`hedged`](Self::hedged))
 #[derive(Debug, Clone)]
 #[must_use = "a retrying call does nothing until `.run(..)` is awaited"]
 pub struct RetryCall<'r> {
@@ -112,7 +111,6 @@ pub struct RetryCall<'r> {
     operation: Option<Cow<'static, str>>,
     key: Option<Result<IdempotencyKey, KeyError>>,
     replay: Replayability,
-    hedged: bool,
 }
 
 impl<'r> RetryCall<'r> {
@@ -135,9 +133,8 @@ impl<'r> RetryCall<'r> {
     /// wins (see [`HedgeConfig`](crate::hedge::HedgeConfig)). Only reads, and keyed writes to
     /// an upstream that promises to deduplicate copies in flight, are ever hedged; for any
     /// other call this changes nothing.
-    pub fn hedged(mut self) -> Self {
-        self.hedged = true;
-        self
+    pub fn hedged(self) -> HedgedCall<'r> {
+        HedgedCall { call: self }
     }
 
     /// The call: the upstream looked up, the scope joined or prepared, the key checked.
@@ -163,13 +160,9 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let hedged = self.hedged;
         let mut call = self.into_call()?;
         loop {
-            let result = match hedged {
-                true => call.attempt_hedged_with(|a| attempt(a.clone())).await,
-                false => call.attempt_with(|a| attempt(a.clone())).await,
-            };
+            let result = call.attempt_with(|a| attempt(a.clone())).await;
             match call.settle(result).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,
@@ -203,13 +196,9 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let hedged = self.hedged;
         let mut call = self.into_call()?;
         loop {
-            let result = match hedged {
-                true => call.attempt_hedged_with(|_| attempt()).await,
-                false => call.attempt_with(|_| attempt()).await,
-            };
+            let result = call.attempt_with(|_| attempt()).await;
             match call.settle(result).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,
@@ -246,6 +235,52 @@ impl<'r> RetryCall<'r> {
                 };
             }
             match step {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
+            }
+        }
+    }
+}
+
+/// A call that may be hedged, ready to run; see [`RetryCall::hedged`].
+#[derive(Debug, Clone)]
+#[must_use = "a retrying call does nothing until `.run(..)` is awaited"]
+pub struct HedgedCall<'r> {
+    call: RetryCall<'r>,
+}
+
+impl HedgedCall<'_> {
+    /// [`RetryCall::run`], hedged: the closure may be called for a further copy while an
+    /// earlier one is in flight, so its futures must not borrow it mutably.
+    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        let mut call = self.call.into_call()?;
+        loop {
+            let result = call.attempt_hedged_with(|a| attempt(a.clone())).await;
+            match call.settle(result).await {
+                Step::Retry => continue,
+                Step::Done(result) => return result,
+                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
+            }
+        }
+    }
+
+    /// [`RetryCall::call`], hedged (see [`run`](Self::run)).
+    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        let mut call = self.call.into_call()?;
+        loop {
+            let result = call.attempt_hedged_with(|_| attempt()).await;
+            match call.settle(result).await {
                 Step::Retry => continue,
                 Step::Done(result) => return result,
                 Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),

@@ -296,4 +296,43 @@ mod tests {
         // B-tuned 50 % against C 55.5 %: 5.5 points below, its seeds 20 points apart.
         assert!(check(&results).is_empty(), "{:#?}", check(&results));
     }
+
+    #[test]
+    fn hedging_is_held_to_its_tail_cut_its_calls_and_its_budget_and_never_hedges_an_unkeyed_write()
+    {
+        let ok = [true; 100];
+        let with_p99 = |mut m: crate::lab::RunMetrics, ms: u64| {
+            m.latencies = vec![Duration::from_millis(ms); 100];
+            m
+        };
+        let mut unkeyed = run(Scenario::ResetUnkeyed, Design::BHedged, 1, &ok, 1, 1);
+        unkeyed.overlapping = 3;
+        let results = aggregate(&[
+            // slow-tail: 300 ms against 400 ms (not 5x lower), 1.2 calls against 1.
+            with_p99(run(Scenario::SlowTail, Design::BTuned, 1, &ok, 1, 0), 400),
+            with_p99(run(Scenario::SlowTail, Design::BHedged, 1, &ok, 2, 0), 300),
+            // slow-catalog: 2 calls against 1, more than the budget's 0.5 above it.
+            run(Scenario::Slow, Design::BTuned, 1, &ok, 1, 0),
+            run(Scenario::Slow, Design::BHedged, 1, &ok, 2, 0),
+            unkeyed,
+        ]);
+        let found: Vec<String> = check(&results)
+            .into_iter()
+            .filter(|v| v.asserted)
+            .map(|v| v.text)
+            .collect();
+        assert_eq!(found.len(), 4, "{found:#?}");
+        assert!(found[0].contains("B-hedged in slow-tail: p99 300 ms against 400 ms"));
+        assert!(found[1].contains("B-hedged in slow-tail: 2.000 catalog calls"));
+        assert!(found[2].contains("B-hedged in slow-catalog: 2.00 catalog calls"));
+        assert!(found[3].contains("B-hedged in reset-write-unkeyed: 3 catalog requests"));
+
+        // What the lab measured holds: 31 ms against 400 ms, 1.04 calls against 1.03.
+        let results = aggregate(&[
+            with_p99(run(Scenario::SlowTail, Design::BTuned, 1, &ok, 1, 0), 400),
+            with_p99(run(Scenario::SlowTail, Design::BHedged, 1, &ok, 1, 0), 31),
+            run(Scenario::ResetUnkeyed, Design::BHedged, 1, &ok, 1, 1),
+        ]);
+        assert!(check(&results).is_empty(), "{:#?}", check(&results));
+    }
 }

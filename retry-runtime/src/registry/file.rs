@@ -458,6 +458,10 @@ mod tests {
         assert_eq!(catalog.backoff.jitter, Jitter::Decorrelated);
         assert!(catalog.transient_500);
         assert_eq!(catalog.budget.ratio, 0.1);
+        assert_eq!(
+            catalog.hedge,
+            Some(crate::hedge::HedgeConfig::at_percentile(95.0))
+        );
         let sms = &configs[2].1;
         assert!(!sms.dedups_idempotency_key);
         assert_eq!(sms.idempotency_header, "X-Request-Id");
