@@ -31,12 +31,12 @@ use super::store::{
 use super::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task, TaskId};
 
 /// How one database spells the parts of the shared SQL that differ, and how it wakes workers.
+/// Implemented for `sqlx::Sqlite` and `sqlx::Postgres` (behind their features); sealed.
 pub trait Dialect: Driver {
     /// `"sqlite"` or `"postgres"`, for logs and errors.
     const BACKEND: &'static str;
 
-    /// The statements in this dialect, built once from its [`Spelling`] (a `static` per
-    /// dialect).
+    /// The statements in this dialect, built once from its spelling (a `static` per dialect).
     fn statements() -> &'static Statements;
 
     /// Starts telling `wake` when another process hands work off, for as long as the returned
