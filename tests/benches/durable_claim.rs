@@ -159,7 +159,14 @@ impl<S: DurableStore> Counted<S> {
     }
 }
 
-fn bench_store<S: Fill>(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &str, store: S) {
+/// Both benchmarks on one backend, each on a table of its own (`open(bench name)`), so one
+/// benchmark's churn does not slow the other's scans.
+fn bench_store<S: Fill>(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    open: impl Fn(&str) -> S,
+) {
     let env = |name: &str, default: u32| {
         std::env::var(name)
             .ok()
@@ -170,7 +177,8 @@ fn bench_store<S: Fill>(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &
         .with_batch_size(env("DURABLE_BENCH_BATCH", 512))
         .with_concurrency(env("DURABLE_BENCH_CONCURRENCY", 1024) as usize)
         .with_worker_id("bench-worker");
-    let run = counted(store.clone(), config);
+    let (each, drained) = (open("each"), open("run"));
+    let run = counted(drained.clone(), config);
     let mut group = c.benchmark_group(format!("durable_claim/{name}"));
     group
         .throughput(Throughput::Elements(1))
@@ -180,10 +188,10 @@ fn bench_store<S: Fill>(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &
     group.bench_function("claim_complete_each", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
-                store.clear().await;
-                store.fill(iters).await;
+                each.clear().await;
+                each.fill(iters).await;
                 let start = Instant::now();
-                assert_eq!(drain_each(&store).await, iters);
+                assert_eq!(drain_each(&each).await, iters);
                 start.elapsed()
             })
         })
@@ -191,8 +199,8 @@ fn bench_store<S: Fill>(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &
     group.bench_function("worker_run", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
-                store.clear().await;
-                store.fill(iters).await;
+                drained.clear().await;
+                drained.fill(iters).await;
                 let start = Instant::now();
                 run.drain(iters).await;
                 start.elapsed()
@@ -273,28 +281,40 @@ fn main() {
         .unwrap();
 
     let dir = std::env::temp_dir().join(format!("retry-durable-bench-{}", std::process::id()));
-    let path = dir.join("bench.sqlite");
-    let sqlite = rt.block_on(SqliteStore::open(&path)).unwrap();
-    bench_store(&mut c, &rt, "sqlite", sqlite.clone());
+    let sqlite = |name: &str| {
+        let path = dir.join(format!("{name}.sqlite"));
+        rt.block_on(SqliteStore::open(&path)).unwrap()
+    };
+    bench_store(&mut c, &rt, "sqlite", sqlite);
     if want("durable_claim/sqlite/latency") {
-        rt.block_on(latency("sqlite", 250, sqlite.clone(), sqlite.clone()));
+        let store = sqlite("latency");
+        rt.block_on(latency("sqlite", 250, store.clone(), store));
     }
-    rt.block_on(sqlite.close());
     let _ = std::fs::remove_dir_all(&dir);
 
     match std::env::var("TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => {
-            let schema = format!("bench_{}", std::process::id());
-            let options = PgStoreOptions::new(url).with_schema(&schema);
-            let pg = rt.block_on(PgStore::connect_with(options.clone())).unwrap();
-            bench_store(&mut c, &rt, "postgres", pg.clone());
+            let schemas = std::sync::Mutex::new(Vec::new());
+            let options = |name: &str| {
+                let schema = format!("bench_{}_{name}", std::process::id());
+                schemas.lock().unwrap().push(schema.clone());
+                PgStoreOptions::new(&url).with_schema(schema)
+            };
+            let pg = |name: &str| rt.block_on(PgStore::connect_with(options(name))).unwrap();
+            bench_store(&mut c, &rt, "postgres", pg);
             if want("durable_claim/postgres/latency") {
-                let other = rt.block_on(PgStore::connect_with(options)).unwrap();
-                rt.block_on(latency("postgres", 1_000, pg.clone(), other));
+                let store = pg("latency");
+                let other = rt
+                    .block_on(PgStore::connect_with(options("latency")))
+                    .unwrap();
+                rt.block_on(latency("postgres", 1_000, store, other));
             }
-            let drop = format!("DROP SCHEMA \"{schema}\" CASCADE");
-            rt.block_on(sqlx::query(AssertSqlSafe(drop)).execute(pg.pool()))
-                .unwrap();
+            let admin = pg("admin");
+            for schema in schemas.into_inner().unwrap() {
+                let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                rt.block_on(sqlx::query(AssertSqlSafe(drop)).execute(admin.pool()))
+                    .unwrap();
+            }
         }
         _ => eprintln!("durable_claim/postgres skipped: TEST_DATABASE_URL is not set"),
     }
