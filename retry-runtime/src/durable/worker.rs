@@ -7,6 +7,12 @@
 //! lease was rescued cannot overwrite the newer attempt's result. Delivery is therefore
 //! at-least-once, and the idempotency key sent on every attempt lets the upstream make the
 //! effect exactly-once.
+//!
+//! Draining a backlog costs a few statements per batch, not per task: a claim takes up to
+//! `batch_size` tasks, and successes are recorded by a completer task that writes all the
+//! successes waiting for it in one statement (each still fenced), while the next ones queue.
+//! An idle [`Worker::run`] wakes when a task is handed off (in this process, or in another
+//! through PostgreSQL's `LISTEN`/`NOTIFY`), and polls as a fallback.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -41,7 +47,7 @@ type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
 /// - `concurrency`: 16 attempts in flight (in [`Worker::run`])
 /// - `attempt_timeout`: 30 s
 /// - `lease`: 60 s (must exceed `attempt_timeout`)
-/// - `poll_interval`: 1 s (when nothing was due)
+/// - `poll_interval`: 1 s (when nothing was due and no hand-off woke the worker)
 /// - `rescue_interval`: 15 s
 /// - `alert_lease`: 60 s (how long an alert being delivered is reserved)
 /// - `shutdown_grace`: 10 s
