@@ -15,11 +15,13 @@ pub(crate) const UPSTREAM: &str = "upstream";
 pub(crate) const METHOD: &str = "method";
 pub(crate) const IDEMPOTENCY: &str = "idempotency";
 pub(crate) const RECONCILE: &str = "reconcile";
+pub(crate) const DURABLE: &str = "durable";
 const REGISTRY: &str = "registry";
 const CRATE: &str = "crate";
 
 /// The arguments, in the order a message lists them.
-const VALID: &str = "`upstream`, `method`, `idempotency`, `reconcile`, `registry` or `crate`";
+const VALID: &str =
+    "`upstream`, `method`, `idempotency`, `reconcile`, `durable`, `registry` or `crate`";
 
 /// Tuning people put in retry annotations elsewhere (Resilience4j, Spring Retry, backon): each
 /// is refused with the registry key that holds it.
@@ -142,6 +144,8 @@ pub(crate) struct Args {
     pub(crate) method: Option<WithSpan<HttpMethod>>,
     pub(crate) idempotency: Option<Expr>,
     pub(crate) reconcile: Option<ExprPath>,
+    /// `durable = "operation"`: defer to the durable queue (checked in `durable`).
+    pub(crate) durable: Option<LitStr>,
     pub(crate) registry: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// Keys seen, for the duplicate check (a key with an invalid value still counts).
@@ -170,9 +174,17 @@ impl Args {
             .get_ident()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let known = [UPSTREAM, METHOD, IDEMPOTENCY, RECONCILE, REGISTRY, CRATE]
-            .into_iter()
-            .find(|k| *k == key);
+        let known = [
+            UPSTREAM,
+            METHOD,
+            IDEMPOTENCY,
+            RECONCILE,
+            DURABLE,
+            REGISTRY,
+            CRATE,
+        ]
+        .into_iter()
+        .find(|k| *k == key);
         let Some(known) = known else {
             skip_value(&meta)?;
             let path = &meta.path;
@@ -219,6 +231,7 @@ impl Args {
             METHOD => self.method = method(cx, value),
             IDEMPOTENCY => self.idempotency = idempotency(cx, value),
             RECONCILE => self.reconcile = reconcile(cx, value),
+            DURABLE => self.durable = crate::durable::operation(cx, value),
             REGISTRY => self.registry = Some(value),
             _ => self.krate = krate(cx, value),
         }

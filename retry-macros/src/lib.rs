@@ -10,6 +10,7 @@
 mod args;
 mod classify;
 mod ctxt;
+mod durable;
 mod expand;
 mod fallback;
 mod infer;

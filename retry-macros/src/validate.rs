@@ -17,6 +17,8 @@ pub(crate) struct Spec {
     pub(crate) reconcile: Option<ExprPath>,
     /// An expression of type `&Registry` (default: the global registry).
     pub(crate) registry: Option<syn::Expr>,
+    /// `durable = "operation"`, checked by `durable::check`.
+    pub(crate) durable: Option<LitStr>,
 }
 
 pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
@@ -96,6 +98,8 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         // A key or a check given with an invalid value was already reported.
         && !args.saw(IDEMPOTENCY)
         && !args.saw(RECONCILE)
+        // A durable write has its own message: a reconcile check does not make it durable.
+        && args.durable.is_none()
     {
         let why = if matches!(m, HttpMethod::Put | HttpMethod::Delete) {
             "is retried only with a key the upstream deduplicates: its response may be lost after \
@@ -120,6 +124,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
     if let Some((m, _)) = method {
         check_against_body(cx, m, &args, item);
     }
+    crate::durable::check(cx, &args, item, method.map(|(m, _)| m));
 
     Some(Spec {
         krate: args
@@ -130,6 +135,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         idempotency: args.idempotency,
         reconcile: args.reconcile,
         registry: args.registry,
+        durable: args.durable,
     })
 }
 

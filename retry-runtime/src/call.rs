@@ -197,6 +197,20 @@ pub struct Call<'r> {
     /// The backoff timer, made at the first retry and reset for the next ones (boxed: a call
     /// that never retries carries no timer in its future).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Set when the call stopped on a failure that time can clear (see [`TransientStop`]).
+    transient: Option<TransientStop>,
+}
+
+/// Why a call stopped, when its failure is one that time can clear: the retries, the budget,
+/// the deadline or the in-memory window ran out on a failure the rules would have retried, or
+/// the upstream's breaker or bulkhead turned the attempt away. A durable call hands such a
+/// call to its queue instead of failing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransientStop {
+    /// What stopped the retries.
+    pub reason: DenyReason,
+    /// The wait the upstream asked for, if any.
+    pub retry_after: Option<Duration>,
 }
 
 /// The span of one retrying call. At `DEBUG`: a service logging at `INFO` pays nothing for it.
@@ -321,7 +335,26 @@ impl<'r> Call<'r> {
             sleep: None,
             rotations: 0,
             rotation_marks: [None; 2],
+            transient: None,
         })
+    }
+
+    /// The registry the call runs in.
+    pub fn registry(&self) -> &'r Registry {
+        self.registry
+    }
+
+    /// The idempotency key every attempt carries.
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// After the call ended (with [`Step::Done`] carrying an error, or [`Step::Ambiguous`]):
+    /// the transient failure it stopped on, when replaying it later with the same key is safe
+    /// (a read, or a write with a key the upstream deduplicates). `None` for a permanent
+    /// failure, or for a write that repeating could apply twice.
+    pub fn deferrable(&self) -> Option<TransientStop> {
+        self.transient.filter(|_| self.safety.is_safe())
     }
 
     /// The upstream called.
@@ -557,6 +590,10 @@ impl<'r> Call<'r> {
         };
         if self.local == Local::NoTime {
             // Nothing was sent: the deadline ends the call (its event is logged already).
+            self.transient = Some(TransientStop {
+                reason: DenyReason::Deadline,
+                retry_after: None,
+            });
             observe::denied(self.upstream.name(), DenyReason::Deadline);
             self.finish(CallKind::of(false, self.attempt));
             return Step::Done(Err(error));
@@ -814,6 +851,12 @@ impl<'r> Call<'r> {
     where
         E: Display,
     {
+        if self.is_transient(reason, failure) {
+            self.transient = Some(TransientStop {
+                reason,
+                retry_after: failure.retry_after,
+            });
+        }
         let unknown = match (failure.evidence, failure.status) {
             _ if self.safety == Safety::Read => None,
             (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
@@ -830,6 +873,54 @@ impl<'r> Call<'r> {
                 self.record_denial(reason, "not retrying, and the write's outcome is unknown");
                 self.ambiguous_step(ambiguity, error, failure)
             }
+        }
+    }
+
+    /// Whether the failure that stopped the call for `reason` is one that time can clear: a
+    /// refusal by the breaker or bulkhead, the callee's pushback, shutdown, a wait longer than
+    /// the in-memory window,
+    /// or retries, budget or deadline spent on a failure the engine retries when there is room
+    /// (asked again with room: a 400 on the last attempt is not transient, a 503 is).
+    fn is_transient(&mut self, reason: DenyReason, failure: &Failure) -> bool {
+        match reason {
+            DenyReason::CircuitOpen
+            | DenyReason::BulkheadFull
+            | DenyReason::RuntimeDraining
+            | DenyReason::RetryAfterBeyondWindow
+            | DenyReason::Pushback(_) => true,
+            DenyReason::MaxAttempts | DenyReason::BudgetExhausted | DenyReason::Deadline => {
+                let config = self.upstream.config();
+                let ctx = Context {
+                    attempt: 1,
+                    max_attempts: 2,
+                    operation_retries_left: 1,
+                    budget_has_token: true,
+                    replay: self.replay,
+                    draining: false,
+                    remaining: crate::config::MAX_IN_MEMORY_WINDOW,
+                    min_attempt_budget: config.min_attempt_budget,
+                    safety: self.safety,
+                    transient_500: config.transient_500,
+                    can_refresh_auth: false,
+                    backoff: &config.backoff,
+                    previous_delay: Duration::ZERO,
+                };
+                let mut roomy = *failure;
+                roomy.retry_after = None;
+                roomy.already_retried = false;
+                let registry = self.registry;
+                let rng = self.rng.get_or_insert_with(|| registry.rng());
+                matches!(
+                    registry.engine().decide(&ctx, &roomy, rng),
+                    Decision::Retry { .. }
+                        | Decision::Denied(
+                            DenyReason::CircuitOpen
+                                | DenyReason::BulkheadFull
+                                | DenyReason::Pushback(_)
+                        )
+                )
+            }
+            _ => false,
         }
     }
 

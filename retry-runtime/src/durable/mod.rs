@@ -115,28 +115,36 @@
 
 mod backoff;
 mod clock;
+mod defer;
 mod error;
+pub(crate) mod hand_off;
 mod handler;
 mod migrate;
+mod outcome;
 #[cfg(feature = "durable-postgres")]
 mod postgres;
 mod queue;
+mod replay;
 #[cfg(feature = "durable-sqlite")]
 mod sqlite;
 mod store;
-mod task;
+pub(crate) mod task;
 mod worker;
 
 pub use backoff::DurableBackoff;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use defer::defer;
 pub use error::DurableError;
+pub use hand_off::{HandOff, HandOffFuture};
 pub use handler::{
     AlertError, AlertFuture, AlertHook, AttemptError, Handler, HandlerFuture, TaskContext,
     TracingAlert,
 };
+pub use outcome::{DeferredCall, Durable, Outcome};
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};
 pub use queue::{Deferred, DurableQueue};
+pub use replay::{DurableReturn, Replay, StoredArg, decode, encode, replay_key, replaying, stored};
 #[cfg(feature = "durable-sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};
 pub use store::{DurableStore, StoreResult};

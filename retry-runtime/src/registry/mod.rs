@@ -153,6 +153,8 @@ use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::{Drain, Error};
 
+#[cfg(feature = "durable")]
+mod durable;
 mod duration;
 mod env;
 mod errors;
@@ -301,6 +303,9 @@ pub struct Registry {
     engine: Arc<dyn EligibilityEngine>,
     seed: Option<u64>,
     calls: AtomicU64,
+    /// The durable queue of `#[retry(durable = ...)]` calls.
+    #[cfg(feature = "durable")]
+    durable: durable::DurableSlot,
 }
 
 impl fmt::Debug for Registry {
@@ -327,6 +332,8 @@ impl Registry {
             engine: Arc::new(DefaultEngine),
             seed: None,
             calls: AtomicU64::new(0),
+            #[cfg(feature = "durable")]
+            durable: durable::DurableSlot::default(),
         }
     }
 

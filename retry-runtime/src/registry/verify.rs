@@ -20,6 +20,8 @@ pub struct Registration {
     line: u32,
     /// The `registry = ...` expression, when the function does not use the global registry.
     registry: Option<&'static str>,
+    /// The `durable = ...` operation, when the function defers to the durable queue.
+    durable: Option<&'static str>,
 }
 
 impl Registration {
@@ -36,7 +38,19 @@ impl Registration {
             file,
             line,
             registry: None,
+            durable: None,
         }
+    }
+
+    #[doc(hidden)]
+    pub const fn with_durable(mut self, operation: &'static str) -> Self {
+        self.durable = Some(operation);
+        self
+    }
+
+    /// The `durable = ...` operation of the function, when it defers to the durable queue.
+    pub fn durable(&self) -> Option<&'static str> {
+        self.durable
     }
 
     #[doc(hidden)]
@@ -96,10 +110,31 @@ pub struct MissingUpstreams {
     pub missing: Vec<MissingUpstream>,
     /// The upstreams the registry knows, sorted.
     pub known: Vec<String>,
+    /// The `#[retry(durable = ...)]` functions of a registry without a durable queue
+    /// ([`Registry::set_durable_queue`]): their deferred calls would have nowhere to go.
+    pub no_durable_queue: Vec<Registration>,
 }
 
 impl fmt::Display for MissingUpstreams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.no_durable_queue.is_empty() {
+            write!(
+                f,
+                "{} #[retry(durable = ...)] function(s) have no durable queue to defer to; register \
+                 one at start-up with `Registry::set_durable_queue`: ",
+                self.no_durable_queue.len()
+            )?;
+            for (i, r) in self.no_durable_queue.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{r}")?;
+            }
+            writeln!(f)?;
+            if self.missing.is_empty() {
+                return Ok(());
+            }
+        }
         writeln!(
             f,
             "{} upstream(s) named by #[retry] functions are missing from the retry registry \
@@ -142,7 +177,9 @@ impl Registry {
     /// Checks that every upstream named by a `#[retry]` function of the binary that uses the
     /// global registry (no `registry = ...`) is configured here. Call it on
     /// [`Registry::global()`] at start-up, after loading the configuration: it reports every
-    /// missing upstream at once, with the functions that name it. Functions with an injected
+    /// missing upstream at once, with the functions that name it, and every
+    /// `#[retry(durable = ...)]` function when no durable queue is registered
+    /// ([`set_durable_queue`](Registry::set_durable_queue), feature `durable`). Functions with an injected
     /// registry are checked with [`verify_where`](Registry::verify_where).
     ///
     /// ```standalone_crate
@@ -166,10 +203,14 @@ impl Registry {
     ) -> Result<(), MissingUpstreams> {
         let known = self.names();
         let mut missing: BTreeMap<&'static str, Vec<Registration>> = BTreeMap::new();
+        let mut no_durable_queue = Vec::new();
         for r in Registry::retry_functions()
             .into_iter()
             .filter(|r| select(r))
         {
+            if r.durable.is_some() && !self.has_queue() {
+                no_durable_queue.push(r);
+            }
             if known
                 .binary_search_by(|k| k.as_str().cmp(r.upstream))
                 .is_err()
@@ -177,7 +218,7 @@ impl Registry {
                 missing.entry(r.upstream).or_default().push(r);
             }
         }
-        if missing.is_empty() {
+        if missing.is_empty() && no_durable_queue.is_empty() {
             return Ok(());
         }
         Err(MissingUpstreams {
@@ -189,6 +230,18 @@ impl Registry {
                 })
                 .collect(),
             known,
+            no_durable_queue,
         })
+    }
+
+    #[cfg(feature = "durable")]
+    fn has_queue(&self) -> bool {
+        self.has_durable_queue()
+    }
+
+    /// Without the `durable` feature no `#[retry(durable = ...)]` function compiles.
+    #[cfg(not(feature = "durable"))]
+    fn has_queue(&self) -> bool {
+        false
     }
 }
