@@ -205,3 +205,35 @@ pub(crate) fn replay_fn(
         }
     }
 }
+
+/// The function as written for the error path, its body's `Result<T, E>` wrapped in
+/// `Durable::Done`, so only the reported mistakes are reported.
+pub(crate) fn fallback(mut function: ItemFn, krate: Option<syn::Path>) -> ItemFn {
+    let mixed = Span::mixed_site();
+    let krate = krate.unwrap_or_else(|| syn::parse_quote!(::retry_runtime));
+    let stmts = &function.block.stmts;
+    let pin = match &function.sig.output {
+        syn::ReturnType::Type(_, ty) => {
+            let at = mixed.located_at(ty.span());
+            quote_spanned! {at=>
+                if let ::core::option::Option::Some(__retry_ret) = ::core::option::Option::None::<
+                    <#ty as #krate::__private::durable::DurableReturn>::Body,
+                > {
+                    #[allow(unreachable_code)]
+                    return __retry_ret;
+                }
+            }
+        }
+        syn::ReturnType::Default => TokenStream::new(),
+    };
+    let body: syn::Block = syn::parse_quote_spanned! {mixed=>
+        {
+            ::core::result::Result::map(
+                async { #pin #(#stmts)* }.await,
+                #krate::__private::durable::Durable::Done,
+            )
+        }
+    };
+    *function.block = body;
+    function
+}
