@@ -57,7 +57,7 @@ async fn drain_store<S: DurableStore>(store: &S) -> u64 {
         for t in tasks {
             assert!(
                 store
-                    .complete(&t.fence().unwrap(), Timestamp::now())
+                    .complete(&t.fence().unwrap(), None, Timestamp::now())
                     .await
                     .unwrap()
             );

@@ -27,11 +27,18 @@ async fn migrations_apply_once_in_our_own_table() {
     let Some(db) = PgDb::new().await else { return };
     let again = PgDb::connect(&db.url, &db.schema).await;
     let rows: Vec<(i64, String)> =
-        sqlx::query_as("SELECT version, name FROM retry_durable_migrations")
+        sqlx::query_as("SELECT version, name FROM retry_durable_migrations ORDER BY version")
             .fetch_all(again.pool())
             .await
             .unwrap();
-    assert_eq!(rows, vec![(1, "task_table".to_owned())]);
+    assert_eq!(
+        rows,
+        vec![
+            (1, "task_table".to_owned()),
+            (2, "task_output".to_owned()),
+            (3, "notify".to_owned())
+        ]
+    );
     again.close().await;
     db.cleanup().await;
 }
@@ -52,7 +59,7 @@ async fn concurrent_startups_migrate_once() {
         .fetch_one(a.pool())
         .await
         .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(n, 3, "each of the three migrations applied once");
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA \"{schema}\" CASCADE"
     )))

@@ -37,11 +37,14 @@ async fn migrations_apply_once_in_our_own_table() {
     let db = SqliteDb::new().await;
     let again = SqliteStore::open(&db.path).await.unwrap();
     let rows: Vec<(i64, String)> =
-        sqlx::query_as("SELECT version, name FROM retry_durable_migrations")
+        sqlx::query_as("SELECT version, name FROM retry_durable_migrations ORDER BY version")
             .fetch_all(again.pool())
             .await
             .unwrap();
-    assert_eq!(rows, vec![(1, "task_table".to_owned())]);
+    assert_eq!(
+        rows,
+        vec![(1, "task_table".to_owned()), (2, "task_output".to_owned())]
+    );
     let sqlx_table: Option<String> =
         sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = '_sqlx_migrations'")
             .fetch_optional(again.pool())

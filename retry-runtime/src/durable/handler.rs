@@ -108,24 +108,58 @@ impl fmt::Display for AttemptError {
 
 impl StdError for AttemptError {}
 
-/// The boxed future a [`Handler`] returns.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), AttemptError>> + Send + 'static>>;
+/// What a successful attempt leaves behind: stored as the task's
+/// [`output`](super::Task::output) by the write that completes it, so the application can
+/// look the result up by task id.
+///
+/// `()` stores nothing; bytes are stored as they are (serialize a richer result yourself, e.g.
+/// as JSON).
+pub trait TaskOutput: Send + 'static {
+    /// The bytes to store, or `None` for no output.
+    fn into_output(self) -> Option<Vec<u8>>;
+}
+
+impl TaskOutput for () {
+    fn into_output(self) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+impl TaskOutput for Vec<u8> {
+    fn into_output(self) -> Option<Vec<u8>> {
+        Some(self)
+    }
+}
+
+impl TaskOutput for Option<Vec<u8>> {
+    fn into_output(self) -> Option<Vec<u8>> {
+        self
+    }
+}
+
+/// The boxed future a [`Handler`] returns: the attempt's output (see [`TaskOutput`]) or why it
+/// failed.
+pub type HandlerFuture =
+    Pin<Box<dyn Future<Output = Result<Option<Vec<u8>>, AttemptError>> + Send + 'static>>;
 
 /// Runs one attempt of one operation. Implemented for every
-/// `Fn(TaskContext) -> impl Future<Output = Result<(), AttemptError>>`, so an `async` closure
+/// `Fn(TaskContext) -> impl Future<Output = Result<O, AttemptError>>` where `O` is a
+/// [`TaskOutput`] (`()` for none, `Vec<u8>` for a serialized result), so an `async` closure
 /// (or a closure returning an `async move` block) is a handler.
 pub trait Handler: Send + Sync + 'static {
     /// Runs the attempt. The worker drops the future when the attempt timeout elapses.
     fn call(&self, task: TaskContext) -> HandlerFuture;
 }
 
-impl<F, Fut> Handler for F
+impl<F, Fut, O> Handler for F
 where
     F: Fn(TaskContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), AttemptError>> + Send + 'static,
+    Fut: Future<Output = Result<O, AttemptError>> + Send + 'static,
+    O: TaskOutput,
 {
     fn call(&self, task: TaskContext) -> HandlerFuture {
-        Box::pin(self(task))
+        let attempt = self(task);
+        Box::pin(async move { attempt.await.map(TaskOutput::into_output) })
     }
 }
 

@@ -9,9 +9,12 @@
 
 /// One schema step.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Migration {
+pub struct Migration {
+    /// Its number, in order of application.
     pub version: i64,
+    /// A short name, recorded with the version.
     pub name: &'static str,
+    /// The script.
     pub sql: &'static str,
 }
 
@@ -33,19 +36,38 @@ pub(crate) const MIGRATIONS_TABLE: &str = "retry_durable_migrations";
 
 /// SQLite migrations, in order.
 #[cfg(feature = "durable-sqlite")]
-pub(crate) const SQLITE: &[Migration] = &[Migration {
-    version: 1,
-    name: "task_table",
-    sql: include_str!("migrations/sqlite/0001_task_table.sql"),
-}];
+pub(crate) const SQLITE: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "task_table",
+        sql: include_str!("migrations/sqlite/0001_task_table.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "task_output",
+        sql: include_str!("migrations/sqlite/0002_task_output.sql"),
+    },
+];
 
 /// PostgreSQL migrations, in order.
 #[cfg(feature = "durable-postgres")]
-pub(crate) const POSTGRES: &[Migration] = &[Migration {
-    version: 1,
-    name: "task_table",
-    sql: include_str!("migrations/postgres/0001_task_table.sql"),
-}];
+pub(crate) const POSTGRES: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "task_table",
+        sql: include_str!("migrations/postgres/0001_task_table.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "task_output",
+        sql: include_str!("migrations/postgres/0002_task_output.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "notify",
+        sql: include_str!("migrations/postgres/0003_notify.sql"),
+    },
+];
 
 /// Compares what the database says was applied with what this version knows, and returns the
 /// migrations still to apply, or why the database cannot be used.

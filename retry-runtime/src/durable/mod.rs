@@ -125,6 +125,7 @@ mod outcome;
 mod postgres;
 mod queue;
 mod replay;
+mod sql;
 #[cfg(feature = "durable-sqlite")]
 mod sqlite;
 mod store;
@@ -138,16 +139,17 @@ pub use error::DurableError;
 pub use hand_off::{HandOff, HandOffFuture};
 pub use handler::{
     AlertError, AlertFuture, AlertHook, AttemptError, Handler, HandlerFuture, TaskContext,
-    TracingAlert,
+    TaskOutput, TracingAlert,
 };
 pub use outcome::{DeferredCall, Durable, Outcome};
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};
 pub use queue::{Deferred, DurableQueue};
 pub use replay::{DurableReturn, Replay, StoredArg, decode, encode, replay_key, replaying, stored};
+pub use sql::{Dialect, SqlStore};
 #[cfg(feature = "durable-sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};
-pub use store::{DurableStore, StoreResult};
+pub use store::{Completion, DurableStore, StoreResult, WorkSignal};
 pub use task::{
     EnqueueOptions, Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId, TaskStatus,
     UnknownStatus,

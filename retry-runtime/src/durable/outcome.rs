@@ -156,7 +156,7 @@ impl<T: DeserializeOwned> Outcome<T> {
                 last_error: task.last_error.clone(),
             },
             TaskStatus::Succeeded => {
-                let output: &[u8] = b"null"; // MERGE: task.output.as_deref().unwrap_or(b"null")
+                let output = task.output.as_deref().unwrap_or(b"null");
                 let value = serde_json::from_slice(output).map_err(|e| DurableError::BadRow {
                     backend: "json",
                     task_id: Some(task.id.0),

@@ -103,7 +103,9 @@ impl<S: DurableStore> DurableQueue<S> {
         })
     }
 
-    /// One task by id.
+    /// One task by id: a deferred call's outcome. `succeeded` with the handler's
+    /// [`output`](Task::output), `failed` with its [`last_error`](Task::last_error), or still
+    /// `pending`/`running`; `None` when there is no such task.
     pub async fn get(&self, task_id: TaskId) -> Result<Option<Task>, DurableError> {
         self.store.get(task_id).await
     }

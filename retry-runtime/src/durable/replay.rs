@@ -199,7 +199,7 @@ impl Replay {
             operation,
             run: Arc::new(move |task| {
                 let attempt = run(task);
-                Box::pin(async move { attempt.await.map(|_| ()) }) // MERGE: .map(Some)
+                Box::pin(async move { attempt.await.map(Some) })
             }),
         }
     }

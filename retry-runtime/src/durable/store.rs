@@ -7,6 +7,11 @@
 //! time instead of sleeping.
 
 use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+use tokio::task::AbortHandle;
 
 use super::backoff::DurableBackoff;
 use super::clock::Timestamp;
@@ -44,13 +49,30 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<Vec<Task>>> + Send;
 
-    /// Marks a claimed task `succeeded`. Returns `false`, changing nothing, when the fence no
-    /// longer matches (the lease was rescued and the task re-claimed or finished elsewhere).
+    /// Marks claimed tasks `succeeded` in one write, storing each attempt's output (its
+    /// serialized result, if any). Each completion is fenced on `(task, lease owner, attempt)`:
+    /// returns the ids it changed; a task missing from the answer was left as it was (its lease
+    /// was rescued and the task re-claimed or finished elsewhere).
+    fn complete_many(
+        &self,
+        done: &[Completion],
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Vec<TaskId>>> + Send;
+
+    /// Marks one claimed task `succeeded` (see [`complete_many`](Self::complete_many)). Returns
+    /// `false`, changing nothing, when the fence no longer matches.
     fn complete(
         &self,
         fence: &Fence,
+        output: Option<&[u8]>,
         now: Timestamp,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        let done = [Completion {
+            fence: fence.clone(),
+            output: output.map(<[u8]>::to_vec),
+        }];
+        async move { Ok(!self.complete_many(&done, now).await?.is_empty()) }
+    }
 
     /// Returns a claimed task to `pending`, due at `next_attempt_at`, recording `error`.
     /// Fenced like [`complete`](Self::complete).
@@ -131,6 +153,13 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<Task>> + Send;
 
+    /// Something to wait on for new work: woken by hand-offs from this process and, where the
+    /// database can tell (PostgreSQL `LISTEN`), from others. Waiting is an optimisation: a
+    /// worker still polls, so a store that never wakes (the default) is correct, only slower.
+    fn subscribe(&self) -> impl Future<Output = StoreResult<WorkSignal>> + Send {
+        async { Ok(WorkSignal::new(Arc::new(Notify::new()), None)) }
+    }
+
     /// Cancels a `pending` or `failed` task. A `running` task cannot be cancelled: its attempt
     /// is in flight; cancel it after it fails or let it finish.
     fn cancel(
@@ -138,6 +167,44 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
         task_id: TaskId,
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<Task>> + Send;
+}
+
+/// One successful attempt to record: its claim and its output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The claim the attempt ran under.
+    pub fence: Fence,
+    /// The attempt's serialized result, if any.
+    pub output: Option<Vec<u8>>,
+}
+
+/// Wakes a worker when new work may be due (see [`DurableStore::subscribe`]). Dropping it
+/// stops whatever listens for other processes' hand-offs.
+#[derive(Debug)]
+pub struct WorkSignal {
+    notify: Arc<Notify>,
+    listener: Option<AbortHandle>,
+}
+
+impl WorkSignal {
+    /// A signal woken through `notify`; `listener`, if any, is aborted on drop.
+    pub fn new(notify: Arc<Notify>, listener: Option<AbortHandle>) -> Self {
+        WorkSignal { notify, listener }
+    }
+
+    /// A future that completes at the next wake-up after it is
+    /// [enabled](Notified::enable) or first polled.
+    pub fn notified(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+}
+
+impl Drop for WorkSignal {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
 }
 
 /// The outcome of a lease rescue for one task, computed in Rust so worker and rescuer share

@@ -121,6 +121,9 @@ pub struct Task {
     pub locked_until: Option<Timestamp>,
     /// The last attempt's error.
     pub last_error: Option<String>,
+    /// The serialized result of the attempt that completed the task (`succeeded` only, and
+    /// only when its handler returned one; see [`TaskOutput`](super::TaskOutput)).
+    pub output: Option<Vec<u8>>,
     /// When the failure alert was delivered; `None` on a failed task means the alert is owed.
     pub alerted_at: Option<Timestamp>,
     /// When the task was handed off.
@@ -144,6 +147,7 @@ pub(crate) struct RawTask {
     pub locked_by: Option<String>,
     pub locked_until: Option<i64>,
     pub last_error: Option<String>,
+    pub output: Option<Vec<u8>>,
     pub alerted_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
@@ -194,6 +198,7 @@ impl Task {
             locked_by: raw.locked_by,
             locked_until: raw.locked_until.map(Timestamp::from_unix_millis),
             last_error: raw.last_error,
+            output: raw.output,
             alerted_at: raw.alerted_at.map(Timestamp::from_unix_millis),
             created_at: Timestamp::from_unix_millis(raw.created_at),
             updated_at: Timestamp::from_unix_millis(raw.updated_at),
@@ -411,6 +416,7 @@ mod tests {
             locked_by: None,
             locked_until: None,
             last_error: None,
+            output: None,
             alerted_at: None,
             created_at: 0,
             updated_at: 0,

@@ -651,12 +651,12 @@ impl<S: DurableStore> Worker<S> {
         self.finish(&claimed, result).await
     }
 
-    async fn finish(&self, c: &Claimed, result: Result<(), AttemptError>) -> Outcome {
+    async fn finish(&self, c: &Claimed, result: Result<Option<Vec<u8>>, AttemptError>) -> Outcome {
         let inner = &self.inner;
         let now = inner.clock.now();
         let f = &c.fence;
         let written = match &result {
-            Ok(()) => inner.store.complete(f, now).await,
+            Ok(output) => inner.store.complete(f, output.as_deref(), now).await,
             Err(AttemptError::Permanent { message }) => {
                 inner.store.mark_failed(f, message, now).await
             }
@@ -691,7 +691,7 @@ impl<S: DurableStore> Worker<S> {
                 Outcome::LeaseLost
             }
             Ok(true) => match result {
-                Ok(()) => {
+                Ok(_) => {
                     tracing::info!(target: TARGET, event = "complete", task_id,
                         operation = %c.operation, attempt = f.attempt, "durable task succeeded");
                     Outcome::Succeeded

@@ -136,6 +136,7 @@ macro_rules! conformance_suite {
             retry_after_is_honoured,
             every_attempt_gets_the_task_key,
             a_task_claimed_too_long_ago_is_not_run,
+            results_are_looked_up_by_task_id,
         );
     };
     (@each $attrs:tt $make:expr; $($name:ident),* $(,)?) => {

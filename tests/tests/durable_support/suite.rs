@@ -291,7 +291,7 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
     let fresh_fence = fresh[0].fence().unwrap();
 
     assert!(
-        !store.complete(&stale_fence, now).await.unwrap(),
+        !store.complete(&stale_fence, None, now).await.unwrap(),
         "stale complete must not apply"
     );
     assert!(
@@ -308,13 +308,13 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
         (TaskStatus::Running, Some("fast"))
     );
 
-    assert!(store.complete(&fresh_fence, now).await.unwrap());
+    assert!(store.complete(&fresh_fence, None, now).await.unwrap());
     let t = get(&store, id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
     assert_eq!(t.retry_count, 2);
     assert_eq!(t.locked_by, None);
     assert!(
-        !store.complete(&fresh_fence, now).await.unwrap(),
+        !store.complete(&fresh_fence, None, now).await.unwrap(),
         "completing twice is a no-op"
     );
 }
@@ -329,7 +329,7 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
         .with_cap(Duration::from_secs(10));
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry("503 from upstream"))
+            Err::<(), _>(AttemptError::retry("503 from upstream"))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -374,7 +374,7 @@ pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S)
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry("connection reset"))
+            Err::<(), _>(AttemptError::retry("connection reset"))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -411,7 +411,7 @@ pub async fn permanent_failure_fails_at_once<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::permanent(
+            Err::<(), _>(AttemptError::permanent(
                 "422 Unprocessable Entity: card number invalid",
             ))
         })
@@ -483,7 +483,7 @@ pub async fn failing_alert_hook_is_retried_until_delivered<S: DurableStore>(stor
     let alert_lease = Duration::from_secs(60);
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::permanent("400"))
+            Err::<(), _>(AttemptError::permanent("400"))
         })
         .alert_hook(alerts.hook())
         .clock(clock.clone())
@@ -670,7 +670,7 @@ pub async fn counts_by_status<S: DurableStore>(store: S) {
             .fence()
             .unwrap()
     };
-    assert!(store.complete(&fence(succeeded), now).await.unwrap());
+    assert!(store.complete(&fence(succeeded), None, now).await.unwrap());
     assert!(store.mark_failed(&fence(failed), "x", now).await.unwrap());
     let cancelled = c("c").await;
     q.cancel(cancelled).await.unwrap();
@@ -689,7 +689,9 @@ pub async fn attempt_timeout_is_a_transient_failure<S: DurableStore>(store: S) {
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
-        .handler(OP, |_t: TaskContext| std::future::pending())
+        .handler(OP, |_t: TaskContext| {
+            std::future::pending::<Result<(), AttemptError>>()
+        })
         .clock(clock.clone())
         .config(config("w").with_attempt_timeout(Duration::from_millis(20)))
         .build()
@@ -833,7 +835,7 @@ pub async fn retry_after_is_honoured<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new()).await;
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
-            Err(AttemptError::retry_after(
+            Err::<(), _>(AttemptError::retry_after(
                 "429 Too Many Requests",
                 Duration::from_secs(30),
             ))
@@ -966,4 +968,59 @@ pub async fn a_task_claimed_too_long_ago_is_not_run<S: DurableStore>(store: S) {
     assert_eq!(current.tick().await.unwrap().succeeded, 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "run exactly once");
     assert_eq!(get(&store, id).await.status, TaskStatus::Succeeded);
+}
+
+/// A deferred call's outcome is looked up by task id: completed with the handler's output,
+/// failed with its last error, or still pending; a handler returning `()` stores no output.
+pub async fn results_are_looked_up_by_task_id<S: DurableStore>(store: S) {
+    const QUIET: &str = "payments.notify";
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let done = enqueue(&q, "done", EnqueueOptions::new()).await;
+    let bad = enqueue(&q, "bad", EnqueueOptions::new()).await;
+    let later = enqueue(
+        &q,
+        "later",
+        EnqueueOptions::new().with_delay(Duration::from_secs(60)),
+    )
+    .await;
+    let quiet = q
+        .enqueue(QUIET, "quiet", b"", EnqueueOptions::new())
+        .await
+        .unwrap()
+        .task_id;
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |t: TaskContext| async move {
+            if t.idempotency_key == "bad" {
+                return Err(AttemptError::permanent(
+                    "402 Payment Required: card declined",
+                ));
+            }
+            Ok(format!("receipt for {}", t.idempotency_key).into_bytes())
+        })
+        .handler(QUIET, |_t: TaskContext| async { Ok(()) })
+        .clock(clock.clone())
+        .config(config("w"))
+        .build()
+        .unwrap();
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.succeeded, stats.failed), (2, 1), "{stats:?}");
+
+    let t = q.get(done).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.output.as_deref(), Some(&b"receipt for done"[..]));
+    assert_eq!(t.last_error, None);
+
+    let t = q.get(bad).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.output, None);
+    assert!(t.last_error.unwrap().contains("card declined"));
+
+    let t = q.get(later).await.unwrap().unwrap();
+    assert_eq!((t.status, t.output), (TaskStatus::Pending, None));
+
+    let t = q.get(quiet).await.unwrap().unwrap();
+    assert_eq!((t.status, t.output), (TaskStatus::Succeeded, None));
+
+    assert_eq!(q.get(TaskId(i64::MAX)).await.unwrap(), None);
 }
