@@ -177,6 +177,9 @@ fn main() -> std::process::ExitCode {
     println!("{}", report::table(&aggregates));
     println!("{}\n", report::LEGEND);
     println!("{}", report::summary(&aggregates));
+    if let Some(table) = report::long_outage(&aggregates) {
+        println!("{table}");
+    }
     if let Some(note) = report::transient_note(&config, &aggregates) {
         println!("transient-outage: {note}\n");
     }

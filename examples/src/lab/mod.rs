@@ -288,6 +288,15 @@ async fn run_together(
             if let Some(sampler) = backlog_sampler {
                 sampler.abort();
             }
+            // The last word: the backlog when the run ended (empty once drained).
+            if let Some(queue) = &queue
+                && let Ok(n) = queue.outstanding().await
+            {
+                backlog
+                    .lock()
+                    .unwrap()
+                    .push((start.elapsed().as_secs_f64(), n));
+            }
             sampler.abort();
             let refused = refusals.get();
             let backlog = std::mem::take(&mut *backlog.lock().unwrap());
