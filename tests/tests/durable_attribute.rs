@@ -215,15 +215,16 @@ async fn deferred_replayed_and_read_back<S: DurableStore>(store: S) {
         "by task id alone"
     );
 
-    let s = seen.lock().unwrap();
-    assert_eq!(s.keys.len(), 7);
-    assert!(
-        s.keys.iter().all(|k| k == "register-42"),
-        "one key on every attempt and replay: {:?}",
-        s.keys
-    );
-    assert_eq!(s.effects.get("register-42"), Some(&1), "processed once");
-    drop(s);
+    {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.keys.len(), 7);
+        assert!(
+            s.keys.iter().all(|k| k == "register-42"),
+            "one key on every attempt and replay: {:?}",
+            s.keys
+        );
+        assert_eq!(s.effects.get("register-42"), Some(&1), "processed once");
+    }
 
     // The same call again (same key) finds the task: no second one is queued.
     seen.lock().unwrap().failing = 3;

@@ -131,7 +131,7 @@ impl<T, E> DurableReturn for Result<Durable<T>, E> {
 }
 
 /// Runs the replay of `task`: `call` is the adapter function's future, polled with the
-/// task's [`ReplayContext`] installed. The result is stored as JSON for
+/// task's replay context installed (so the function, stopping again on a transient failure, reports it to the worker instead of queueing itself again). The result is stored as JSON for
 /// [`DurableQueue::outcome`](super::DurableQueue::outcome).
 pub async fn replaying<T, E, F>(task: &TaskContext, call: F) -> Result<Vec<u8>, AttemptError>
 where
