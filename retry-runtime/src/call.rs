@@ -197,8 +197,8 @@ pub struct Call<'r> {
     /// The backoff timer, made at the first retry and reset for the next ones (boxed: a call
     /// that never retries carries no timer in its future).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Set when the call stopped on a failure that time can clear (see [`TransientStop`]).
-    transient: Option<TransientStop>,
+    /// Why the call stopped, and on what (judged only when asked: [`Call::deferrable`]).
+    stopped: Option<(DenyReason, Failure)>,
 }
 
 /// Why a call stopped, when its failure is one that time can clear: the retries, the budget,
@@ -335,7 +335,7 @@ impl<'r> Call<'r> {
             sleep: None,
             rotations: 0,
             rotation_marks: [None; 2],
-            transient: None,
+            stopped: None,
         })
     }
 
@@ -354,7 +354,11 @@ impl<'r> Call<'r> {
     /// (a read, or a write with a key the upstream deduplicates). `None` for a permanent
     /// failure, or for a write that repeating could apply twice.
     pub fn deferrable(&self) -> Option<TransientStop> {
-        self.transient.filter(|_| self.safety.is_safe())
+        let (reason, failure) = self.stopped?;
+        (self.safety.is_safe() && self.is_transient(reason, &failure)).then_some(TransientStop {
+            reason,
+            retry_after: failure.retry_after,
+        })
     }
 
     /// The upstream called.
@@ -590,10 +594,7 @@ impl<'r> Call<'r> {
         };
         if self.local == Local::NoTime {
             // Nothing was sent: the deadline ends the call (its event is logged already).
-            self.transient = Some(TransientStop {
-                reason: DenyReason::Deadline,
-                retry_after: None,
-            });
+            self.stopped = Some((DenyReason::Deadline, Failure::new(Evidence::NotSent)));
             observe::denied(self.upstream.name(), DenyReason::Deadline);
             self.finish(CallKind::of(false, self.attempt));
             return Step::Done(Err(error));
@@ -851,12 +852,7 @@ impl<'r> Call<'r> {
     where
         E: Display,
     {
-        if self.is_transient(reason, failure) {
-            self.transient = Some(TransientStop {
-                reason,
-                retry_after: failure.retry_after,
-            });
-        }
+        self.stopped = Some((reason, *failure));
         let unknown = match (failure.evidence, failure.status) {
             _ if self.safety == Safety::Read => None,
             (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
@@ -881,7 +877,7 @@ impl<'r> Call<'r> {
     /// the in-memory window,
     /// or retries, budget or deadline spent on a failure the engine retries when there is room
     /// (asked again with room: a 400 on the last attempt is not transient, a 503 is).
-    fn is_transient(&mut self, reason: DenyReason, failure: &Failure) -> bool {
+    fn is_transient(&self, reason: DenyReason, failure: &Failure) -> bool {
         match reason {
             DenyReason::CircuitOpen
             | DenyReason::BulkheadFull
@@ -908,10 +904,10 @@ impl<'r> Call<'r> {
                 let mut roomy = *failure;
                 roomy.retry_after = None;
                 roomy.already_retried = false;
-                let registry = self.registry;
-                let rng = self.rng.get_or_insert_with(|| registry.rng());
+                // The delay is not used: any seed will do.
+                let mut rng = fastrand::Rng::with_seed(0);
                 matches!(
-                    registry.engine().decide(&ctx, &roomy, rng),
+                    self.registry.engine().decide(&ctx, &roomy, &mut rng),
                     Decision::Retry { .. }
                         | Decision::Denied(
                             DenyReason::CircuitOpen

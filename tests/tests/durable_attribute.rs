@@ -61,6 +61,29 @@ impl Adapter {
     }
 }
 
+/// A key derived from a counter, not from the arguments: each call, and each replay, would be
+/// a new write.
+struct Counting {
+    inner: Arc<Adapter>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Counting {
+    #[retry(upstream = "up", method = POST,
+            idempotency = format!("k-{}", self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+            durable = "up.counting", registry = &self.inner.registry)]
+    async fn register(&self, cmd: &Register) -> Result<Durable<String>, Error> {
+        let response = self
+            .inner
+            .client
+            .post(format!("{}/register", self.inner.base))
+            .body(cmd.name.clone())
+            .send_attempt()
+            .await?;
+        Ok(response.read_text().await?)
+    }
+}
+
 /// What the upstream saw: every request's key, and each key's effects (applied once).
 #[derive(Default)]
 struct Seen {
@@ -111,8 +134,16 @@ async fn upstream(seen: Arc<Mutex<Seen>>) -> Server {
 }
 
 fn adapter(server: &Server, queue: impl retry_runtime::durable::HandOff) -> Arc<Adapter> {
+    adapter_with(server, queue, fast_config())
+}
+
+fn adapter_with(
+    server: &Server,
+    queue: impl retry_runtime::durable::HandOff,
+    config: retry_runtime::UpstreamConfig,
+) -> Arc<Adapter> {
     let registry = Registry::builder()
-        .upstream(UPSTREAM, fast_config())
+        .upstream(UPSTREAM, config)
         .seed(7)
         .build()
         .unwrap();
@@ -233,6 +264,90 @@ async fn deferred_replayed_and_read_back<S: DurableStore>(store: S) {
     assert_eq!(call2.task_id(), call.task_id());
     assert!(!call2.hand_off().created);
     assert_eq!(call2.hand_off().status, TaskStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn a_replay_meets_the_open_breaker_and_waits_without_a_request() {
+    let db = SqliteDb::new().await;
+    let seen = Arc::new(Mutex::new(Seen {
+        failing: usize::MAX,
+        ..Seen::default()
+    }));
+    let server = upstream(seen.clone()).await;
+    let clock = clock();
+    let queue = DurableQueue::new(db.store.clone()).with_clock(clock.clone());
+    // Opens after three failed attempts, and stays open for the rest of the test.
+    let breaker = retry_runtime::breaker::BreakerConfig {
+        min_attempts: 3,
+        open_for: std::time::Duration::from_secs(3600),
+        ..retry_runtime::breaker::BreakerConfig::new()
+    };
+    let a = adapter_with(
+        &server,
+        queue.clone(),
+        fast_config().with_breaker(Some(breaker)),
+    );
+    let call = match a.register(&cmd(), "n".to_owned()).await.unwrap() {
+        Durable::Deferred(call) => call,
+        done => panic!("expected a deferral, got {done:?}"),
+    };
+    assert_eq!(seen.lock().unwrap().keys.len(), 3);
+
+    let w = worker(db.store.clone(), &clock, "w1", &a);
+    assert_eq!(w.tick().await.unwrap().claimed, 1);
+    assert_eq!(
+        seen.lock().unwrap().keys.len(),
+        3,
+        "the open breaker refused the replay before any request"
+    );
+    let Outcome::Pending {
+        attempts: 1,
+        last_error: Some(error),
+    } = queue.outcome(&call).await.unwrap()
+    else {
+        panic!("the task waits for its durable backoff")
+    };
+    assert!(error.contains("circuit breaker"), "{error}");
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_replay_whose_key_changed_is_refused_before_sending() {
+    let db = SqliteDb::new().await;
+    let seen = Arc::new(Mutex::new(Seen {
+        failing: 3,
+        ..Seen::default()
+    }));
+    let server = upstream(seen.clone()).await;
+    let clock = clock();
+    let queue = DurableQueue::new(db.store.clone()).with_clock(clock.clone());
+    let counting = Arc::new(Counting {
+        inner: adapter(&server, queue.clone()),
+        next: std::sync::atomic::AtomicU64::new(0),
+    });
+    let call = match counting.register(&cmd()).await.unwrap() {
+        Durable::Deferred(call) => call,
+        done => panic!("expected a deferral, got {done:?}"),
+    };
+    let w = Worker::builder(db.store.clone())
+        .replay(Counting::register_replay(counting.clone()))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(w.tick().await.unwrap().claimed, 1);
+    let Outcome::Failed { last_error } = queue.outcome(&call).await.unwrap() else {
+        panic!("a replay that would be another write fails its task")
+    };
+    assert!(
+        last_error.contains("differs from the one its task was queued with"),
+        "{last_error}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().keys,
+        ["k-0"; 3],
+        "nothing sent by the replay"
+    );
+    db.cleanup().await;
 }
 
 #[tokio::test]
