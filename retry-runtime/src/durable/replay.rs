@@ -83,12 +83,16 @@ pub trait StoredArg: Serialize {
     type Owned: DeserializeOwned + Borrow<Self>;
 }
 
-impl<T> StoredArg for T
-where
-    T: Serialize + ToOwned + ?Sized,
-    T::Owned: DeserializeOwned,
-{
-    type Owned = T::Owned;
+impl<T: Serialize + DeserializeOwned> StoredArg for T {
+    type Owned = T;
+}
+
+impl StoredArg for str {
+    type Owned = String;
+}
+
+impl<T: Serialize + DeserializeOwned> StoredArg for [T] {
+    type Owned = Vec<T>;
 }
 
 /// The expansion's check that an argument can be stored, spanned at the argument.
