@@ -51,8 +51,8 @@ fn quick_mode_holds_the_headline_properties() {
     let cells = report["cells"].as_array().expect("cells");
     let html = std::fs::read_to_string(out.join("outage-lab.html")).expect("the HTML report");
     assert_eq!(cells.len(), 11 * 3, "every scenario under B, B-tuned and C");
-    // The long outage's durable tier, in the report: every keyed write completed eventually
-    // (also asserted by the binary), the backlog charted.
+    // The long outage's durable tier, in the report: no keyed write lost (also asserted by the
+    // binary), the backlog charted.
     assert!(
         stdout.contains("long-outage: keyed writes through a catalog outage"),
         "{stdout}"
@@ -64,7 +64,13 @@ fn quick_mode_holds_the_headline_properties() {
     assert_eq!(long.len(), 2, "B and B-tuned");
     for cell in long {
         for run in cell["runs"].as_array().expect("runs") {
-            assert_eq!(run["completed_eventually"], run["operations"], "{run}");
+            // Completed eventually, or reported unknown with its key: never lost.
+            let (done, unknown, ops) = (
+                run["completed_eventually"].as_u64(),
+                run["ambiguous"].as_u64(),
+                run["operations"].as_u64(),
+            );
+            assert!(done.zip(unknown).map(|(d, u)| d + u) >= ops, "{run}");
             assert_eq!(run["duplicate_side_effects"], 0, "{run}");
             assert!(
                 run["deferred"].as_u64() > Some(0),
