@@ -133,3 +133,17 @@ async fn a_bad_row_is_a_located_error_not_a_panic() {
     );
     db.cleanup().await;
 }
+
+/// Another process's hand-off wakes an idle worker through `LISTEN`/`NOTIFY`: the hand-off
+/// goes through a second store (its own pool, as another instance would), whose in-process
+/// wake-up the worker does not share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
+async fn a_hand_off_from_another_process_wakes_the_worker() {
+    let Some(db) = PgDb::new().await else { return };
+    let other = PgDb::connect(&db.url, &db.schema).await;
+    durable_support::suite::a_hand_off_wakes_an_idle_worker_with(db.store.clone(), other.clone())
+        .await;
+    other.close().await;
+    db.cleanup().await;
+}

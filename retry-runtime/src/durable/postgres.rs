@@ -34,6 +34,7 @@ static SPELLING: Spelling = Spelling {
     param: '$',
     json_rows: "jsonb_array_elements(CAST({} AS JSONB)) AS j(value)",
     json_texts: "SELECT jsonb_array_elements_text(CAST({} AS JSONB))",
+    id_in: "= ANY(ARRAY({}))",
     unhex: "decode({}, 'hex')",
     lock: " FOR UPDATE SKIP LOCKED",
     begin_write: None,

@@ -4,8 +4,8 @@
 //! The semantics live in the SQL text shared here; a dialect only says how its database spells
 //! the few things that differ (parameters, a JSON array as rows, hex decoding, row locks, how a
 //! write transaction begins, its migrations) and how another process's hand-off wakes a worker.
-//! Claims are one `WITH due AS MATERIALIZED (SELECT … LIMIT n {lock}) UPDATE … FROM due
-//! RETURNING` statement on both: on PostgreSQL `{lock}` is `FOR UPDATE SKIP LOCKED`, so
+//! Claims are one `WITH due AS MATERIALIZED (SELECT … LIMIT n {lock}) UPDATE … WHERE task_id
+//! IN (due) RETURNING` statement on both: on PostgreSQL `{lock}` is `FOR UPDATE SKIP LOCKED`, so
 //! concurrent claimers skip each other's rows; SQLite has no row locks but runs every write
 //! under its single writer lock, so two claimers can never take the same row. Completions are
 //! batched: one fenced `UPDATE … FROM (rows of a JSON array)` completes many tasks.
@@ -31,12 +31,12 @@ use super::store::{
 use super::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task, TaskId};
 
 /// How one database spells the parts of the shared SQL that differ, and how it wakes workers.
+/// Implemented for `sqlx::Sqlite` and `sqlx::Postgres` (behind their features); sealed.
 pub trait Dialect: Driver {
     /// `"sqlite"` or `"postgres"`, for logs and errors.
     const BACKEND: &'static str;
 
-    /// The statements in this dialect, built once from its [`Spelling`] (a `static` per
-    /// dialect).
+    /// The statements in this dialect, built once from its spelling (a `static` per dialect).
     fn statements() -> &'static Statements;
 
     /// Starts telling `wake` when another process hands work off, for as long as the returned
@@ -56,6 +56,10 @@ pub struct Spelling {
     pub json_rows: &'static str,
     /// A JSON array of strings parameter as a one-column row set; `{}` is the parameter.
     pub json_texts: &'static str,
+    /// `task_id` is one of the ids a subquery returns; `{}` is the subquery. (A join would
+    /// let PostgreSQL's planner hash the whole table for a large batch; an id array uses the
+    /// primary key.)
+    pub id_in: &'static str,
     /// Hex text to bytes; `{}` is the expression.
     pub unhex: &'static str,
     /// Appended to a `SELECT` that picks rows to change: row locks that skip locked rows.
@@ -115,6 +119,7 @@ impl Statements {
         let texts = |p: &str| s.json_texts.replace("{}", p);
         let rows = |p: &str| s.json_rows.replace("{}", p);
         let unhex = |e: &str| s.unhex.replace("{}", e);
+        let id_in = |q: &str| s.id_in.replace("{}", q);
         let lock = s.lock;
         let sql = |text: String| -> String {
             if s.param == '$' {
@@ -142,9 +147,10 @@ impl Statements {
                  UPDATE retry_durable_task
                  SET status = 'running', locked_by = $1, locked_until = $2,
                      retry_count = retry_count + 1, updated_at = $3
-                 FROM due WHERE task_id = due.due_id
+                 WHERE task_id {due}
                  RETURNING {COLS}",
                 ops = texts("$4"),
+                due = id_in("SELECT due_id FROM due"),
             )),
             complete: sql(format!(
                 "UPDATE retry_durable_task
@@ -194,8 +200,9 @@ impl Statements {
                        AND (alert_lease_until IS NULL OR alert_lease_until <= $2)
                      ORDER BY updated_at, task_id LIMIT $3{lock})
                  UPDATE retry_durable_task SET alert_lease_until = $1
-                 FROM owed WHERE task_id = owed.owed_id
-                 RETURNING {COLS}"
+                 WHERE task_id {owed}
+                 RETURNING {COLS}",
+                owed = id_in("SELECT owed_id FROM owed"),
             )),
             ack_alert: sql(
                 "UPDATE retry_durable_task SET alerted_at = $2, alert_lease_until = NULL
@@ -977,6 +984,7 @@ mod tests {
             param: '?',
             json_rows: "json_each({})",
             json_texts: "SELECT value FROM json_each({})",
+            id_in: "IN ({})",
             unhex: "unhex({})",
             lock: "",
             begin_write: None,

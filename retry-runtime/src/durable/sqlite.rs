@@ -28,6 +28,7 @@ static SPELLING: Spelling = Spelling {
     param: '?',
     json_rows: "json_each({})",
     json_texts: "SELECT value FROM json_each({})",
+    id_in: "IN ({})",
     unhex: "unhex({})",
     lock: "",
     begin_write: Some("BEGIN IMMEDIATE"),

@@ -7,23 +7,37 @@
 //! lease was rescued cannot overwrite the newer attempt's result. Delivery is therefore
 //! at-least-once, and the idempotency key sent on every attempt lets the upstream make the
 //! effect exactly-once.
+//!
+//! Draining a backlog costs a few statements per batch, not per task: a claim takes up to
+//! `batch_size` tasks, and successes are recorded by a completer task that writes all the
+//! successes waiting for it in one statement (each still fenced), while the next ones queue.
+//! An idle [`Worker::run`] wakes when a task is handed off (in this process, or in another
+//! through PostgreSQL's `LISTEN`/`NOTIFY`), and polls as a fallback.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinError, JoinSet};
 
 use super::backoff::DurableBackoff;
 use super::clock::{Clock, SystemClock};
 use super::error::DurableError;
 use super::handler::{AlertHook, AttemptError, Handler, TaskContext, TracingAlert};
-use super::store::DurableStore;
-use super::task::{Fence, Task};
+use super::store::{Completion, DurableStore, WorkSignal};
+use super::task::{Fence, Task, TaskId};
 
 const TARGET: &str = "retry_runtime::durable";
+
+/// The most completions one write records.
+const COMPLETION_BATCH: usize = 1024;
+
+/// A successful attempt waiting for the completer, and where to say whether it was recorded
+/// (`Ok(false)`: the fence no longer held).
+type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
 
 /// Worker settings.
 ///
@@ -33,7 +47,7 @@ const TARGET: &str = "retry_runtime::durable";
 /// - `concurrency`: 16 attempts in flight (in [`Worker::run`])
 /// - `attempt_timeout`: 30 s
 /// - `lease`: 60 s (must exceed `attempt_timeout`)
-/// - `poll_interval`: 1 s (when nothing was due)
+/// - `poll_interval`: 1 s (when nothing was due and no hand-off woke the worker)
 /// - `rescue_interval`: 15 s
 /// - `alert_lease`: 60 s (how long an alert being delivered is reserved)
 /// - `shutdown_grace`: 10 s
@@ -287,6 +301,7 @@ impl<S: DurableStore> WorkerBuilder<S> {
         operations.sort();
         Ok(Worker {
             inner: Arc::new(Inner {
+                completer: Mutex::new(None),
                 store: self.store,
                 handlers: self.handlers,
                 operations,
@@ -305,6 +320,8 @@ fn default_worker_id() -> String {
 }
 
 struct Inner<S> {
+    /// Feeds the task that records successes in batches (started on first use).
+    completer: Mutex<Option<mpsc::UnboundedSender<Pending>>>,
     store: S,
     handlers: HashMap<String, Arc<dyn Handler>>,
     operations: Vec<String>,
@@ -428,6 +445,17 @@ impl<S: DurableStore> Worker<S> {
         // Alerts are checked at start-up (a crash may have left some owed), after any failure,
         // and on the rescue timer (rescues can fail tasks too).
         let mut alerts_due = true;
+        // Claim again once half a batch of slots is free (or nothing runs), not per freed slot.
+        let refill = (cfg.batch_size as usize).min(cfg.concurrency).div_ceil(2);
+        let signal = match self.inner.store.subscribe().await {
+            Ok(signal) => signal,
+            Err(e) => {
+                stats.store_errors += 1;
+                tracing::error!(target: TARGET, error = %e,
+                    "cannot listen for hand-offs; polling only");
+                WorkSignal::new(Arc::default(), None)
+            }
+        };
         tokio::pin!(shutdown);
         tracing::info!(target: TARGET, worker = %self.inner.id,
             operations = ?self.inner.operations, "durable worker started");
@@ -448,6 +476,10 @@ impl<S: DurableStore> Worker<S> {
                     .unwrap_or(now + Duration::from_secs(86_400 * 365));
                 alerts_due = true;
             }
+            // Enabled before claiming, so a hand-off committed during the claim still wakes us.
+            let handed_off = signal.notified();
+            tokio::pin!(handed_off);
+            handed_off.as_mut().enable();
             let free = cfg.concurrency.saturating_sub(set.len());
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(cfg.batch_size);
             let mut claimed = 0;
@@ -500,8 +532,10 @@ impl<S: DurableStore> Worker<S> {
                         let settled = self.settle(joined, &mut inflight).await;
                         alerts_due |= settled.failed > 0;
                         stats.absorb(settled);
-                        if wake_on_join { break; }
+                        let free = cfg.concurrency.saturating_sub(set.len());
+                        if wake_on_join && (free >= refill || set.is_empty()) { break; }
                     }
+                    () = &mut handed_off, if set.len() < cfg.concurrency => break,
                     () = &mut sleep => break,
                 }
             }
@@ -651,18 +685,29 @@ impl<S: DurableStore> Worker<S> {
         self.finish(&claimed, result).await
     }
 
-    async fn finish(&self, c: &Claimed, result: Result<Option<Vec<u8>>, AttemptError>) -> Outcome {
+    async fn finish(
+        &self,
+        c: &Claimed,
+        mut result: Result<Option<Vec<u8>>, AttemptError>,
+    ) -> Outcome {
         let inner = &self.inner;
         let now = inner.clock.now();
         let f = &c.fence;
+        let output = result.as_mut().ok().and_then(Option::take);
         let written = match &result {
-            Ok(output) => inner.store.complete(f, output.as_deref(), now).await,
-            Err(AttemptError::Permanent { message }) => {
-                inner.store.mark_failed(f, message, now).await
-            }
+            Ok(_) => self.record_success(f, output).await,
+            Err(AttemptError::Permanent { message }) => inner
+                .store
+                .mark_failed(f, message, now)
+                .await
+                .map_err(|e| e.to_string()),
             Err(AttemptError::Retry { message, .. }) if f.attempt >= c.max_attempts => {
                 let msg = format!("{message} (attempt {} of {})", f.attempt, c.max_attempts);
-                inner.store.mark_failed(f, &msg, now).await
+                inner
+                    .store
+                    .mark_failed(f, &msg, now)
+                    .await
+                    .map_err(|e| e.to_string())
             }
             Err(AttemptError::Retry {
                 message,
@@ -676,6 +721,7 @@ impl<S: DurableStore> Worker<S> {
                     .store
                     .retry_later(f, message, now.saturating_add(wait), now)
                     .await
+                    .map_err(|e| e.to_string())
             }
         };
         let task_id = f.task_id.0;
@@ -711,6 +757,57 @@ impl<S: DurableStore> Worker<S> {
                 }
             },
         }
+    }
+
+    /// Records a success through the completer, which writes many in one statement: while one
+    /// write is in flight the next successes queue and go together in the next.
+    async fn record_success(&self, fence: &Fence, output: Option<Vec<u8>>) -> Result<bool, String> {
+        let completion = Completion {
+            fence: fence.clone(),
+            output,
+        };
+        let (reply, written) = oneshot::channel();
+        match self.completer().send((completion, reply)) {
+            Ok(()) => match written.await {
+                Ok(Ok(done)) => Ok(done),
+                Ok(Err(message)) => Err(message),
+                Err(_) => Err("the completer stopped before recording the success".to_owned()),
+            },
+            Err(mpsc::error::SendError((completion, _))) => {
+                self.complete_alone(fence, completion.output).await
+            }
+        }
+    }
+
+    async fn complete_alone(&self, fence: &Fence, output: Option<Vec<u8>>) -> Result<bool, String> {
+        let inner = &self.inner;
+        inner
+            .store
+            .complete(fence, output.as_deref(), inner.clock.now())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// The completer's queue, starting it on this runtime if it is not running.
+    fn completer(&self) -> mpsc::UnboundedSender<Pending> {
+        let mut slot = self
+            .inner
+            .completer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
+            return tx.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The task holds the store and clock, not the worker: it ends when the worker (the
+        // queue's last sender) is dropped.
+        tokio::spawn(complete_batches(
+            self.inner.store.clone(),
+            Arc::clone(&self.inner.clock),
+            rx,
+        ));
+        *slot = Some(tx.clone());
+        tx
     }
 
     async fn settle(
@@ -794,5 +891,32 @@ impl<S: DurableStore> Worker<S> {
             }
         }
         Ok(delivered)
+    }
+}
+
+/// Writes queued successes, as many as are waiting (up to [`COMPLETION_BATCH`]) per statement,
+/// each fenced on its claim, and tells each attempt whether its success was recorded.
+async fn complete_batches<S: DurableStore>(
+    store: S,
+    clock: Arc<dyn Clock>,
+    mut queue: mpsc::UnboundedReceiver<Pending>,
+) {
+    let mut batch = Vec::new();
+    while queue.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
+        let (done, replies): (Vec<Completion>, Vec<_>) = batch.drain(..).unzip();
+        match store.complete_many(&done, clock.now()).await {
+            Ok(written) => {
+                let written: HashSet<TaskId> = written.into_iter().collect();
+                for (c, reply) in done.iter().zip(replies) {
+                    let _ = reply.send(Ok(written.contains(&c.fence.task_id)));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(message.clone()));
+                }
+            }
+        }
     }
 }

@@ -137,6 +137,8 @@ macro_rules! conformance_suite {
             every_attempt_gets_the_task_key,
             a_task_claimed_too_long_ago_is_not_run,
             results_are_looked_up_by_task_id,
+            batched_completions_keep_the_fence,
+            a_hand_off_wakes_an_idle_worker,
         );
     };
     (@each $attrs:tt $make:expr; $($name:ident),* $(,)?) => {

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_runtime::durable::{
-    AlertError, AttemptError, Clock, DurableBackoff, DurableError, DurableQueue, DurableStore,
-    EnqueueOptions, ManualClock, Task, TaskContext, TaskId, TaskStatus, Timestamp, Worker,
-    WorkerConfig,
+    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableQueue,
+    DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId, TaskStatus,
+    Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
 
@@ -1023,4 +1023,141 @@ pub async fn results_are_looked_up_by_task_id<S: DurableStore>(store: S) {
     assert_eq!((t.status, t.output), (TaskStatus::Succeeded, None));
 
     assert_eq!(q.get(TaskId(i64::MAX)).await.unwrap(), None);
+}
+
+/// One batched completion write keeps every task's fence: in a batch from a worker whose lease
+/// on one task was rescued (and the task re-claimed, once by another worker and once by the
+/// same worker for a newer attempt), the stale completions change nothing and the current
+/// ones complete, each with its own output.
+pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let ids = [
+        enqueue(&q, "a", EnqueueOptions::new()).await,
+        enqueue(&q, "b", EnqueueOptions::new()).await,
+        enqueue(&q, "c", EnqueueOptions::new()).await,
+        enqueue(&q, "d", EnqueueOptions::new()).await,
+    ];
+    let now = clock.now();
+    let first = store
+        .claim("slow", &ops(), 4, now.saturating_add(LEASE), now)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 4);
+    let fences: Vec<Fence> = first.iter().map(|t| t.fence().unwrap()).collect();
+
+    // The leases on all four expire; a and b go back to the queue. a is re-claimed by
+    // another worker, b by the same worker again (a newer attempt under the same owner).
+    clock.advance(LEASE + Duration::from_millis(1));
+    let rescued = store
+        .rescue_expired(2, DurableBackoff::new(), clock.now())
+        .await
+        .unwrap();
+    let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
+    assert_eq!(rescued, vec![ids[0], ids[1]], "the two oldest leases");
+    clock.advance(Duration::from_secs(3_600));
+    let now = clock.now();
+    let lease = now.saturating_add(LEASE);
+    let ops_ = ops();
+    let other = store.claim("fast", &ops_, 1, lease, now).await.unwrap();
+    let again = store.claim("slow", &ops_, 1, lease, now).await.unwrap();
+    assert_eq!((other[0].id, other[0].retry_count), (ids[0], 2));
+    assert_eq!((again[0].id, again[0].retry_count), (ids[1], 2));
+
+    let batch: Vec<Completion> = fences
+        .iter()
+        .map(|f| Completion {
+            fence: f.clone(),
+            output: Some(f.task_id.to_string().into_bytes()),
+        })
+        .collect();
+    let mut written = store.complete_many(&batch, now).await.unwrap();
+    written.sort();
+    assert_eq!(
+        written,
+        vec![ids[2], ids[3]],
+        "only the completions whose claim still holds"
+    );
+    for (id, owner) in [(ids[0], "fast"), (ids[1], "slow")] {
+        let t = get(&store, id).await;
+        assert_eq!(
+            (t.status, t.locked_by.as_deref(), t.retry_count, t.output),
+            (TaskStatus::Running, Some(owner), 2, None),
+            "the newer attempt of task {id} is untouched"
+        );
+    }
+    for id in [ids[2], ids[3]] {
+        let t = get(&store, id).await;
+        assert_eq!(t.status, TaskStatus::Succeeded);
+        assert_eq!(t.output, Some(id.to_string().into_bytes()));
+    }
+
+    // The current claims complete in one batch too; repeating the batch changes nothing.
+    let current = [
+        Completion {
+            fence: other[0].fence().unwrap(),
+            output: None,
+        },
+        Completion {
+            fence: again[0].fence().unwrap(),
+            output: Some(vec![0, 255]),
+        },
+    ];
+    assert_eq!(store.complete_many(&current, now).await.unwrap().len(), 2);
+    assert!(store.complete_many(&current, now).await.unwrap().is_empty());
+    assert_eq!(get(&store, ids[1]).await.output, Some(vec![0, 255]));
+    assert_eq!(store.counts().await.unwrap().succeeded, 4);
+}
+
+/// A hand-off wakes an idle worker at once instead of at its next poll: the second task is
+/// handed off after the worker's last claim, and the poll interval is an hour. `enqueuer` is
+/// the store the hand-offs go through (this store, or another process's connection to the
+/// same database).
+pub async fn a_hand_off_wakes_an_idle_worker_with<S: DurableStore, E: DurableStore>(
+    store: S,
+    enqueuer: E,
+) {
+    let q = DurableQueue::new(enqueuer);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    q.enqueue(OP, "first", b"", EnqueueOptions::new())
+        .await
+        .unwrap();
+    let worker = Worker::builder(store)
+        .handler(OP, move |t: TaskContext| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(t.idempotency_key);
+                Ok(())
+            }
+        })
+        .config(
+            config("w")
+                .with_poll_interval(Duration::from_secs(3_600))
+                .with_rescue_interval(Duration::from_secs(3_600)),
+        )
+        .build()
+        .unwrap();
+    let stop = Arc::new(Notify::new());
+    let run = tokio::spawn({
+        let (worker, stop) = (worker.clone(), stop.clone());
+        async move { worker.run(async move { stop.notified().await }).await }
+    });
+    assert_eq!(rx.recv().await.as_deref(), Some("first"));
+    q.enqueue(OP, "second", b"", EnqueueOptions::new())
+        .await
+        .unwrap();
+    // A guard against hanging, far below the hour-long poll: only a wake-up can meet it.
+    let second = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await;
+    assert_eq!(
+        second.ok().flatten().as_deref(),
+        Some("second"),
+        "the worker was not woken by the hand-off"
+    );
+    stop.notify_one();
+    let stats = run.await.unwrap();
+    assert_eq!(stats.succeeded, 2, "{stats:?}");
+}
+
+pub async fn a_hand_off_wakes_an_idle_worker<S: DurableStore>(store: S) {
+    a_hand_off_wakes_an_idle_worker_with(store.clone(), store).await;
 }
