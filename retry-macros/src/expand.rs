@@ -301,6 +301,10 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         }
     };
 
+    let durable_site = spec
+        .durable
+        .as_ref()
+        .map(|_| quote_spanned!(mixed=> .durable()));
     // A durable call ends through `durable::defer`: a transient failure is queued.
     let (require_durable, ending, replay_fn) = match &spec.durable {
         None => (
@@ -347,7 +351,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 #upstream,
                 #private::Method::#method,
                 ::core::concat!(::core::module_path!(), #function),
-            );
+            )#durable_site;
             let mut __retry_call = match #private::Call::at(#registry, &__RETRY_SITE, #key_value) {
                 ::core::result::Result::Ok(call) => call,
                 ::core::result::Result::Err(error) => {

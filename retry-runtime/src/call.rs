@@ -76,7 +76,15 @@ pub struct CallSite {
     upstream: &'static str,
     method: http::Method,
     operation: &'static str,
+    /// `durable = ...`: the attempts end [`HAND_OFF_RESERVE`] before the deadline.
+    durable: bool,
 }
+
+/// How long before its deadline a durable call stops its in-memory attempts, so that writing
+/// it to the durable queue ends while its caller still waits: a hand-off the caller no longer
+/// waits for reaches it as a timeout, and a keyed write that timed out is reported as unknown
+/// instead of deferred.
+pub const HAND_OFF_RESERVE: Duration = Duration::from_millis(100);
 
 impl CallSite {
     /// A call site of `upstream`, sending `method`, naming its own scope `operation`.
@@ -89,7 +97,14 @@ impl CallSite {
             upstream,
             method,
             operation,
+            durable: false,
         }
+    }
+
+    /// A call site of a `durable = ...` function: see [`HAND_OFF_RESERVE`].
+    pub const fn durable(mut self) -> Self {
+        self.durable = true;
+        self
     }
 }
 
@@ -257,14 +272,21 @@ impl<'r> Call<'r> {
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
     ) -> Result<Self, Error> {
-        Call::new(CallSpec {
+        let mut call = Call::new(CallSpec {
             registry,
             upstream: site.upstream,
             method: site.method.clone(),
             key,
             replay: Replayability::Replayable,
             operation: Some(Cow::Borrowed(site.operation)),
-        })
+        })?;
+        if site.durable {
+            call.deadline = call
+                .deadline
+                .checked_sub(HAND_OFF_RESERVE)
+                .unwrap_or(call.deadline);
+        }
+        Ok(call)
     }
 
     /// Looks the upstream up, joins the enclosing operation scope (or prepares the call's own),

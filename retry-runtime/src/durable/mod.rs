@@ -145,6 +145,7 @@ mod store;
 pub(crate) mod task;
 mod worker;
 
+pub use crate::call::HAND_OFF_RESERVE;
 pub use backoff::DurableBackoff;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use defer::defer;
