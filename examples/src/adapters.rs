@@ -7,6 +7,7 @@
 //! register        POST /orders/{id}/register   key = UUID v5(order id + "register"): retried, deduplicated upstream
 //! register_checked POST /orders/{id}/register  no key; before any retry, GET /orders/{id} says whether it happened
 //! register_once   POST /orders/{id}/register   no key, no check: never repeated once it may have been sent
+//! register_durable POST /orders/{id}/register  the key, and the durable queue when the in-memory retries stop
 //! ```
 //!
 //! Tuning (attempts, backoff, timeouts, budget, breaker, bulkhead) is not here: it lives in the
@@ -15,17 +16,19 @@
 use std::fmt;
 use std::sync::Arc;
 
+use retry_runtime::durable::Durable;
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
     Classify, Evidence, Method, PermanentCategory, Reconciled, Registry, Retry, retry,
 };
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// The namespace of the adapter's idempotency keys (UUID v5 of `"{order}:{operation}"`).
 pub const KEY_NAMESPACE: Uuid = Uuid::from_u128(0x6f1d_2a4e_8c1b_5d3a_9e7f_0b2c_4d6e_8a10);
 
 /// An order's id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OrderId(pub u64);
 
 impl fmt::Display for OrderId {
@@ -44,7 +47,7 @@ pub enum OrderStatus {
 }
 
 /// A registration to make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegisterCommand {
     /// The order to register.
     pub order: OrderId,
@@ -69,7 +72,7 @@ pub fn idempotency_key(order: OrderId, operation: &str) -> String {
 }
 
 /// A registration made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registered {
     /// The order.
     pub order: OrderId,
@@ -198,6 +201,25 @@ impl CatalogAdapter {
         hedge
     )]
     pub async fn register(&self, cmd: &RegisterCommand) -> Result<Registered, AdapterError> {
+        self.post_register(cmd).await
+    }
+
+    /// Registers the order with its key; when the in-memory retries stop on a transient failure
+    /// (an outage longer than the retry window, the breaker open), the registration is written
+    /// to the registry's durable queue and answered [`Durable::Deferred`]: the worker replays
+    /// it through this same function, with the same key, after the outage
+    /// (`CatalogAdapter::register_durable_replay`).
+    #[retry(
+        upstream = "catalog",
+        method = POST,
+        idempotency = cmd.idempotency_key(),
+        durable = "catalog.register",
+        registry = &self.registry
+    )]
+    pub async fn register_durable(
+        &self,
+        cmd: &RegisterCommand,
+    ) -> Result<Durable<Registered>, AdapterError> {
         self.post_register(cmd).await
     }
 

@@ -49,12 +49,40 @@ fn quick_mode_holds_the_headline_properties() {
     let json = std::fs::read_to_string(out.join("outage-lab.json")).expect("the JSON report");
     let report: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let cells = report["cells"].as_array().expect("cells");
+    let html = std::fs::read_to_string(out.join("outage-lab.html")).expect("the HTML report");
     assert_eq!(
         cells.len(),
-        11 * 3 + 5,
+        12 * 3 + 5,
         "every scenario under B, B-tuned and C, and B-hedged in its five"
     );
-    let html = std::fs::read_to_string(out.join("outage-lab.html")).expect("the HTML report");
+    // The long outage's durable tier, in the report: no keyed write lost (also asserted by the
+    // binary), the backlog charted.
+    assert!(
+        stdout.contains("long-outage: keyed writes through a catalog outage"),
+        "{stdout}"
+    );
+    let long: Vec<&serde_json::Value> = cells
+        .iter()
+        .filter(|c| c["scenario"] == "long-outage" && c["design"] != "C")
+        .collect();
+    assert_eq!(long.len(), 2, "B and B-tuned");
+    for cell in long {
+        for run in cell["runs"].as_array().expect("runs") {
+            // Completed eventually, or reported unknown with its key: never lost.
+            let (done, unknown, ops) = (
+                run["completed_eventually"].as_u64(),
+                run["ambiguous"].as_u64(),
+                run["operations"].as_u64(),
+            );
+            assert!(done.zip(unknown).map(|(d, u)| d + u) >= ops, "{run}");
+            assert_eq!(run["duplicate_side_effects"], 0, "{run}");
+            assert!(
+                run["deferred"].as_u64() > Some(0),
+                "the outage deferred writes: {run}"
+            );
+        }
+    }
+    assert!(html.contains("Durable backlog"), "the backlog chart");
     assert!(
         html.contains("<svg") && !html.contains("<script"),
         "inline SVG, no script"

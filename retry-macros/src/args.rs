@@ -15,13 +15,14 @@ pub(crate) const UPSTREAM: &str = "upstream";
 pub(crate) const METHOD: &str = "method";
 pub(crate) const IDEMPOTENCY: &str = "idempotency";
 pub(crate) const RECONCILE: &str = "reconcile";
+pub(crate) const DURABLE: &str = "durable";
 const REGISTRY: &str = "registry";
 const CRATE: &str = "crate";
 pub(crate) const HEDGE: &str = "hedge";
 
 /// The arguments, in the order a message lists them.
 const VALID: &str =
-    "`upstream`, `method`, `idempotency`, `reconcile`, `registry`, `crate` or `hedge`";
+    "`upstream`, `method`, `idempotency`, `reconcile`, `durable`, `registry`, `crate` or `hedge`";
 
 /// Tuning people put in retry annotations elsewhere (Resilience4j, Spring Retry, backon): each
 /// is refused with the registry key that holds it.
@@ -144,6 +145,8 @@ pub(crate) struct Args {
     pub(crate) method: Option<WithSpan<HttpMethod>>,
     pub(crate) idempotency: Option<Expr>,
     pub(crate) reconcile: Option<ExprPath>,
+    /// `durable = "operation"`: defer to the durable queue (checked in `durable`).
+    pub(crate) durable: Option<LitStr>,
     pub(crate) registry: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// Where the `hedge` flag was written.
@@ -179,6 +182,7 @@ impl Args {
             METHOD,
             IDEMPOTENCY,
             RECONCILE,
+            DURABLE,
             REGISTRY,
             CRATE,
             HEDGE,
@@ -234,6 +238,7 @@ impl Args {
             METHOD => self.method = method(cx, value),
             IDEMPOTENCY => self.idempotency = idempotency(cx, value),
             RECONCILE => self.reconcile = reconcile(cx, value),
+            DURABLE => self.durable = crate::durable::operation(cx, value),
             REGISTRY => self.registry = Some(value),
             _ => self.krate = krate(cx, value),
         }

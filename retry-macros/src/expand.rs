@@ -182,7 +182,10 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
     let (key_stmt, key_value) = match &spec.idempotency {
         Some(expr) => {
             let at = mixed.located_at(expr.span());
-            let call = quote_spanned!(at=> #private::idempotency_key(#expr));
+            let mut call = quote_spanned!(at=> #private::idempotency_key(#expr));
+            if let Some(op) = &spec.durable {
+                call = quote_spanned!(at=> #private::durable::replay_key(#op, #call));
+            }
             (
                 quote_spanned! {mixed=>
                     let __retry_key = match #call {
@@ -260,8 +263,13 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => sig.ident.span(),
     });
+    // A durable function returns `Result<Durable<T>, E>`; its body, `Result<T, E>`.
+    let body_ret = match &spec.durable {
+        Some(_) => quote_spanned!(at_ret=> <#ret as #private::durable::DurableReturn>::Body),
+        None => ret,
+    };
     let pin_type = quote_spanned! {at_ret=>
-        if let ::core::option::Option::Some(__retry_ret) = ::core::option::Option::None::<#ret> {
+        if let ::core::option::Option::Some(__retry_ret) = ::core::option::Option::None::<#body_ret> {
             #[allow(unreachable_code)]
             return __retry_ret;
         }
@@ -278,6 +286,10 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         let text = expr.to_token_stream().to_string();
         quote_spanned!(mixed=> .with_registry(#text))
     });
+    let durable_registration = spec
+        .durable
+        .as_ref()
+        .map(|op| quote_spanned!(mixed=> .with_durable(#op)));
     let registration = quote_spanned! {mixed=>
         #private::inventory::submit! {
             #private::Registration::new(
@@ -285,7 +297,45 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 ::core::concat!(::core::module_path!(), #function),
                 ::core::file!(),
                 ::core::line!(),
-            )#injected
+            )#injected #durable_registration
+        }
+    };
+
+    let durable_site = spec
+        .durable
+        .as_ref()
+        .map(|_| quote_spanned!(mixed=> .durable()));
+    // A durable call ends through `durable::defer`: a transient failure is queued.
+    let (require_durable, ending, replay_fn) = match &spec.durable {
+        None => (
+            TokenStream::new(),
+            quote_spanned! {mixed=>
+                #private::Step::Done(result) => return result,
+                #ambiguous_arm
+            },
+            TokenStream::new(),
+        ),
+        Some(op) => {
+            let payload = crate::durable::payload(&private, &sig);
+            (
+                quote_spanned!(mixed=> #private::require_durable!();),
+                quote_spanned! {mixed=>
+                    #private::Step::Done(::core::result::Result::Ok(value)) => {
+                        return ::core::result::Result::Ok(#private::durable::Durable::Done(value));
+                    }
+                    #private::Step::Done(::core::result::Result::Err(error)) => {
+                        return #private::durable::defer(
+                            &mut __retry_call, #op, error, ::core::option::Option::None, #payload,
+                        ).await;
+                    }
+                    #private::Step::Ambiguous { error, ambiguous } => {
+                        return #private::durable::defer(
+                            &mut __retry_call, #op, error, ::core::option::Option::Some(ambiguous), #payload,
+                        ).await;
+                    }
+                },
+                crate::durable::replay_fn(&private, op, &vis, &sig),
+            )
         }
     };
 
@@ -316,13 +366,14 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         #(#outer)*
         #vis #sig {
             #(#inner)*
+            #require_durable
             #registration
             #key_stmt
             static __RETRY_SITE: #private::CallSite = #private::CallSite::new(
                 #upstream,
                 #private::Method::#method,
                 ::core::concat!(::core::module_path!(), #function),
-            );
+            )#durable_site;
             let mut __retry_call = match #private::Call::at(#registry, &__RETRY_SITE, #key_value) {
                 ::core::result::Result::Ok(call) => call,
                 ::core::result::Result::Err(error) => {
@@ -333,11 +384,11 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 let __retry_result = #attempt;
                 match __retry_call.settle(__retry_result).await {
                     #private::Step::Retry => {}
-                    #private::Step::Done(result) => return result,
-                    #ambiguous_arm
+                    #ending
                 }
             }
         }
+        #replay_fn
     }
 }
 

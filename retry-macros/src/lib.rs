@@ -10,6 +10,7 @@
 mod args;
 mod classify;
 mod ctxt;
+mod durable;
 mod expand;
 mod fallback;
 mod infer;
@@ -45,10 +46,17 @@ fn retry2(
     };
     let cx = ctxt::Ctxt::new();
     let args = args::Args::parse(&cx, args);
+    let durable = args.durable.is_some().then(|| args.krate.clone());
     let spec = validate::validate(&cx, args, &function);
     match (cx.check(), spec) {
         (Ok(()), Some(spec)) => expand::expand(spec, function),
-        (Err(errors), _) => fallback::expand_fn(function, errors),
+        (Err(errors), _) => {
+            let function = match durable {
+                Some(krate) => durable::fallback(function, krate),
+                None => function,
+            };
+            fallback::expand_fn(function, errors)
+        }
         (Ok(()), None) => {
             let error = syn::Error::new(
                 proc_macro2::Span::call_site(),

@@ -19,6 +19,8 @@ pub(crate) struct Spec {
     pub(crate) registry: Option<syn::Expr>,
     /// Whether the body may run as several copies at once (`hedge`).
     pub(crate) hedge: bool,
+    /// `durable = "operation"`, checked by `durable::check`.
+    pub(crate) durable: Option<LitStr>,
 }
 
 pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
@@ -98,6 +100,8 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         // A key or a check given with an invalid value was already reported.
         && !args.saw(IDEMPOTENCY)
         && !args.saw(RECONCILE)
+        // A durable write has its own message: a reconcile check does not make it durable.
+        && args.durable.is_none()
     {
         let why = if matches!(m, HttpMethod::Put | HttpMethod::Delete) {
             "is retried only with a key the upstream deduplicates: its response may be lost after \
@@ -125,6 +129,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
     if let Some(at) = args.hedge {
         check_hedge(cx, at, method.map(|(m, _)| m), &args, item);
     }
+    crate::durable::check(cx, &args, item, method.map(|(m, _)| m));
 
     Some(Spec {
         krate: args
@@ -136,6 +141,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         reconcile: args.reconcile,
         registry: args.registry,
         hedge: args.hedge.is_some(),
+        durable: args.durable,
     })
 }
 

@@ -85,7 +85,15 @@ pub struct CallSite {
     upstream: &'static str,
     method: http::Method,
     operation: &'static str,
+    /// `durable = ...`: the attempts end [`HAND_OFF_RESERVE`] before the deadline.
+    durable: bool,
 }
+
+/// How long before its deadline a durable call stops its in-memory attempts, so that writing
+/// it to the durable queue ends while its caller still waits: a hand-off the caller no longer
+/// waits for reaches it as a timeout, and a keyed write that timed out is reported as unknown
+/// instead of deferred.
+pub const HAND_OFF_RESERVE: Duration = Duration::from_millis(100);
 
 impl CallSite {
     /// A call site of `upstream`, sending `method`, naming its own scope `operation`.
@@ -98,7 +106,14 @@ impl CallSite {
             upstream,
             method,
             operation,
+            durable: false,
         }
+    }
+
+    /// A call site of a `durable = ...` function: see [`HAND_OFF_RESERVE`].
+    pub const fn durable(mut self) -> Self {
+        self.durable = true;
+        self
     }
 }
 
@@ -219,6 +234,20 @@ pub struct Call<'r> {
     /// The backoff timer, made at the first retry and reset for the next ones (boxed: a call
     /// that never retries carries no timer in its future).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Why the call stopped, and on what (judged only when asked: [`Call::deferrable`]).
+    stopped: Option<(DenyReason, Failure)>,
+}
+
+/// Why a call stopped, when its failure is one that time can clear: the retries, the budget,
+/// the deadline or the in-memory window ran out on a failure the rules would have retried, or
+/// the upstream's breaker or bulkhead turned the attempt away. A durable call hands such a
+/// call to its queue instead of failing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransientStop {
+    /// What stopped the retries.
+    pub reason: DenyReason,
+    /// The wait the upstream asked for, if any.
+    pub retry_after: Option<Duration>,
 }
 
 /// The span of one retrying call. At `DEBUG`: a service logging at `INFO` pays nothing for it.
@@ -267,14 +296,21 @@ impl<'r> Call<'r> {
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
     ) -> Result<Self, Error> {
-        Call::new(CallSpec {
+        let mut call = Call::new(CallSpec {
             registry,
             upstream: site.upstream,
             method: site.method.clone(),
             key,
             replay: Replayability::Replayable,
             operation: Some(Cow::Borrowed(site.operation)),
-        })
+        })?;
+        if site.durable {
+            call.deadline = call
+                .deadline
+                .checked_sub(HAND_OFF_RESERVE)
+                .unwrap_or(call.deadline);
+        }
+        Ok(call)
     }
 
     /// Looks the upstream up, joins the enclosing operation scope (or prepares the call's own),
@@ -346,6 +382,29 @@ impl<'r> Call<'r> {
             last_failure: None,
             rotations: 0,
             rotation_marks: [None; 2],
+            stopped: None,
+        })
+    }
+
+    /// The registry the call runs in.
+    pub fn registry(&self) -> &'r Registry {
+        self.registry
+    }
+
+    /// The idempotency key every attempt carries.
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// After the call ended (with [`Step::Done`] carrying an error, or [`Step::Ambiguous`]):
+    /// the transient failure it stopped on, when replaying it later with the same key is safe
+    /// (a read, or a write with a key the upstream deduplicates). `None` for a permanent
+    /// failure, or for a write that repeating could apply twice.
+    pub fn deferrable(&self) -> Option<TransientStop> {
+        let (reason, failure) = self.stopped?;
+        (self.safety.is_safe() && self.is_transient(reason, &failure)).then_some(TransientStop {
+            reason,
+            retry_after: failure.retry_after,
         })
     }
 
@@ -904,6 +963,7 @@ impl<'r> Call<'r> {
             if let Some(last) = self.last_failure {
                 return self.stop(DenyReason::Deadline, error, &last);
             }
+            self.stopped = Some((DenyReason::Deadline, Failure::new(Evidence::NotSent)));
             observe::denied(self.upstream.name(), DenyReason::Deadline);
             self.finish(CallKind::of(false, self.attempt));
             return Step::Done(Err(error));
@@ -1185,6 +1245,7 @@ impl<'r> Call<'r> {
     where
         E: Classify + Display,
     {
+        self.stopped = Some((reason, *failure));
         let unknown = match (failure.evidence, failure.status) {
             _ if self.safety == Safety::Read => None,
             (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
@@ -1202,6 +1263,54 @@ impl<'r> Call<'r> {
                 self.record_denial(reason, "not retrying, and the write's outcome is unknown");
                 self.ambiguous_step(ambiguity, error, failure)
             }
+        }
+    }
+
+    /// Whether the failure that stopped the call for `reason` is one that time can clear: a
+    /// refusal by the breaker or bulkhead, the callee's pushback, shutdown, a wait longer than
+    /// the in-memory window,
+    /// or retries, budget or deadline spent on a failure the engine retries when there is room
+    /// (asked again with room: a 400 on the last attempt is not transient, a 503 is).
+    fn is_transient(&self, reason: DenyReason, failure: &Failure) -> bool {
+        match reason {
+            DenyReason::CircuitOpen
+            | DenyReason::BulkheadFull
+            | DenyReason::RuntimeDraining
+            | DenyReason::RetryAfterBeyondWindow
+            | DenyReason::Pushback(_) => true,
+            DenyReason::MaxAttempts | DenyReason::BudgetExhausted | DenyReason::Deadline => {
+                let config = self.upstream.config();
+                let ctx = Context {
+                    attempt: 1,
+                    max_attempts: 2,
+                    operation_retries_left: 1,
+                    budget_has_token: true,
+                    replay: self.replay,
+                    draining: false,
+                    remaining: crate::config::MAX_IN_MEMORY_WINDOW,
+                    min_attempt_budget: config.min_attempt_budget,
+                    safety: self.safety,
+                    transient_500: config.transient_500,
+                    can_refresh_auth: false,
+                    backoff: &config.backoff,
+                    previous_delay: Duration::ZERO,
+                };
+                let mut roomy = *failure;
+                roomy.retry_after = None;
+                roomy.already_retried = false;
+                // The delay is not used: any seed will do.
+                let mut rng = fastrand::Rng::with_seed(0);
+                matches!(
+                    self.registry.engine().decide(&ctx, &roomy, &mut rng),
+                    Decision::Retry { .. }
+                        | Decision::Denied(
+                            DenyReason::CircuitOpen
+                                | DenyReason::BulkheadFull
+                                | DenyReason::Pushback(_)
+                        )
+                )
+            }
+            _ => false,
         }
     }
 

@@ -119,6 +119,16 @@ pub enum Error {
         /// What the last attempt failed with (its status, or how far it got).
         last_error: String,
     },
+    /// A `#[retry(durable = ...)]` call stopped on a transient failure, and its registry has
+    /// no durable queue to defer it to (register one with `Registry::set_durable_queue` at
+    /// start-up; `Registry::verify` reports every such function). The in-memory attempts may
+    /// have been sent.
+    NoDurableQueue {
+        /// The `durable = ...` operation.
+        operation: &'static str,
+        /// What the last in-memory attempt failed with.
+        last_error: String,
+    },
     /// An HTTP attempt failed (feature `http`); see [`HttpError`](crate::http::HttpError).
     #[cfg(feature = "http")]
     Http(crate::http::error::HttpError),
@@ -197,6 +207,15 @@ impl fmt::Display for Error {
                 "shutdown started while waiting to retry `{upstream}`: no attempt after the \
                  {attempts} made; the last failed with: {last_error}"
             ),
+            Error::NoDurableQueue {
+                operation,
+                last_error,
+            } => write!(
+                f,
+                "`{operation}` could not be deferred: no durable queue is registered (call \
+                 `Registry::set_durable_queue` at start-up); the last attempt failed with: \
+                 {last_error}"
+            ),
             #[cfg(feature = "http")]
             Error::Http(e) => e.fmt(f),
         }
@@ -245,7 +264,8 @@ impl Classify for Error {
             #[cfg(feature = "http")]
             Error::Http(e) => e.evidence(),
             Error::Ambiguous(a) => a.evidence,
-            Error::AttemptTimeout { .. } => Evidence::SentNoResponse,
+            // The in-memory attempts before it may have been sent.
+            Error::AttemptTimeout { .. } | Error::NoDurableQueue { .. } => Evidence::SentNoResponse,
             Error::UnknownUpstream { .. }
             | Error::DeadlineExceeded { .. }
             | Error::InvalidIdempotencyKey(_)
@@ -267,7 +287,9 @@ impl Classify for Error {
 
     fn permanent(&self) -> Option<PermanentCategory> {
         match self {
-            Error::UnknownUpstream { .. } => Some(PermanentCategory::Configuration),
+            Error::UnknownUpstream { .. } | Error::NoDurableQueue { .. } => {
+                Some(PermanentCategory::Configuration)
+            }
             Error::InvalidIdempotencyKey(_) => Some(PermanentCategory::InvalidRequest),
             Error::RefreshFailed(_) => Some(PermanentCategory::Auth),
             // An ambiguous outcome below must not be retried above: that is how one layer's

@@ -25,6 +25,10 @@ pub enum KeyError {
     TooLong(usize),
     /// The key holds a byte not allowed in an HTTP header value (CR, LF, NUL, other controls).
     NotAHeaderValue,
+    /// A durable replay computed a key other than the one stored with its task: the key
+    /// expression does not depend on the arguments alone (a clock, a random UUID), so each
+    /// replay would be a new write.
+    ChangedOnReplay,
 }
 
 impl fmt::Display for KeyError {
@@ -33,6 +37,7 @@ impl fmt::Display for KeyError {
             KeyError::Empty => f.write_str("the idempotency key is empty: derive it from the operation (e.g. UUID v5 of order id + operation)"),
             KeyError::TooLong(n) => write!(f, "the idempotency key is {n} bytes, above 255: use a UUID"),
             KeyError::NotAHeaderValue => f.write_str("the idempotency key contains control characters (CR, LF, ...) that cannot go in a header: use a UUID"),
+            KeyError::ChangedOnReplay => f.write_str("the idempotency key of this durable replay differs from the one its task was queued with: derive the key from the call's arguments only (never a clock or a random UUID), so every replay is the same write"),
         }
     }
 }

@@ -203,4 +203,35 @@ pub mod __private {
     pub use ::core;
     pub use ::inventory;
     pub use ::std;
+
+    /// What a `#[retry(durable = ...)]` expansion calls.
+    #[cfg(feature = "durable")]
+    pub mod durable {
+        pub use crate::durable::{
+            Durable, DurableReturn, Replay, StoredArg, TaskContext, decode, defer, encode,
+            replay_key, replaying, stored,
+        };
+    }
+
+    /// Refuses `durable = ...` without the feature, in words that name it.
+    #[cfg(not(feature = "durable"))]
+    #[macro_export]
+    #[doc(hidden)]
+    macro_rules! __retry_require_durable {
+        () => {
+            ::core::compile_error!(
+                "`#[retry(durable = ...)]` needs the durable queue: enable retry-runtime's \
+                 `durable-sqlite` or `durable-postgres` feature"
+            );
+        };
+    }
+
+    /// Refuses `durable = ...` without the feature, in words that name it.
+    #[cfg(feature = "durable")]
+    #[macro_export]
+    #[doc(hidden)]
+    macro_rules! __retry_require_durable {
+        () => {};
+    }
+    pub use crate::__retry_require_durable as require_durable;
 }

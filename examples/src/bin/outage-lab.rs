@@ -22,7 +22,8 @@ use retry_examples::lab::{self, Design, LabConfig, Progress, Scenario, checks, r
 ///
 /// Scenarios: always-503, 429-retry-after, 503-no-retry-after, transient-outage,
 /// brief-slowdown, brief-slowdown-ignores-deadline, slow-catalog, slow-tail, reset-write-keyed,
-/// reset-write-unkeyed, reset-write-reconciled.
+/// reset-write-unkeyed, reset-write-reconciled, long-outage (twice --duration, 503 for three
+/// quarters of it: `--scenario long-outage --duration 20` is a 30 s outage).
 ///
 /// Prints a table and a ranking, writes outage-lab.json and outage-lab.html (charts) under
 /// --out. With --quick, runs every scenario briefly and exits non-zero if an asserted headline
@@ -58,6 +59,10 @@ struct Args {
     /// Directory for the JSON and HTML reports.
     #[arg(long, default_value = "target/outage-lab")]
     out: PathBuf,
+    /// The long outage's durable queue on this PostgreSQL database (a schema per run, dropped
+    /// after it) instead of an SQLite file in a temporary directory.
+    #[arg(long)]
+    database_url: Option<String>,
     /// Two seconds of every scenario (about 20 s in all; every design side by side, the
     /// limited-capacity scenarios too), asserting the headline properties: B
     /// and B-tuned make at most one catalog call per operation under a dead catalog and no
@@ -134,6 +139,7 @@ fn main() -> std::process::ExitCode {
         isolate: !args.quick,
         out: args.out,
         upstreams,
+        database_url: args.database_url,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -172,6 +178,9 @@ fn main() -> std::process::ExitCode {
     println!("{}", report::table(&aggregates));
     println!("{}\n", report::LEGEND);
     println!("{}", report::summary(&aggregates));
+    if let Some(table) = report::long_outage(&aggregates) {
+        println!("{table}");
+    }
     if let Some(note) = report::transient_note(&config, &aggregates) {
         println!("transient-outage: {note}\n");
     }

@@ -30,6 +30,10 @@ use bytes::Bytes;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
+use retry_runtime::durable::{
+    Durable, DurableBackoff, DurableQueue, EnqueueOptions, PgStore, PgStoreOptions, SqliteStore,
+    Worker, WorkerConfig,
+};
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
 use retry_runtime::tower::{InboundLimits, ScopeLayer};
 use retry_runtime::{Method, Pushback, Registry, Retry, propagation};
@@ -157,6 +161,148 @@ pub struct Chain {
     pub middle: Server,
     /// Calls B's services answered at once because a breaker was open (A and C: none).
     pub breaker_refusals: Arc<BreakerRefusals>,
+    /// The middle's durable queue and worker (B and B-tuned, in the long outage).
+    pub durable: Option<DurableTier>,
+}
+
+/// The durable queue of one chain, on either backend.
+#[derive(Clone, Debug)]
+pub enum LabQueue {
+    /// An SQLite file in a temporary directory (the default).
+    Sqlite(DurableQueue<SqliteStore>),
+    /// A schema of its own in the PostgreSQL database given with `--database-url`.
+    Postgres(DurableQueue<PgStore>),
+}
+
+impl LabQueue {
+    /// Tasks not finished yet (pending or running): the backlog.
+    pub async fn outstanding(&self) -> Result<u64, retry_runtime::durable::DurableError> {
+        Ok(match self {
+            LabQueue::Sqlite(q) => q.counts().await?.outstanding(),
+            LabQueue::Postgres(q) => q.counts().await?.outstanding(),
+        })
+    }
+}
+
+/// The middle's durable tier: its queue, and the worker replaying deferred registrations
+/// (stopped, and its files or schema removed, when the chain is dropped).
+pub struct DurableTier {
+    /// The queue the middle's adapter defers to.
+    pub queue: LabQueue,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Dir(std::path::PathBuf),
+    Schema(PgStore, String),
+}
+
+impl Drop for DurableTier {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match &self.cleanup {
+            Cleanup::Dir(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Cleanup::Schema(store, schema) => {
+                let (store, sql) = (
+                    store.clone(),
+                    format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"),
+                );
+                tokio::spawn(async move {
+                    use retry_runtime::durable::sqlx;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(store.pool())
+                        .await;
+                    store.close().await;
+                });
+            }
+        }
+    }
+}
+
+/// How the lab's durable worker replays: it polls every 100 ms and backs off 0.5 s, 1 s, 2 s,
+/// then every 2 s (the library's default, 2 s doubling to an hour, suits production, not a
+/// run of seconds); 60 attempts cover the longest outage the lab documents.
+fn lab_worker_config() -> WorkerConfig {
+    WorkerConfig::new()
+        .with_poll_interval(Duration::from_millis(100))
+        .with_backoff(
+            DurableBackoff::new()
+                .with_base(Duration::from_millis(250))
+                .with_cap(Duration::from_secs(2)),
+        )
+}
+
+/// The durable attempts of a lab task before it fails and alerts.
+const LAB_DURABLE_ATTEMPTS: u32 = 60;
+
+static TIER: AtomicUsize = AtomicUsize::new(0);
+
+/// Opens the middle's durable queue (SQLite in a temporary directory, or a schema of its own
+/// in `database_url`), registers it with the middle's registry and starts its worker.
+async fn durable_tier(
+    adapter: Arc<CatalogAdapter>,
+    registry: &Registry,
+    database_url: Option<&str>,
+) -> std::io::Result<DurableTier> {
+    let n = TIER.fetch_add(1, Ordering::Relaxed);
+    let name = format!("retry_lab_{}_{n}", std::process::id());
+    let io = |e: retry_runtime::durable::DurableError| std::io::Error::other(e.to_string());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = EnqueueOptions::new().with_max_attempts(LAB_DURABLE_ATTEMPTS);
+    let replay = CatalogAdapter::register_durable_replay(adapter);
+    let (queue, cleanup) = match database_url {
+        None => {
+            let dir = std::env::temp_dir().join(&name);
+            let store = SqliteStore::open(dir.join("queue.sqlite"))
+                .await
+                .map_err(io)?;
+            let queue = DurableQueue::new(store.clone());
+            registry.set_durable_queue_with(queue.clone(), options);
+            let worker = Worker::builder(store)
+                .replay(replay)
+                .config(lab_worker_config())
+                .build()
+                .map_err(io)?;
+            tokio::spawn(async move {
+                worker
+                    .run(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+            });
+            (LabQueue::Sqlite(queue), Cleanup::Dir(dir))
+        }
+        Some(url) => {
+            let store = PgStore::connect_with(PgStoreOptions::new(url).with_schema(&name))
+                .await
+                .map_err(io)?;
+            let queue = DurableQueue::new(store.clone());
+            registry.set_durable_queue_with(queue.clone(), options);
+            let worker = Worker::builder(store.clone())
+                .replay(replay)
+                .config(lab_worker_config())
+                .build()
+                .map_err(io)?;
+            tokio::spawn(async move {
+                worker
+                    .run(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+            });
+            (LabQueue::Postgres(queue), Cleanup::Schema(store, name))
+        }
+    };
+    Ok(DurableTier {
+        queue,
+        stop: Some(stop),
+        cleanup,
+    })
 }
 
 /// Calls refused by an open breaker, per breaker.
@@ -185,9 +331,11 @@ pub async fn start(
     contract: WriteContract,
     catalog_url: String,
     registries: Registries,
+    database_url: Option<&str>,
 ) -> std::io::Result<Chain> {
     let breaker_refusals = Arc::new(BreakerRefusals::default());
     let refused = breaker_refusals.clone();
+    let mut durable = None;
     let middle = match design {
         Design::A => {
             let client = reqwest_middleware::ClientBuilder::new(plain_client())
@@ -220,6 +368,10 @@ pub async fn start(
                 .config()
                 .deadline;
             let adapter = Arc::new(CatalogAdapter::new(catalog_url, registries.middle.clone()));
+            if contract == WriteContract::Durable {
+                durable =
+                    Some(durable_tier(adapter.clone(), &registries.middle, database_url).await?);
+            }
             let handler = FnService(move |request: Req| {
                 middle_b(adapter.clone(), contract, request, refused.clone())
             });
@@ -280,6 +432,7 @@ pub async fn start(
         api,
         middle,
         breaker_refusals,
+        durable,
     })
 }
 
@@ -293,7 +446,7 @@ fn plain_client() -> reqwest::Client {
 
 /// The API derives the idempotency key of a keyed write (every design sends it).
 fn add_key(request: &mut Req, contract: WriteContract) {
-    if contract == WriteContract::Keyed
+    if contract.keyed()
         && request.method() == Method::POST
         && let Some(order) = servers::order_of(request.uri().path())
     {
@@ -412,23 +565,25 @@ async fn api_b(
     let upstream = registry.upstream("middle").expect("a `middle` upstream");
     let deadline = upstream.config().deadline;
     let call = Retry::in_registry(&registry, "middle").method(method.clone());
-    let call = if contract == WriteContract::Keyed && method == Method::POST {
+    let call = if contract.keyed() && method == Method::POST {
         call.idempotency(RegisterCommand::new(OrderId(order)).idempotency_key())
     } else {
         call
     };
-    let result: Result<Bytes, AdapterError> = retry_runtime::operation("api")
+    let result: Result<(u16, Bytes), AdapterError> = retry_runtime::operation("api")
         .deadline(deadline)
         .run(call.run(|_attempt| {
             let request = client.request(method.clone(), &url);
             async move {
                 let response = request.send_attempt().await?;
-                Ok(response.read_bytes().await?)
+                // 202: the middle deferred the write to its durable queue.
+                let status = response.status().as_u16();
+                Ok((status, response.read_bytes().await?))
             }
         }))
         .await;
     match result {
-        Ok(body) => servers::respond(200, body),
+        Ok((status, body)) => servers::respond(status, body),
         Err(e) => error_response(&e, &refused.api),
     }
 }
@@ -453,6 +608,13 @@ async fn middle_b(
     let cmd = RegisterCommand::new(order);
     let keyed = request.headers().contains_key(IDEMPOTENCY_KEY);
     let result = match (keyed, contract) {
+        (true, WriteContract::Durable) => match adapter.register_durable(&cmd).await {
+            Ok(Durable::Done(registered)) => Ok(registered),
+            Ok(Durable::Deferred(call)) => {
+                return servers::respond(202, format!(r#"{{"deferred":{}}}"#, call.task_id()));
+            }
+            Err(e) => Err(e),
+        },
         (true, _) => adapter.register(&cmd).await,
         (false, WriteContract::Reconciled) => adapter.register_checked(&cmd).await,
         (false, _) => adapter.register_once(&cmd).await,

@@ -20,6 +20,8 @@ pub enum Outcome {
     Failed,
     /// The API said the write's outcome is unknown.
     Ambiguous,
+    /// 202: the write was deferred to the durable queue, to be completed later.
+    Deferred,
 }
 
 /// How long a user waits for an operation before giving up (it then counts as failed).
@@ -89,6 +91,10 @@ pub async fn drive(
                 client.get(format!("{api}/orders/{id}"))
             };
             let outcome = match request.send().await {
+                Ok(r) if r.status() == http::StatusCode::ACCEPTED => {
+                    let _ = r.bytes().await;
+                    Outcome::Deferred
+                }
                 Ok(r) if r.status().is_success() => {
                     let _ = r.bytes().await;
                     Outcome::Ok

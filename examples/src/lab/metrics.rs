@@ -77,6 +77,17 @@ pub struct RunMetrics {
     /// Calls B's services answered at once because a breaker was open: the API's breaker on
     /// the middle, the middle's on the catalog.
     pub breaker_refusals: [usize; 2],
+    /// Operations answered "deferred to the durable queue" (202).
+    pub deferred: usize,
+    /// Operations whose write the catalog executed by the end of the run (after the durable
+    /// tier drained): writes completed eventually, whatever the user was told at first.
+    pub completed: usize,
+    /// The durable queue's outstanding tasks over time: (seconds from start, tasks); empty
+    /// without a durable tier.
+    pub backlog: Vec<(f64, u64)>,
+    /// Time from the fault clearing until the durable backlog was empty (`Some(None)`: it
+    /// never was); `None` without a durable tier.
+    pub drained_after: Option<Option<Duration>>,
     /// Every operation's start, from the start of the load (for [`RunMetrics::started_beyond`]).
     starts: Vec<Duration>,
     /// The scenario's fault window, if it has one.
@@ -84,6 +95,31 @@ pub struct RunMetrics {
 }
 
 impl RunMetrics {
+    /// Records the durable backlog series, and when it drained after the fault cleared.
+    pub fn set_backlog(&mut self, backlog: Vec<(f64, u64)>) {
+        if backlog.is_empty() {
+            return;
+        }
+        let cleared = self.fault.map_or(0.0, |(_, until)| until.as_secs_f64());
+        // The first sample after the fault from which the backlog stays empty.
+        let drained = match backlog.iter().rposition(|(_, n)| *n > 0) {
+            None => Some(cleared),
+            Some(last) => backlog.get(last + 1).map(|(t, _)| *t),
+        }
+        .map(|t| (t - cleared).max(0.0));
+        self.drained_after = Some(drained.map(Duration::from_secs_f64));
+        self.backlog = backlog;
+    }
+
+    /// Writes completed eventually, in `[0, 1]`.
+    pub fn completed_rate(&self) -> f64 {
+        if self.ops == 0 {
+            0.0
+        } else {
+            self.completed as f64 / self.ops as f64
+        }
+    }
+
     /// Success rate in `[0, 1]`.
     pub fn success_rate(&self) -> f64 {
         if self.ops == 0 {
@@ -179,6 +215,13 @@ pub fn compute(
         timeline,
         lag_p99: percentile(&lags, 0.99),
         breaker_refusals: [0; 2],
+        deferred: records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Deferred)
+            .count(),
+        completed: records.iter().filter(|r| executed(r.id) > 0).count(),
+        backlog: Vec::new(),
+        drained_after: None,
         starts: records.iter().map(|r| r.start).collect(),
         fault: scenario.outage_window(duration),
         latencies,
@@ -255,6 +298,15 @@ pub struct Aggregate {
     pub lag_p99: Duration,
     /// See [`RunMetrics::breaker_refusals`], summed.
     pub breaker_refusals: [usize; 2],
+    /// See [`RunMetrics::deferred`], summed.
+    pub deferred: usize,
+    /// Writes completed eventually ([`RunMetrics::completed`]), as a rate.
+    pub completed: Spread,
+    /// The durable backlog per sample, averaged over seeds (empty without a durable tier).
+    pub backlog: Vec<(f64, f64)>,
+    /// Seconds from the fault clearing to an empty backlog, the slowest seed (`None` without a
+    /// durable tier; infinite when a seed never drained).
+    pub drained_after_s: Option<f64>,
 }
 
 impl Aggregate {
@@ -350,6 +402,31 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
         breaker_refusals: runs.iter().fold([0; 2], |[a, m], r| {
             [a + r.breaker_refusals[0], m + r.breaker_refusals[1]]
         }),
+        deferred: runs.iter().map(|m| m.deferred).sum(),
+        completed: Spread::of(
+            if ops == 0 {
+                0.0
+            } else {
+                runs.iter().map(|m| m.completed).sum::<usize>() as f64 / ops as f64
+            },
+            runs.iter().map(RunMetrics::completed_rate),
+        ),
+        backlog: {
+            let samples = runs.iter().map(|m| m.backlog.len()).min().unwrap_or(0);
+            (0..samples)
+                .map(|i| {
+                    let t = runs[0].backlog[i].0;
+                    let mean =
+                        runs.iter().map(|m| m.backlog[i].1 as f64).sum::<f64>() / runs.len() as f64;
+                    (t, mean)
+                })
+                .collect()
+        },
+        drained_after_s: runs
+            .iter()
+            .filter_map(|m| m.drained_after)
+            .map(|d| d.map_or(f64::INFINITY, |d| d.as_secs_f64()))
+            .reduce(f64::max),
         runs,
     }
 }

@@ -69,6 +69,9 @@ pub struct LabConfig {
     pub out: PathBuf,
     /// Designs B and B-tuned's upstreams.
     pub upstreams: config::LabUpstreams,
+    /// The durable queue's PostgreSQL database (a schema per run); `None`: an SQLite file in
+    /// a temporary directory.
+    pub database_url: Option<String>,
 }
 
 impl Default for LabConfig {
@@ -83,6 +86,7 @@ impl Default for LabConfig {
             isolate: true,
             out: PathBuf::from("target/outage-lab"),
             upstreams: config::LabUpstreams::builtin(),
+            database_url: None,
         }
     }
 }
@@ -114,7 +118,7 @@ impl LabConfig {
                 } else {
                     1
                 };
-                rounds as f64 * self.duration.as_secs_f64()
+                rounds as f64 * s.run_length(self.duration).as_secs_f64()
             })
             .sum()
     }
@@ -169,9 +173,10 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     let total: usize = plan
         .iter()
         .map(|(scenario, seeds)| {
+            let length = scenario.run_length(config.duration);
             let ops: usize = seeds
                 .iter()
-                .map(|seed| load::schedule(*seed, config.load, config.duration).len())
+                .map(|seed| load::schedule(*seed, config.load, length).len())
                 .sum();
             ops * config.designs_in(*scenario).len()
         })
@@ -212,7 +217,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
             ));
             // The next scenario starts when this one's load ends.
             if let Ok(start) = load_start.await {
-                tokio::time::sleep_until(start + config.duration).await;
+                tokio::time::sleep_until(start + scenario.run_length(config.duration)).await;
             }
         }
     }
@@ -238,16 +243,18 @@ async fn run_together(
     started: Option<oneshot::Sender<Instant>>,
 ) -> std::io::Result<Vec<RunMetrics>> {
     let mut chains = Vec::new();
+    let duration = scenario.run_length(config.duration);
     for seed in seeds.iter().copied() {
-        let schedule = Arc::new(load::schedule(seed, config.load, config.duration));
+        let schedule = Arc::new(load::schedule(seed, config.load, duration));
         for design in designs.iter().copied() {
-            let state = catalog::CatalogState::new(scenario, seed, config.duration, config.load);
+            let state = catalog::CatalogState::new(scenario, seed, duration, config.load);
             let catalog_server = catalog::start(state.clone()).await?;
             let chain = designs::start(
                 design,
                 scenario.write_contract(),
                 catalog_server.url(),
                 config.upstreams.registries(design, seed),
+                config.database_url.as_deref(),
             )
             .await?;
             chains.push((design, seed, schedule.clone(), state, catalog_server, chain));
@@ -266,8 +273,13 @@ async fn run_together(
         let api = chain.api.url();
         let refusals = chain.breaker_refusals.clone();
         let progress = progress.clone();
+        let queue = chain.durable.as_ref().map(|tier| tier.queue.clone());
         runs.spawn(async move {
             let sampler = tokio::spawn(sample(state.clone(), start));
+            let backlog = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let backlog_sampler = queue
+                .clone()
+                .map(|queue| tokio::spawn(sample_backlog(queue, start, backlog.clone())));
             let done = move || progress.op_done();
             let records = tokio::time::timeout(
                 schedule.last().copied().unwrap_or_default() + DRAIN_LIMIT,
@@ -280,30 +292,69 @@ async fn run_together(
             while state.in_flight() > 0 && Instant::now() < quiet_by {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            // The durable tier's backlog drains after the outage: wait for it (bounded).
+            if let Some(queue) = &queue {
+                let drained_by = Instant::now() + DRAIN_LIMIT;
+                while queue.outstanding().await.unwrap_or(0) > 0 && Instant::now() < drained_by {
+                    tokio::time::sleep(SAMPLE_EVERY).await;
+                }
+            }
+            if let Some(sampler) = backlog_sampler {
+                sampler.abort();
+            }
+            // The last word: the backlog when the run ended (empty once drained).
+            if let Some(queue) = &queue
+                && let Ok(n) = queue.outstanding().await
+            {
+                backlog
+                    .lock()
+                    .unwrap()
+                    .push((start.elapsed().as_secs_f64(), n));
+            }
             sampler.abort();
             let refused = refusals.get();
-            (design, seed, state, records, refused)
+            let backlog = std::mem::take(&mut *backlog.lock().unwrap());
+            (design, seed, state, records, refused, backlog)
         });
     }
     let mut results = Vec::new();
     while let Some(run) = runs.join_next().await {
-        let (design, seed, state, records, refused) = run.expect("a run task does not panic");
+        let (design, seed, state, records, refused, backlog) =
+            run.expect("a run task does not panic");
         let mut metrics = metrics::compute(
             metrics::Run {
                 scenario,
                 design,
                 seed,
-                duration: config.duration,
+                duration,
             },
             &records,
             &state.counts(),
             state.series(),
         );
         metrics.breaker_refusals = refused;
+        metrics.set_backlog(backlog);
         results.push(metrics);
     }
     drop(chains);
     Ok(results)
+}
+
+/// Samples the durable queue's outstanding tasks every [`SAMPLE_EVERY`] into `into`.
+async fn sample_backlog(
+    queue: designs::LabQueue,
+    start: Instant,
+    into: Arc<std::sync::Mutex<Vec<(f64, u64)>>>,
+) {
+    let mut tick = tokio::time::interval_at(start, SAMPLE_EVERY);
+    loop {
+        tick.tick().await;
+        if let Ok(n) = queue.outstanding().await {
+            into.lock()
+                .unwrap()
+                .push((start.elapsed().as_secs_f64(), n));
+        }
+    }
 }
 
 /// Samples the catalog's in-flight peak every [`SAMPLE_EVERY`] into its series.

@@ -444,7 +444,115 @@ fn run_json(m: &RunMetrics) -> Value {
         "overlapping_requests": m.overlapping,
         "failed_but_executed": m.failed_but_done,
         "breaker_refusals": {"api": m.breaker_refusals[0], "middle": m.breaker_refusals[1]},
+        "deferred": m.deferred,
+        "completed_eventually": m.completed,
+        "durable_backlog_over_time": m.backlog.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
+        "durable_drained_after_s": match m.drained_after {
+            None => Value::Null,
+            Some(None) => json!("never"),
+            Some(Some(d)) => json!(d.as_secs_f64()),
+        },
     })
+}
+
+/// The long outage's own table: what each design did with the writes in the end.
+pub fn long_outage(results: &[Aggregate]) -> Option<String> {
+    let rows: Vec<&Aggregate> = results
+        .iter()
+        .filter(|a| a.scenario == Scenario::LongOutage)
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut out = String::from(
+        "long-outage: keyed writes through a catalog outage longer than any in-memory retry window\n\
+         design   ops  ok now %  deferred  completed eventually %  dup  calls/op  backlog drained after\n",
+    );
+    for a in rows {
+        let drained = match a.drained_after_s {
+            None => "-".to_owned(),
+            Some(s) if s.is_finite() => format!("{s:.1} s"),
+            Some(_) => "never".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<7} {:>4}  {:>8}  {:>8}  {:>22}  {:>3}  {:>8}  {drained}",
+            a.design.letter(),
+            a.ops,
+            format!("{:.1}", a.success.pooled * 100.0),
+            a.deferred,
+            spread(a.completed, 100.0, 1),
+            a.duplicates,
+            format!("{:.2}", a.calls.pooled),
+        );
+    }
+    out.push_str(
+        "ok now: answered 200 at once; deferred: answered 202 (B's durable tier took the write); \
+         completed eventually: writes the catalog executed by the end, after the backlog drained \
+         (a user who got an error may retry later: not counted); backlog drained after: from the \
+         catalog's return to an empty durable queue, slowest seed.\n",
+    );
+    Some(out)
+}
+
+/// Lines: the durable queue's outstanding tasks over time (B and B-tuned in the long outage).
+fn backlog(
+    runs: &[&Aggregate],
+    outage: Option<(f64, f64)>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let runs: Vec<&&Aggregate> = runs.iter().filter(|a| !a.backlog.is_empty()).collect();
+    if runs.is_empty() {
+        return Ok(String::new());
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, CHART).into_drawing_area();
+        root.fill(&WHITE)?;
+        let t_max = runs
+            .iter()
+            .flat_map(|m| m.backlog.iter().map(|p| p.0))
+            .fold(1.0, f64::max);
+        let y_max = runs
+            .iter()
+            .flat_map(|m| m.backlog.iter().map(|p| p.1))
+            .fold(1.0, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Durable backlog: tasks not yet completed (mean of seeds)",
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .label_style(("sans-serif", 12))
+            .draw()?;
+        if let Some((from, until)) = outage {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(from, 0.0), (until, y_max)],
+                RGBColor(250, 220, 120).mix(0.35).filled(),
+            )))?;
+        }
+        for m in runs {
+            let c = color(m.design);
+            chart
+                .draw_series(LineSeries::new(
+                    m.backlog.iter().copied(),
+                    c.stroke_width(2),
+                ))?
+                .label(m.design.letter())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 12, y)], c.stroke_width(2))
+                });
+        }
+        legend(&mut chart)?;
+        root.present()?;
+    }
+    Ok(svg)
 }
 
 fn color(design: Design) -> RGBColor {
@@ -785,11 +893,18 @@ pub fn html(
         {
             let _ = writeln!(h, "<p class=\"note\">{}</p>", escape(&note));
         }
+        if scenario == Scenario::LongOutage
+            && let Some(text) = long_outage(&aggregates)
+        {
+            let _ = writeln!(h, "<pre>{}</pre>", escape(&text));
+        }
         h.push_str("<div class=\"charts\">");
+        let length = scenario.run_length(config.duration);
         let outage = scenario
-            .outage_window(config.duration)
+            .outage_window(length)
             .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
-        h.push_str(&success_over_time(&runs, config.duration, outage)?);
+        h.push_str(&success_over_time(&runs, length, outage)?);
+        h.push_str(&backlog(&runs, outage)?);
         let ms_of = |i: usize| move |a: &Aggregate| a.latency[i].as_secs_f64() * 1000.0;
         let (p50, p95, p99) = (ms_of(0), ms_of(1), ms_of(2));
         h.push_str(&bars(

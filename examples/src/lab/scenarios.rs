@@ -39,11 +39,15 @@ pub enum Scenario {
     /// Writes without a key, but with a way to check the result (`GET /orders/{id}`): design B
     /// asks before retrying.
     ResetReconciled,
+    /// Keyed writes through an outage longer than any in-memory retry window (three quarters
+    /// of a run twice as long as the others): designs B and B-tuned defer the writes to the
+    /// durable queue (`#[retry(durable = ...)]`), whose worker replays them after the outage.
+    LongOutage,
 }
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Always503,
         Scenario::RateLimited429,
         Scenario::Flaky503,
@@ -55,6 +59,7 @@ impl Scenario {
         Scenario::ResetKeyed,
         Scenario::ResetUnkeyed,
         Scenario::ResetReconciled,
+        Scenario::LongOutage,
     ];
 
     /// The flag value and report name.
@@ -71,6 +76,7 @@ impl Scenario {
             Scenario::ResetKeyed => "reset-write-keyed",
             Scenario::ResetUnkeyed => "reset-write-unkeyed",
             Scenario::ResetReconciled => "reset-write-reconciled",
+            Scenario::LongOutage => "long-outage",
         }
     }
 
@@ -101,6 +107,11 @@ impl Scenario {
             Scenario::ResetReconciled => {
                 "writes without a key whose result can be checked (GET /orders/{id})"
             }
+            Scenario::LongOutage => {
+                "keyed writes; every catalog request answers 503 from 12.5% to 87.5% of a run \
+                 twice as long as the others (6 s of 8 s by default; --duration 20: 30 s of \
+                 40 s); B and B-tuned defer to the durable queue (SQLite)"
+            }
         }
     }
 
@@ -108,8 +119,21 @@ impl Scenario {
     pub const fn is_write(self) -> bool {
         matches!(
             self,
-            Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
+            Scenario::ResetKeyed
+                | Scenario::ResetUnkeyed
+                | Scenario::ResetReconciled
+                | Scenario::LongOutage
         )
+    }
+
+    /// How long this scenario's load runs when the others run `duration`: the long outage
+    /// runs twice as long, so its outage outlasts the in-memory retry window (5 s at most) at
+    /// the default `--duration`.
+    pub fn run_length(self, duration: Duration) -> Duration {
+        match self {
+            Scenario::LongOutage => duration * 2,
+            _ => duration,
+        }
     }
 
     /// How the write is protected: a key, a reconcile check, or nothing.
@@ -117,14 +141,17 @@ impl Scenario {
         match self {
             Scenario::ResetKeyed => WriteContract::Keyed,
             Scenario::ResetReconciled => WriteContract::Reconciled,
+            Scenario::LongOutage => WriteContract::Durable,
             _ => WriteContract::None,
         }
     }
 
-    /// The fault window of the transient scenarios, as fractions of the load duration.
+    /// The fault window of the transient scenarios, as fractions of the load duration (the
+    /// scenario's [`run_length`](Self::run_length)).
     pub fn outage_window(self, duration: Duration) -> Option<(Duration, Duration)> {
         match self {
             Scenario::Transient => Some((duration.mul_f64(0.2), duration.mul_f64(0.6))),
+            Scenario::LongOutage => Some((duration.mul_f64(0.125), duration.mul_f64(0.875))),
             Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
                 Some((duration.mul_f64(0.2), duration.mul_f64(0.4)))
             }
@@ -166,6 +193,16 @@ pub enum WriteContract {
     Keyed,
     /// A way to ask the catalog whether the write happened.
     Reconciled,
+    /// An idempotency key, and (designs B and B-tuned) the durable queue for a write whose
+    /// in-memory retries stop on a transient failure.
+    Durable,
+}
+
+impl WriteContract {
+    /// Whether the write carries an idempotency key.
+    pub const fn keyed(self) -> bool {
+        matches!(self, WriteContract::Keyed | WriteContract::Durable)
+    }
 }
 
 impl fmt::Display for Scenario {
@@ -223,7 +260,7 @@ impl Scenario {
             Scenario::Always503 => Fault::Unavailable,
             Scenario::RateLimited429 if coin(0.5) => Fault::TooManyRequests,
             Scenario::Flaky503 if coin(0.5) => Fault::Unavailable,
-            Scenario::Transient => match self.outage_window(duration) {
+            Scenario::Transient | Scenario::LongOutage => match self.outage_window(duration) {
                 Some((from, until)) if elapsed >= from && elapsed < until => Fault::Unavailable,
                 _ => Fault::None,
             },

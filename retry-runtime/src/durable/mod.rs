@@ -46,8 +46,17 @@
 //!
 //! # Handing off from the in-memory loop
 //!
-//! When the in-memory retry ends on a transient failure, hand the same request off with the
-//! **same idempotency key** and answer "deferred" instead of "failed":
+//! With `#[retry(durable = "operation")]` the hand-off is written for you: a call whose
+//! in-memory retries stop on a transient failure is queued with its key and arguments, answers
+//! [`Durable::Deferred`], and is replayed by the worker through the same function (the
+//! generated `<name>_replay`, registered with [`WorkerBuilder::replay`]), so the same evidence,
+//! status rules, budget and breaker decide every replay; its result is read back with
+//! [`DurableQueue::outcome`] or [`DurableQueue::wait`]. See the `durable` option of
+//! [`retry`](crate::retry).
+//!
+//! By hand, for code without the attribute: when the in-memory retry ends on a transient
+//! failure, hand the same request off with the **same idempotency key** and answer "deferred"
+//! instead of "failed":
 //!
 //! ```no_run
 //! # #[cfg(feature = "durable-sqlite")]
@@ -105,7 +114,11 @@
 //! Operators use [`DurableQueue::counts`], [`DurableQueue::failed`],
 //! [`DurableQueue::requeue`] and [`DurableQueue::cancel`]. Every state change emits a `tracing`
 //! event under the target `retry_runtime::durable` with an `event` field: `enqueue`, `claim`,
-//! `complete`, `retry`, `fail`, `rescue`, `alert`, `release`, `lease_lost`, `requeue`, `cancel`.
+//! `complete`, `retry`, `fail`, `rescue`, `alert`, `release`, `lease_lost`, `requeue`, `cancel`;
+//! a `#[retry(durable = ...)]` call adds `deferred` (queued), `replay_stopped` (a replay stopped
+//! on a transient failure again: the task waits for its backoff), `not_deferred` and
+//! `no_queue` (the queue could not take it: the caller gets the in-memory failure, or
+//! [`Error::NoDurableQueue`](crate::Error::NoDurableQueue)).
 
 // With only the base `durable` feature no backend uses the migration and rescue helpers.
 #![cfg_attr(
@@ -115,29 +128,38 @@
 
 mod backoff;
 mod clock;
+mod defer;
 mod error;
+pub(crate) mod hand_off;
 mod handler;
 mod migrate;
+mod outcome;
 #[cfg(feature = "durable-postgres")]
 mod postgres;
 mod queue;
+mod replay;
 mod sql;
 #[cfg(feature = "durable-sqlite")]
 mod sqlite;
 mod store;
-mod task;
+pub(crate) mod task;
 mod worker;
 
+pub use crate::call::HAND_OFF_RESERVE;
 pub use backoff::DurableBackoff;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use defer::defer;
 pub use error::DurableError;
+pub use hand_off::{HandOff, HandOffFuture};
 pub use handler::{
     AlertError, AlertFuture, AlertHook, AttemptError, Handler, HandlerFuture, TaskContext,
     TaskOutput, TracingAlert,
 };
+pub use outcome::{DeferredCall, Durable, Outcome};
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};
 pub use queue::{Deferred, DurableQueue};
+pub use replay::{DurableReturn, Replay, StoredArg, decode, encode, replay_key, replaying, stored};
 pub use sql::{Dialect, SqlStore};
 #[cfg(feature = "durable-sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};

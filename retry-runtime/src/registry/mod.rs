@@ -165,6 +165,8 @@ use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
 use crate::latency::LatencyWindow;
 use crate::{Drain, Error};
 
+#[cfg(feature = "durable")]
+mod durable;
 mod duration;
 mod env;
 mod errors;
@@ -338,6 +340,9 @@ pub struct Registry {
     engine: Arc<dyn EligibilityEngine>,
     seed: Option<u64>,
     calls: AtomicU64,
+    /// The durable queue of `#[retry(durable = ...)]` calls.
+    #[cfg(feature = "durable")]
+    durable: durable::DurableSlot,
 }
 
 impl fmt::Debug for Registry {
@@ -364,6 +369,8 @@ impl Registry {
             engine: Arc::new(DefaultEngine),
             seed: None,
             calls: AtomicU64::new(0),
+            #[cfg(feature = "durable")]
+            durable: durable::DurableSlot::default(),
         }
     }
 

@@ -25,6 +25,8 @@ pub struct Registration {
     registry: Option<&'static str>,
     /// A builder call site (`Retry::upstream(upstream!(..))`), not a `#[retry]` function.
     builder: bool,
+    /// The `durable = ...` operation, when the function defers to the durable queue.
+    durable: Option<&'static str>,
 }
 
 impl Registration {
@@ -42,6 +44,7 @@ impl Registration {
             line,
             registry: None,
             builder: false,
+            durable: None,
         }
     }
 
@@ -55,6 +58,17 @@ impl Registration {
     /// is then the module it is in.
     pub fn is_builder_site(&self) -> bool {
         self.builder
+    }
+
+    #[doc(hidden)]
+    pub const fn with_durable(mut self, operation: &'static str) -> Self {
+        self.durable = Some(operation);
+        self
+    }
+
+    /// The `durable = ...` operation of the function, when it defers to the durable queue.
+    pub fn durable(&self) -> Option<&'static str> {
+        self.durable
     }
 
     #[doc(hidden)]
@@ -151,10 +165,31 @@ pub struct MissingUpstreams {
     pub missing: Vec<MissingUpstream>,
     /// The upstreams the registry knows, sorted.
     pub known: Vec<String>,
+    /// The `#[retry(durable = ...)]` functions of a registry without a durable queue
+    /// ([`Registry::set_durable_queue`]): their deferred calls would have nowhere to go.
+    pub no_durable_queue: Vec<Registration>,
 }
 
 impl fmt::Display for MissingUpstreams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.no_durable_queue.is_empty() {
+            write!(
+                f,
+                "{} #[retry(durable = ...)] function(s) have no durable queue to defer to; register \
+                 one at start-up with `Registry::set_durable_queue`: ",
+                self.no_durable_queue.len()
+            )?;
+            for (i, r) in self.no_durable_queue.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{r}")?;
+            }
+            writeln!(f)?;
+            if self.missing.is_empty() {
+                return Ok(());
+            }
+        }
         writeln!(
             f,
             "{} upstream(s) named by #[retry] functions are missing from the retry registry \
@@ -202,7 +237,9 @@ impl Registry {
     /// global registry (no `registry = ...`), or by a builder call site through
     /// [`upstream!`](crate::upstream!), is configured here. Call it on
     /// [`Registry::global()`] at start-up, after loading the configuration: it reports every
-    /// missing upstream at once, with the functions that name it. Functions with an injected
+    /// missing upstream at once, with the functions that name it, and every
+    /// `#[retry(durable = ...)]` function when no durable queue is registered
+    /// ([`set_durable_queue`](Registry::set_durable_queue), feature `durable`). Functions with an injected
     /// registry are checked with [`verify_where`](Registry::verify_where).
     ///
     /// ```standalone_crate
@@ -226,10 +263,14 @@ impl Registry {
     ) -> Result<(), MissingUpstreams> {
         let known = self.names();
         let mut missing: BTreeMap<&'static str, Vec<Registration>> = BTreeMap::new();
+        let mut no_durable_queue = Vec::new();
         for r in Registry::retry_functions()
             .into_iter()
             .filter(|r| select(r))
         {
+            if r.durable.is_some() && !self.has_queue() {
+                no_durable_queue.push(r);
+            }
             if known
                 .binary_search_by(|k| k.as_str().cmp(r.upstream))
                 .is_err()
@@ -237,7 +278,7 @@ impl Registry {
                 missing.entry(r.upstream).or_default().push(r);
             }
         }
-        if missing.is_empty() {
+        if missing.is_empty() && no_durable_queue.is_empty() {
             return Ok(());
         }
         Err(MissingUpstreams {
@@ -249,6 +290,18 @@ impl Registry {
                 })
                 .collect(),
             known,
+            no_durable_queue,
         })
+    }
+
+    #[cfg(feature = "durable")]
+    fn has_queue(&self) -> bool {
+        self.has_durable_queue()
+    }
+
+    /// Without the `durable` feature no `#[retry(durable = ...)]` function compiles.
+    #[cfg(not(feature = "durable"))]
+    fn has_queue(&self) -> bool {
+        false
     }
 }
