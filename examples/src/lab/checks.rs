@@ -58,7 +58,9 @@
 //!    the keyed writes: no duplicate side effect).
 //!
 //! Counts and rates only, never durations, but for property 4: a 1 s tail against one of a
-//! few tens of milliseconds, far from any scheduling noise.
+//! few tens of milliseconds, far from any scheduling noise on a lab that keeps its schedule.
+//! When the lab fell behind it (the lag above), property 4 is reported, not asserted: a p99
+//! measured on a machine that could not start operations on time describes the machine.
 
 use std::time::Duration;
 
@@ -194,12 +196,13 @@ pub fn check(results: &[Aggregate]) -> Vec<Violation> {
             }
         }
     }
-    hedging(results, &mut out);
+    let lagging = results.iter().any(|a| a.lag_p99 > LAG_LIMIT);
+    hedging(results, lagging, &mut out);
     out
 }
 
 /// Properties 4-6 (module docs).
-fn hedging(results: &[Aggregate], out: &mut Vec<Violation>) {
+fn hedging(results: &[Aggregate], lagging: bool, out: &mut Vec<Violation>) {
     for hedged in results.iter().filter(|a| a.design == Design::BHedged) {
         let scenario = hedged.scenario;
         let tuned = results
@@ -211,16 +214,18 @@ fn hedging(results: &[Aggregate], out: &mut Vec<Violation>) {
                 if hedged.p99_ms.pooled * TAIL_CUT > tuned.p99_ms.pooled {
                     out.push(Violation {
                         text: format!(
-                            "{name}: p99 {:.0} ms against {:.0} ms for B-tuned, less than {TAIL_CUT}x                              lower: hedges no longer cut the tail",
+                            "{name}: p99 {:.0} ms against {:.0} ms for B-tuned, less than \
+                             {TAIL_CUT}x lower: hedges no longer cut the tail",
                             hedged.p99_ms.pooled, tuned.p99_ms.pooled
                         ),
-                        asserted: true,
+                        asserted: !lagging,
                     });
                 }
                 if hedged.calls.pooled > tuned.calls.pooled * (1.0 + HEDGE_EXTRA_CALLS) {
                     out.push(Violation {
                         text: format!(
-                            "{name}: {:.3} catalog calls per operation against {:.3} for B-tuned,                              more than {:.0} % more: hedges fire too early or too often",
+                            "{name}: {:.3} catalog calls per operation against {:.3} for B-tuned, \
+                             more than {:.0} % more: hedges fire too early or too often",
                             hedged.calls.pooled,
                             tuned.calls.pooled,
                             HEDGE_EXTRA_CALLS * 100.0
@@ -234,7 +239,9 @@ fn hedging(results: &[Aggregate], out: &mut Vec<Violation>) {
             {
                 out.push(Violation {
                     text: format!(
-                        "{name}: {:.2} catalog calls per operation against {:.2} for B-tuned, more                          than the budget's ratio ({BUDGET_RATIO}) above it: hedges escape the                          retry budget",
+                        "{name}: {:.2} catalog calls per operation against {:.2} for B-tuned, \
+                         more than the budget's ratio ({BUDGET_RATIO}) above it: hedges escape \
+                         the retry budget",
                         hedged.calls.pooled, tuned.calls.pooled
                     ),
                     asserted: true,
@@ -243,7 +250,8 @@ fn hedging(results: &[Aggregate], out: &mut Vec<Violation>) {
             (Scenario::ResetUnkeyed, _) if hedged.overlapping > 0 => {
                 out.push(Violation {
                     text: format!(
-                        "{name}: {} catalog requests arrived while another of the same write                          was being served: a write without a key was hedged",
+                        "{name}: {} catalog requests arrived while another of the same write \
+                         was being served: a write without a key was hedged",
                         hedged.overlapping
                     ),
                     asserted: true,
@@ -353,6 +361,22 @@ mod tests {
         assert!(found[1].contains("B-hedged in slow-tail: 2.000 catalog calls"));
         assert!(found[2].contains("B-hedged in slow-catalog: 2.00 catalog calls"));
         assert!(found[3].contains("B-hedged in reset-write-unkeyed: 3 catalog requests"));
+
+        // A lab behind its schedule cannot judge a p99: the tail cut is reported, not asserted.
+        let mut lagging = with_p99(run(Scenario::SlowTail, Design::BHedged, 1, &ok, 1, 0), 300);
+        lagging.lag_p99 = LAG_LIMIT * 3;
+        let results = aggregate(&[
+            with_p99(run(Scenario::SlowTail, Design::BTuned, 1, &ok, 1, 0), 400),
+            lagging,
+        ]);
+        let violations = check(&results);
+        assert!(
+            violations
+                .iter()
+                .any(|v| !v.asserted && v.text.contains("p99 300 ms")),
+            "{violations:#?}"
+        );
+        assert!(violations.iter().all(|v| !v.asserted), "{violations:#?}");
 
         // What the lab measured holds: 31 ms against 400 ms, 1.04 calls against 1.03.
         let results = aggregate(&[
