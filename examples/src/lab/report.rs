@@ -343,10 +343,10 @@ pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<Strin
     }
     out.push_str(
         "What helps an outage longer than the in-memory window (at most 5 s by the registry's \
-         rule) is the durable tier (retry_runtime::durable, features durable-sqlite and \
+         rule) is the durable tier (`#[retry(durable = ...)]`, features durable-sqlite and \
          durable-postgres): the operation is handed to a database task queue with its \
-         idempotency key and retried after the outage, without holding the user or a \
-         connection. This lab does not measure it yet.",
+         idempotency key and replayed after the outage, without holding the user or a \
+         connection. The long-outage scenario measures it.",
     );
     Some(out)
 }
