@@ -287,14 +287,10 @@ async fn keepalive_requests_3_is_invisible_to_callers() {
             );
             // Over h2c, hyper keeps one connection at a time, so 200 concurrent requests need
             // about 67 connections of 3 requests each, and every GOAWAY sends the ~197 others
-            // round again: the batch takes 2.5-5 s on a loaded 2-core machine (debug build),
-            // against the 5 s deadline. There the property tested is safety (no duplicate, no
-            // breaker opening, no call refused by the breaker); success is reported above. Everywhere else every read and keyed write succeeds.
-            let quadratic = matches!(protocol, Protocol::H2c) && n > 24;
+            // round again (24-31 attempts per operation, all of them free rotation retries):
+            // 0.6-0.9 s of the 5 s deadline for the batch in a debug build on a loaded 2-core
+            // machine (dependencies at opt-level 1, see Cargo.toml).
             for kind in [Kind::Get, Kind::PostWithKey] {
-                if quadratic {
-                    continue;
-                }
                 assert_eq!(
                     all.count(kind, Outcome::Ok),
                     n,
@@ -317,7 +313,16 @@ struct Load {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicUsize>,
     progress: Arc<tokio::sync::Notify>,
-    tasks: tokio::task::JoinSet<(Tally, Vec<(Instant, Outcome)>)>,
+    tasks: tokio::task::JoinSet<(Tally, Vec<Ended>)>,
+}
+
+/// One operation of a load run: when it started and ended, what it was and how it ended.
+#[derive(Debug, Clone, Copy)]
+struct Ended {
+    started: Instant,
+    at: Instant,
+    kind: Kind,
+    outcome: Outcome,
 }
 
 impl Load {
@@ -343,10 +348,16 @@ impl Load {
                 while !stop.load(Ordering::Relaxed) {
                     let kind = Kind::ALL[(w + i) % 3];
                     let op = format!("{tag}-{}-{w}-{i}", name(kind));
+                    let started = Instant::now();
                     let (outcome, attempts, error) =
                         operation(&registry, &client, &base, kind, &op).await;
                     tally.add(kind, outcome, attempts, error);
-                    ends.push((Instant::now(), outcome));
+                    ends.push(Ended {
+                        started,
+                        at: Instant::now(),
+                        kind,
+                        outcome,
+                    });
                     done.fetch_add(1, Ordering::Relaxed);
                     progress.notify_waiters();
                     i += 1;
@@ -378,7 +389,7 @@ impl Load {
     }
 
     /// Stops the workers; every worker's tally and when each of its operations ended.
-    async fn finish(mut self) -> (Tally, Vec<Vec<(Instant, Outcome)>>) {
+    async fn finish(mut self) -> (Tally, Vec<Vec<Ended>>) {
         self.stop.store(true, Ordering::Relaxed);
         let mut all = Tally::default();
         let mut ends = Vec::new();
@@ -483,22 +494,48 @@ async fn a_restart_under_load_recovers_as_soon_as_the_server_is_back() {
                 .iter()
                 .filter_map(|e| {
                     e.iter()
-                        .find(|(at, o)| *at >= back && *o == Outcome::Ok)
-                        .map(|(at, _)| *at - back)
+                        .find(|e| e.at >= back && e.outcome == Outcome::Ok)
+                        .map(|e| e.at - back)
                 })
                 .collect::<Vec<_>>();
             let slowest = recovered.iter().max().copied().unwrap_or_default();
+            // Reads and keyed writes that began once the server was back: none may fail (no
+            // breaker left open by the outage, no dead pooled connection surfacing as an
+            // error). Unkeyed writes are left out: one sent on a connection the restart killed
+            // may honestly end ambiguous.
+            let after: Vec<Ended> = ends
+                .iter()
+                .flatten()
+                .filter(|e| e.started >= back && e.kind != Kind::PostWithoutKey)
+                .copied()
+                .collect();
+            let failed_after: Vec<&Ended> =
+                after.iter().filter(|e| e.outcome != Outcome::Ok).collect();
             eprintln!(
                 "restart under load, {protocol}, {n} workers: {}keyed processed twice: {twice}, \
-                 every worker recovered within {slowest:?} of the server being back",
-                all.summary()
+                 every worker recovered within {slowest:?} of the server being back; reads and \
+                 keyed writes begun after it: {} ({} failed)",
+                all.summary(),
+                after.len(),
+                failed_after.len()
             );
-            // How soon is a figure, printed above, not an assertion: on a shared machine a
-            // wall-clock bound would fail for reasons that are not the library's.
+            // How soon in-flight calls recover is a figure, printed above, not an assertion:
+            // a call backing off when the server returns resumes within its backoff (at most
+            // `max_backoff`, 1 s by default), and on a shared machine a wall-clock bound would
+            // fail for reasons that are not the library's. What is asserted does not depend on
+            // the clock: every worker succeeds again, and every call begun once the server was
+            // back succeeds.
             assert_eq!(
                 recovered.len(),
                 n,
                 "every worker succeeded after the restart"
+            );
+            assert!(!after.is_empty(), "calls began after the restart");
+            assert!(
+                failed_after.is_empty(),
+                "{protocol} {n}: every read and keyed write begun after the server was back \
+                 succeeds: {failed_after:?} {:?}",
+                all.example
             );
             assert_eq!(twice, 0, "no key is processed twice across the restart");
         }
