@@ -139,20 +139,27 @@ fn stored_args(sig: &Signature) -> Vec<Stored<'_>> {
         .collect()
 }
 
-/// The closure that serializes the call's arguments (`&self` is not stored), each checked
-/// where the user wrote its type.
+/// The closure that serializes the call's arguments (`&self` is not stored), each written,
+/// and so checked, where the user wrote its type.
 pub(crate) fn payload(private: &TokenStream, sig: &Signature) -> TokenStream {
     let mixed = Span::mixed_site();
     let each = stored_args(sig).into_iter().map(|a| {
         let at = mixed.located_at(a.span);
         let name = a.name;
-        if a.shared {
-            quote_spanned!(at=> #private::durable::stored(#name))
+        let arg = if a.shared {
+            quote_spanned!(at=> #name)
         } else {
-            quote_spanned!(at=> #private::durable::stored(&#name))
-        }
+            quote_spanned!(at=> &#name)
+        };
+        quote_spanned!(at=> #private::durable::write_arg(&mut __retry_args, #arg);)
     });
-    quote_spanned!(mixed=> || #private::durable::encode(&(#(#each,)*)))
+    quote_spanned! {mixed=>
+        || {
+            let mut __retry_args = #private::durable::ArgsWriter::new();
+            #(#each)*
+            __retry_args.finish()
+        }
+    }
 }
 
 /// `fn <name>_replay(adapter: Arc<Self>) -> Replay`: the worker's handler for the operation.
@@ -169,9 +176,15 @@ pub(crate) fn replay_fn(
     let locals: Vec<_> = (0..args.len())
         .map(|i| format_ident!("__retry_stored{}", i, span = mixed))
         .collect();
-    let types = args.iter().map(|a| {
+    let reads = args.iter().zip(&locals).map(|(a, local)| {
         let target = a.target;
-        quote_spanned!(mixed=> <#target as #private::durable::StoredArg>::Owned)
+        let at = mixed.located_at(a.span);
+        quote_spanned! {at=>
+            let #local = match #private::durable::read_arg::<#target>(&mut __retry_args) {
+                ::core::result::Result::Ok(arg) => arg,
+                ::core::result::Result::Err(error) => return ::core::result::Result::Err(error),
+            };
+        }
     });
     let passed = args.iter().zip(&locals).map(|(a, local)| {
         let target = a.target;
@@ -192,10 +205,14 @@ pub(crate) fn replay_fn(
             #private::durable::Replay::new(#operation, move |__retry_task: #private::durable::TaskContext| {
                 let __retry_adapter = ::std::sync::Arc::clone(&adapter);
                 async move {
-                    let (#(#locals,)*): (#(#types,)*) = match #private::durable::decode(&__retry_task) {
-                        ::core::result::Result::Ok(stored) => stored,
+                    let mut __retry_args = match #private::durable::read_args(&__retry_task) {
+                        ::core::result::Result::Ok(args) => args,
                         ::core::result::Result::Err(error) => return ::core::result::Result::Err(error),
                     };
+                    #(#reads)*
+                    if let ::core::result::Result::Err(error) = __retry_args.end() {
+                        return ::core::result::Result::Err(error);
+                    }
                     #private::durable::replaying(
                         &__retry_task,
                         __retry_adapter.#function(#(#passed),*),

@@ -207,9 +207,9 @@ pub mod __private {
     /// What a `#[retry(durable = ...)]` expansion calls.
     #[cfg(feature = "durable")]
     pub mod durable {
+        pub use crate::durable::replay::{ArgsWriter, read_arg, read_args, write_arg};
         pub use crate::durable::{
-            Durable, DurableReturn, Replay, StoredArg, TaskContext, decode, defer, encode,
-            replay_key, replaying, stored,
+            Durable, DurableReturn, Replay, StoredArg, TaskContext, defer, replay_key, replaying,
         };
     }
 

@@ -137,7 +137,7 @@ mod outcome;
 #[cfg(feature = "durable-postgres")]
 mod postgres;
 mod queue;
-mod replay;
+pub(crate) mod replay;
 mod sql;
 #[cfg(feature = "durable-sqlite")]
 mod sqlite;
@@ -159,7 +159,7 @@ pub use outcome::{DeferredCall, Durable, Outcome};
 #[cfg(feature = "durable-postgres")]
 pub use postgres::{PgStore, PgStoreOptions};
 pub use queue::{Deferred, DurableQueue};
-pub use replay::{DurableReturn, Replay, StoredArg, decode, encode, replay_key, replaying, stored};
+pub use replay::{DurableReturn, Replay, StoredArg, replay_key, replaying};
 pub use sql::{Dialect, SqlStore};
 #[cfg(feature = "durable-sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};

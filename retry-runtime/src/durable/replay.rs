@@ -95,27 +95,124 @@ impl<T: Serialize + DeserializeOwned> StoredArg for [T] {
     type Owned = Vec<T>;
 }
 
-/// The expansion's check that an argument can be stored, spanned at the argument.
-pub fn stored<T: StoredArg + ?Sized>(arg: &T) -> &T {
-    arg
+/// The stored arguments of a durable call, written one at a time by the expansion
+/// ([`write_arg`]), so that an argument that cannot be stored is reported once, where it is
+/// declared. The payload is JSON: an array of the arguments (`null` when there are none), as a
+/// tuple of them would be written.
+#[derive(Debug, Default)]
+pub struct ArgsWriter {
+    json: Vec<u8>,
+    count: usize,
+    error: Option<String>,
 }
 
-/// The arguments of a durable call as the task's payload (JSON).
-pub fn encode<A: Serialize>(args: &A) -> Result<Vec<u8>, String> {
-    serde_json::to_vec(args)
-        .map_err(|e| format!("the call's arguments could not be serialized: {e}"))
+impl ArgsWriter {
+    /// No argument written yet.
+    pub fn new() -> Self {
+        ArgsWriter::default()
+    }
+
+    /// The task's payload, or why an argument could not be serialized.
+    pub fn finish(mut self) -> Result<Vec<u8>, String> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        if self.count == 0 {
+            return Ok(b"null".to_vec());
+        }
+        self.json.push(b']');
+        Ok(self.json)
+    }
 }
 
-/// The stored arguments read back for a replay; a payload that does not decode fails the task
-/// at once (no replay can fix it).
-pub fn decode<A: DeserializeOwned>(task: &TaskContext) -> Result<A, AttemptError> {
-    serde_json::from_slice(&task.payload).map_err(|e| {
-        AttemptError::permanent(format!(
-            "task {} of `{}`: the stored arguments do not decode for this version of the \
-             function ({e}); requeue it after deploying a compatible version, or cancel it",
-            task.task_id, task.operation
+/// Writes the next argument of a durable call (the expansion's check that it can be stored,
+/// spanned at the argument).
+pub fn write_arg<T: StoredArg + ?Sized>(args: &mut ArgsWriter, arg: &T) {
+    args.json.push(if args.count == 0 { b'[' } else { b',' });
+    args.count += 1;
+    if let Err(e) = serde_json::to_writer(&mut args.json, arg)
+        && args.error.is_none()
+    {
+        args.error = Some(format!(
+            "argument {} of the call could not be serialized: {e}",
+            args.count
+        ));
+    }
+}
+
+/// The stored arguments of a task, read back one at a time by a replay ([`read_arg`]).
+#[derive(Debug)]
+pub struct ArgsReader<'t> {
+    task: &'t TaskContext,
+    items: std::vec::IntoIter<serde_json::Value>,
+    stored: usize,
+    read: usize,
+}
+
+impl ArgsReader<'_> {
+    /// Checks that every stored argument was read: a task stored by a version of the function
+    /// that took more arguments does not replay on this one.
+    pub fn end(self) -> Result<(), AttemptError> {
+        if self.read == self.stored {
+            return Ok(());
+        }
+        Err(incompatible(
+            self.task,
+            format_args!(
+                "{} arguments were stored, the function takes {}",
+                self.stored, self.read
+            ),
         ))
+    }
+}
+
+/// The stored arguments of `task`, to read back for a replay; a payload that does not decode
+/// fails the task at once (no replay can fix it).
+pub fn read_args(task: &TaskContext) -> Result<ArgsReader<'_>, AttemptError> {
+    let items = match serde_json::from_slice(&task.payload) {
+        Ok(serde_json::Value::Null) => Vec::new(),
+        Ok(serde_json::Value::Array(items)) => items,
+        Ok(_) => {
+            return Err(incompatible(
+                task,
+                format_args!("the payload is not a list"),
+            ));
+        }
+        Err(e) => return Err(incompatible(task, format_args!("{e}"))),
+    };
+    Ok(ArgsReader {
+        task,
+        stored: items.len(),
+        items: items.into_iter(),
+        read: 0,
     })
+}
+
+/// Reads the next stored argument, in its owned form (`String` for `str`).
+pub fn read_arg<T: StoredArg + ?Sized>(
+    args: &mut ArgsReader<'_>,
+) -> Result<T::Owned, AttemptError> {
+    args.read += 1;
+    let Some(item) = args.items.next() else {
+        return Err(incompatible(
+            args.task,
+            format_args!(
+                "{} arguments were stored, the function takes more",
+                args.stored
+            ),
+        ));
+    };
+    serde_json::from_value(item)
+        .map_err(|e| incompatible(args.task, format_args!("argument {}: {e}", args.read)))
+}
+
+/// A task whose stored arguments do not fit the function as deployed now.
+fn incompatible(task: &TaskContext, detail: std::fmt::Arguments<'_>) -> AttemptError {
+    AttemptError::permanent(format!(
+        "task {} of `{}`: the stored arguments do not decode for this version of the function \
+         ({detail}); requeue it after deploying a compatible version, or cancel it",
+        task.task_id, task.operation
+    ))
 }
 
 /// The return type of a durable function: `Result<Durable<T>, E>`, whose body returns
@@ -224,5 +321,96 @@ impl<S: DurableStore> WorkerBuilder<S> {
     /// Registers a `#[retry(durable = ...)]` function's replay under its operation name.
     pub fn replay(self, replay: Replay) -> Self {
         self.handler(replay.operation, replay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(payload: Vec<u8>) -> TaskContext {
+        TaskContext {
+            task_id: TaskId(7),
+            operation: "sber.register".into(),
+            idempotency_key: "k".into(),
+            payload,
+            attempt: 1,
+            max_attempts: 5,
+        }
+    }
+
+    fn written(write: impl FnOnce(&mut ArgsWriter)) -> Vec<u8> {
+        let mut args = ArgsWriter::new();
+        write(&mut args);
+        args.finish().expect("serializable")
+    }
+
+    #[test]
+    fn arguments_are_written_as_a_tuple_of_them_would_be() {
+        // Tasks queued before the arguments were written one at a time still replay.
+        assert_eq!(written(|_| {}), serde_json::to_vec(&()).unwrap());
+        assert_eq!(
+            written(|a| write_arg(a, "x")),
+            serde_json::to_vec(&("x",)).unwrap()
+        );
+        let cmd = vec![1u8, 2];
+        assert_eq!(
+            written(|a| {
+                write_arg(a, &3u64);
+                write_arg(a, "order");
+                write_arg(a, cmd.as_slice());
+            }),
+            serde_json::to_vec(&(3u64, "order", &cmd)).unwrap()
+        );
+    }
+
+    #[test]
+    fn arguments_read_back_in_their_owned_form() {
+        let stored = task(written(|a| {
+            write_arg(a, &3u64);
+            write_arg(a, "order");
+        }));
+        let mut args = read_args(&stored).unwrap();
+        assert_eq!(read_arg::<u64>(&mut args).unwrap(), 3);
+        assert_eq!(read_arg::<str>(&mut args).unwrap(), "order");
+        args.end().unwrap();
+        let none = task(written(|_| {}));
+        read_args(&none).unwrap().end().unwrap();
+    }
+
+    #[test]
+    fn a_payload_that_does_not_fit_the_function_fails_the_task_naming_why() {
+        let two = task(written(|a| {
+            write_arg(a, &3u64);
+            write_arg(a, "order");
+        }));
+        // Fewer arguments taken than stored.
+        let mut args = read_args(&two).unwrap();
+        read_arg::<u64>(&mut args).unwrap();
+        let error = args.end().unwrap_err().to_string();
+        assert!(
+            error.contains("2 arguments were stored, the function takes 1"),
+            "{error}"
+        );
+        // More taken than stored.
+        let mut args = read_args(&two).unwrap();
+        read_arg::<u64>(&mut args).unwrap();
+        read_arg::<str>(&mut args).unwrap();
+        let error = read_arg::<u64>(&mut args).unwrap_err().to_string();
+        assert!(
+            error.contains("2 arguments were stored, the function takes more"),
+            "{error}"
+        );
+        // A different type.
+        let mut args = read_args(&two).unwrap();
+        let error = read_arg::<str>(&mut args).unwrap_err().to_string();
+        assert!(
+            error.contains("task 7 of `sber.register`") && error.contains("argument 1"),
+            "{error}"
+        );
+        // Not a list at all.
+        let error = read_args(&task(b"{}".to_vec())).unwrap_err().to_string();
+        assert!(error.contains("not a list"), "{error}");
+        assert!(read_args(&task(b"[1,".to_vec())).is_err());
     }
 }
