@@ -72,7 +72,13 @@ impl Fill for PgStore {
         let select = FILL_SELECT
             .replace("{first}", &keys(n).to_string())
             .replace("CAST(x'7b7d' AS BLOB)", "'\\x7b7d'::bytea");
-        let sql = format!("{INSERT}{select} FROM generate_series(1, {n}) AS s(i)");
+        // PostgreSQL keeps the keys in a table of their own (migration 4).
+        let sql = format!(
+            "WITH t AS ({INSERT}{select} FROM generate_series(1, {n}) AS s(i) \
+             RETURNING task_id, operation, idempotency_key) \
+             INSERT INTO retry_durable_key (operation, idempotency_key, task_id) \
+             SELECT operation, idempotency_key, task_id FROM t"
+        );
         sqlx::query(AssertSqlSafe(sql))
             .execute(self.pool())
             .await

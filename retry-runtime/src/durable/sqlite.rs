@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 
 use super::error::DurableError;
 use super::migrate;
-use super::sql::{Dialect, RowsAffected, Spelling, SqlStore, Statements};
+use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements};
 use super::store::StoreResult;
 
 static SPELLING: Spelling = Spelling {
@@ -38,6 +38,7 @@ static SPELLING: Spelling = Spelling {
         checksum TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
     migrations: migrate::SQLITE,
     single_writer: true,
+    keys: Keys::TaskTable,
 };
 
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(&SPELLING));

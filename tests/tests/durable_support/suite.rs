@@ -1098,9 +1098,10 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     // The leases on all four expire; a and b go back to the queue. a is re-claimed by
     // another worker, b by the same worker again (a newer attempt under the same owner).
+    // Unjittered, so a and b come due again in their order.
     clock.advance(LEASE + Duration::from_millis(1));
     let rescued = store
-        .rescue_expired(2, DurableBackoff::new(), clock.now())
+        .rescue_expired(2, DurableBackoff::new().with_jitter(Jitter::None), clock.now())
         .await
         .unwrap();
     let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
