@@ -20,13 +20,13 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgQueryResult};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::sync::Notify;
 
 use super::error::DurableError;
 use super::migrate;
-use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements};
+use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements, pool_options};
 use super::store::StoreResult;
 
 /// The channel the insert trigger notifies (migration 3); the payload is the table's schema.
@@ -195,7 +195,7 @@ impl SqlStore<Postgres> {
             }
             connect = connect.options([("search_path", schema.as_str())]);
         }
-        let pool = PgPoolOptions::new()
+        let pool = pool_options::<Postgres>()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)

@@ -93,6 +93,30 @@ pub enum Keys {
     KeyTable,
 }
 
+/// How long a pooled connection may sit idle and still be used without a ping first.
+const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pool settings both stores use: a connection is pinged before use only when it sat idle
+/// for [`PING_AFTER_IDLE`] or longer. sqlx pings every connection it hands out by default, a
+/// full round trip to the server before each statement: that doubled the round trips of every
+/// hand-off, claim and completion, and on a busy machine each round trip waits for the server
+/// process to be scheduled, which is where the hand-off's latency tail came from. A connection
+/// used within the last second is known to be alive; one idle longer (a database restart may
+/// have dropped it) is still checked and replaced.
+pub(crate) fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
+    use sqlx::Connection as _;
+    sqlx::pool::PoolOptions::new()
+        .test_before_acquire(false)
+        .before_acquire(|conn: &mut DB::Connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// The columns every statement returns, in [`decode`]'s order. The counts are `INTEGER` on
 /// PostgreSQL; they are widened so both databases decode them as `i64`.
 const COLS: &str = "task_id, operation, idempotency_key, payload, status, \

@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
+    SqliteConnectOptions, SqliteJournalMode, SqliteQueryResult,
     SqliteSynchronous,
 };
 use tokio::sync::Notify;
 
 use super::error::DurableError;
 use super::migrate;
-use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements};
+use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements, pool_options};
 use super::store::StoreResult;
 
 static SPELLING: Spelling = Spelling {
@@ -143,7 +143,7 @@ impl SqlStore<Sqlite> {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout);
-        let pool = SqlitePoolOptions::new()
+        let pool = pool_options::<Sqlite>()
             .max_connections(options.max_connections)
             .connect_with(connect)
             .await
