@@ -35,6 +35,14 @@ const TARGET: &str = "retry_runtime::durable";
 /// The most completions one write records.
 const COMPLETION_BATCH: usize = 1024;
 
+/// The shortest time between two claims (or two completion writes) prompted by hand-offs.
+/// Claiming at each hand-off costs a statement per task at a steady rate of hand-offs (at
+/// 1,000/s, a claim, a completion and the insert per task, each a round trip to the server);
+/// on a busy machine that work is what makes hand-offs wait. Taking what arrived in the last
+/// few milliseconds together costs a hand-off at most this much latency, and a worker that was
+/// idle for longer claims at once.
+const HAND_OFF_COALESCE: Duration = Duration::from_millis(5);
+
 /// A successful attempt waiting for the completer, and where to say whether it was recorded
 /// (`Ok(false)`: the fence no longer held).
 type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
@@ -481,6 +489,9 @@ impl<S: DurableStore> Worker<S> {
         let mut set: JoinSet<Outcome> = JoinSet::new();
         let mut inflight: HashMap<tokio::task::Id, Claimed> = HashMap::new();
         let mut next_rescue = tokio::time::Instant::now();
+        // When the last claim started, and whether a hand-off woke the worker since.
+        let mut last_claim = next_rescue;
+        let mut woken = false;
         // Alerts are checked at start-up (a crash may have left some owed), after any failure,
         // and on the rescue timer (rescues can fail tasks too).
         let mut alerts_due = true;
@@ -519,6 +530,13 @@ impl<S: DurableStore> Worker<S> {
             let handed_off = signal.notified();
             tokio::pin!(handed_off);
             handed_off.as_mut().enable();
+            if woken {
+                // Hand-offs arriving faster than claims return are taken together (see
+                // `HAND_OFF_COALESCE`); one that finds the worker idle is claimed at once.
+                tokio::time::sleep_until(last_claim + HAND_OFF_COALESCE).await;
+                woken = false;
+            }
+            last_claim = tokio::time::Instant::now();
             let free = cfg.concurrency.saturating_sub(set.len());
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(cfg.batch_size);
             let mut claimed = 0;
@@ -574,7 +592,10 @@ impl<S: DurableStore> Worker<S> {
                         let free = cfg.concurrency.saturating_sub(set.len());
                         if wake_on_join && (free >= refill || set.is_empty()) { break; }
                     }
-                    () = &mut handed_off, if set.len() < cfg.concurrency => break,
+                    () = &mut handed_off, if set.len() < cfg.concurrency => {
+                        woken = true;
+                        break;
+                    }
                     () = &mut sleep => break,
                 }
             }
@@ -951,7 +972,16 @@ async fn complete_batches<S: DurableStore>(
     mut queue: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut batch = Vec::new();
-    while queue.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
+    let started = tokio::time::Instant::now();
+    let mut last_write = started.checked_sub(HAND_OFF_COALESCE).unwrap_or(started);
+    loop {
+        // Successes arriving one by one are written together (see `HAND_OFF_COALESCE`); a
+        // drain's large batches take longer than that to write anyway.
+        tokio::time::sleep_until(last_write + HAND_OFF_COALESCE).await;
+        if queue.recv_many(&mut batch, COMPLETION_BATCH).await == 0 {
+            break;
+        }
+        last_write = tokio::time::Instant::now();
         let (done, replies): (Vec<Completion>, Vec<_>) = batch.drain(..).unzip();
         match store.complete_many(&done, clock.now()).await {
             Ok(written) => {
