@@ -67,7 +67,9 @@ async fn a_queue_from_before_the_key_table_keeps_its_keys() {
         (
             2,
             "task_output",
-            include_str!("../../retry-runtime/src/durable/migrations/postgres/0002_task_output.sql"),
+            include_str!(
+                "../../retry-runtime/src/durable/migrations/postgres/0002_task_output.sql"
+            ),
         ),
         (
             3,

@@ -13,10 +13,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use sqlx::Sqlite;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqliteQueryResult,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteQueryResult, SqliteSynchronous};
 use tokio::sync::Notify;
 
 use super::error::DurableError;

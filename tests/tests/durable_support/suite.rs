@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use retry_runtime::durable::{
     AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableQueue,
-    DurableStore, EnqueueOptions, Fence, Jitter, ManualClock, Task, TaskContext, TaskId, TaskStatus,
-    Timestamp, Worker, WorkerConfig,
+    DurableStore, EnqueueOptions, Fence, Jitter, ManualClock, Task, TaskContext, TaskId,
+    TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
 
@@ -368,9 +368,7 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
     assert_eq!(alerts.delivered(), 1);
 }
 
-pub async fn jittered_retries_spread_within_the_upper_half_of_the_step<S: DurableStore>(
-    store: S,
-) {
+pub async fn jittered_retries_spread_within_the_upper_half_of_the_step<S: DurableStore>(store: S) {
     // One outage fails many tasks at once: their retries must not all come due together.
     const N: usize = 40;
     let clock = clock();
@@ -409,7 +407,10 @@ pub async fn jittered_retries_spread_within_the_upper_half_of_the_step<S: Durabl
     waits.sort();
     waits.dedup();
     assert!(waits.len() > N / 2, "waits bunched: {waits:?}");
-    assert!(waits[waits.len() - 1] - waits[0] > Duration::from_secs(2), "{waits:?}");
+    assert!(
+        waits[waits.len() - 1] - waits[0] > Duration::from_secs(2),
+        "{waits:?}"
+    );
 }
 
 pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S) {
@@ -1101,7 +1102,11 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
     // Unjittered, so a and b come due again in their order.
     clock.advance(LEASE + Duration::from_millis(1));
     let rescued = store
-        .rescue_expired(2, DurableBackoff::new().with_jitter(Jitter::None), clock.now())
+        .rescue_expired(
+            2,
+            DurableBackoff::new().with_jitter(Jitter::None),
+            clock.now(),
+        )
         .await
         .unwrap();
     let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
