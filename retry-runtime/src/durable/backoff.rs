@@ -10,7 +10,7 @@
 //!
 //! The schedule is computed in Rust, in one place ([`DurableBackoff::wait_after`]), so that the
 //! worker and the lease rescuer agree; the randomness is an argument, so tests pass a seeded
-//! one. [`Jitter::None`] gives the exact steps. Cap the schedule below the upstream's
+//! one. [`DurableJitter::None`] gives the exact steps. Cap the schedule below the upstream's
 //! idempotency-key retention ([`DurableBackoff::total_wait`] is its upper bound), or a late
 //! retry could be applied as new work.
 
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// How the wait after a failed attempt is drawn from its step `d = min(base * 2^n, cap)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Jitter {
+pub enum DurableJitter {
     /// A random wait in `[d / 2, d)` (the default).
     #[default]
     Equal,
@@ -32,12 +32,12 @@ pub enum Jitter {
 /// # Default
 /// - `base`: 1 s (so the first retry waits 1-2 s)
 /// - `cap`: 1 h
-/// - `jitter`: [`Jitter::Equal`]
+/// - `jitter`: [`DurableJitter::Equal`]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DurableBackoff {
     base: Duration,
     cap: Duration,
-    jitter: Jitter,
+    jitter: DurableJitter,
 }
 
 impl Default for DurableBackoff {
@@ -52,7 +52,7 @@ impl DurableBackoff {
         DurableBackoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(3600),
-            jitter: Jitter::Equal,
+            jitter: DurableJitter::Equal,
         }
     }
 
@@ -69,7 +69,7 @@ impl DurableBackoff {
     }
 
     /// Sets how the wait is drawn from the step.
-    pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
+    pub const fn with_jitter(mut self, jitter: DurableJitter) -> Self {
         self.jitter = jitter;
         self
     }
@@ -85,7 +85,7 @@ impl DurableBackoff {
     }
 
     /// The jitter.
-    pub const fn jitter(&self) -> Jitter {
+    pub const fn jitter(&self) -> DurableJitter {
         self.jitter
     }
 
@@ -100,12 +100,12 @@ impl DurableBackoff {
 
     /// The wait after failed attempt number `attempt`, drawn from its step with `random`, a
     /// uniform number in `[0, 1)` (clamped into it): `step / 2 + random * step / 2` with
-    /// [`Jitter::Equal`], the step with [`Jitter::None`].
+    /// [`DurableJitter::Equal`], the step with [`DurableJitter::None`].
     pub fn wait_after(&self, attempt: u32, random: f64) -> Duration {
         let step = self.delay_after(attempt);
         match self.jitter {
-            Jitter::None => step,
-            Jitter::Equal => {
+            DurableJitter::None => step,
+            DurableJitter::Equal => {
                 let half = step / 2;
                 // `NaN` clamps to 0; 1.0 would reach the step itself, so stay below it.
                 let r = if random.is_nan() {
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn without_jitter_the_wait_is_the_step() {
-        let b = DurableBackoff::new().with_jitter(Jitter::None);
+        let b = DurableBackoff::new().with_jitter(DurableJitter::None);
         assert_eq!(b.wait_after(3, 0.0), Duration::from_secs(8));
         assert_eq!(b.wait_after(3, 0.99), Duration::from_secs(8));
     }
@@ -196,7 +196,7 @@ mod tests {
             prop_assert!(wait >= step / 2, "{wait:?} below half of {step:?}");
             prop_assert!(wait <= step, "{wait:?} above {step:?}");
             prop_assert!(wait < step || step.is_zero());
-            prop_assert_eq!(b.with_jitter(Jitter::None).wait_after(attempt, random), step);
+            prop_assert_eq!(b.with_jitter(DurableJitter::None).wait_after(attempt, random), step);
         }
     }
 }

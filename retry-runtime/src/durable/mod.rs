@@ -147,7 +147,7 @@ pub(crate) mod task;
 mod worker;
 
 pub use crate::call::HAND_OFF_RESERVE;
-pub use backoff::{DurableBackoff, Jitter};
+pub use backoff::{DurableBackoff, DurableJitter};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use defer::defer;
 pub use error::DurableError;

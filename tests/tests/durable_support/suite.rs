@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_runtime::durable::{
-    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableQueue,
-    DurableStore, EnqueueOptions, Fence, Jitter, ManualClock, Task, TaskContext, TaskId,
+    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableJitter,
+    DurableQueue, DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId,
     TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
@@ -327,7 +327,7 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
     let backoff = DurableBackoff::new()
         .with_base(Duration::from_secs(1))
         .with_cap(Duration::from_secs(10))
-        .with_jitter(Jitter::None);
+        .with_jitter(DurableJitter::None);
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
             Err::<(), _>(AttemptError::retry("503 from upstream"))
@@ -1104,7 +1104,7 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
     let rescued = store
         .rescue_expired(
             2,
-            DurableBackoff::new().with_jitter(Jitter::None),
+            DurableBackoff::new().with_jitter(DurableJitter::None),
             clock.now(),
         )
         .await
