@@ -6,14 +6,14 @@
 //!
 //! - `claim_complete_each`: one caller claims batches of 32 and completes each task with its
 //!   own statement: the cost of one completion write per task.
-//! - `worker_run`: [`Worker::run`] drains the backlog (claims of 512, up to 1,024 attempts in
-//!   flight, successes recorded in batches) and stops once every task ran. Other sizes:
-//!   `DURABLE_BENCH_BATCH`, `DURABLE_BENCH_CONCURRENCY`.
+//! - `worker_run`: [`Worker::run`] at its default settings drains the backlog (claims of up
+//!   to 512, up to 1,024 attempts in flight, successes recorded in batches) and stops once
+//!   every task ran. Other sizes: `DURABLE_BENCH_BATCH`, `DURABLE_BENCH_CONCURRENCY`.
 //!
 //! After criterion, `latency` (skipped when a filter excludes it) hands off tasks at a steady
 //! rate for 5 s (1,000/s on PostgreSQL; 250/s on SQLite, whose every hand-off is a commit
-//! waiting for `fsync`) to an idle worker (claims of 64, 64 in flight, the default 1 s poll
-//! interval) and prints the enqueue-to-start latency percentiles. On PostgreSQL the hand-offs go through a second pool,
+//! waiting for `fsync`) to an idle worker at its default settings and prints the
+//! enqueue-to-start latency percentiles. On PostgreSQL the hand-offs go through a second pool,
 //! as another instance's would, so only `LISTEN`/`NOTIFY` can wake the worker early.
 
 use std::sync::Arc;
@@ -72,7 +72,13 @@ impl Fill for PgStore {
         let select = FILL_SELECT
             .replace("{first}", &keys(n).to_string())
             .replace("CAST(x'7b7d' AS BLOB)", "'\\x7b7d'::bytea");
-        let sql = format!("{INSERT}{select} FROM generate_series(1, {n}) AS s(i)");
+        // PostgreSQL keeps the keys in a table of their own (migration 4).
+        let sql = format!(
+            "WITH t AS ({INSERT}{select} FROM generate_series(1, {n}) AS s(i) \
+             RETURNING task_id, operation, idempotency_key) \
+             INSERT INTO retry_durable_key (operation, idempotency_key, task_id) \
+             SELECT operation, idempotency_key, task_id FROM t"
+        );
         sqlx::query(AssertSqlSafe(sql))
             .execute(self.pool())
             .await
@@ -167,16 +173,14 @@ fn bench_store<S: Fill>(
     name: &str,
     open: impl Fn(&str) -> S,
 ) {
-    let env = |name: &str, default: u32| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let config = WorkerConfig::new()
-        .with_batch_size(env("DURABLE_BENCH_BATCH", 512))
-        .with_concurrency(env("DURABLE_BENCH_CONCURRENCY", 1024) as usize)
-        .with_worker_id("bench-worker");
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    let mut config = WorkerConfig::new().with_worker_id("bench-worker");
+    if let Some(n) = env("DURABLE_BENCH_BATCH") {
+        config = config.with_batch_size(n);
+    }
+    if let Some(n) = env("DURABLE_BENCH_CONCURRENCY") {
+        config = config.with_concurrency(n as usize);
+    }
     let (each, drained) = (open("each"), open("run"));
     let run = counted(drained.clone(), config);
     let mut group = c.benchmark_group(format!("durable_claim/{name}"));
@@ -231,12 +235,7 @@ async fn latency<S: DurableStore, E: DurableStore>(name: &str, rate: u64, store:
             }
             async { Ok(()) }
         })
-        .config(
-            WorkerConfig::new()
-                .with_batch_size(64)
-                .with_concurrency(64)
-                .with_worker_id("latency-worker"),
-        )
+        .config(WorkerConfig::new().with_worker_id("latency-worker"))
         .build()
         .unwrap();
     let stop = all_ran.clone();

@@ -36,10 +36,115 @@ async fn migrations_apply_once_in_our_own_table() {
         vec![
             (1, "task_table".to_owned()),
             (2, "task_output".to_owned()),
-            (3, "notify".to_owned())
+            (3, "notify".to_owned()),
+            (4, "key_table".to_owned())
         ]
     );
     again.close().await;
+    db.cleanup().await;
+}
+
+/// The checksum the store records for a migration (FNV-1a 64 of its SQL).
+fn checksum(sql: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in sql.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: source .ci/postgres.sh, then pass --include-ignored"]
+async fn a_queue_from_before_the_key_table_keeps_its_keys() {
+    use sqlx::Connection as _;
+    const BEFORE: [(i64, &str, &str); 3] = [
+        (
+            1,
+            "task_table",
+            include_str!("../../retry-runtime/src/durable/migrations/postgres/0001_task_table.sql"),
+        ),
+        (
+            2,
+            "task_output",
+            include_str!(
+                "../../retry-runtime/src/durable/migrations/postgres/0002_task_output.sql"
+            ),
+        ),
+        (
+            3,
+            "notify",
+            include_str!("../../retry-runtime/src/durable/migrations/postgres/0003_notify.sql"),
+        ),
+    ];
+    let Some(db) = PgDb::new().await else { return };
+    let schema = format!("{}_v3", db.schema);
+    // A queue as the previous release left it: migrations 1-3 and one task.
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let setup = format!(
+        "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\";
+         CREATE TABLE retry_durable_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
+             checksum TEXT NOT NULL, applied_at BIGINT NOT NULL);"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (version, name, sql) in BEFORE {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO retry_durable_migrations VALUES ($1, $2, $3, 0)")
+            .bind(version)
+            .bind(name)
+            .bind(checksum(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let old: i64 = sqlx::query_scalar(
+        "INSERT INTO retry_durable_task (operation, idempotency_key, payload, max_attempts,
+             next_attempt_at, created_at, updated_at)
+         VALUES ('op', 'old-key', '\\x00', 5, 0, 0, 0) RETURNING task_id",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    // This release opens it: migration 4 moves the keys, and the old key still deduplicates.
+    let store = PgStore::connect_with(PgStoreOptions::new(&db.url).with_schema(&schema))
+        .await
+        .unwrap();
+    let q = DurableQueue::new(store.clone());
+    let again = q
+        .enqueue("op", "old-key", b"x", EnqueueOptions::new())
+        .await
+        .unwrap();
+    assert_eq!((again.task_id.0, again.created), (old, false));
+    let new = q
+        .enqueue("op", "new-key", b"x", EnqueueOptions::new())
+        .await
+        .unwrap();
+    assert!(new.created && new.task_id.0 > old, "{new:?}");
+    let dup = q
+        .enqueue("op", "new-key", b"y", EnqueueOptions::new())
+        .await
+        .unwrap();
+    assert_eq!((dup.task_id, dup.created), (new.task_id, false));
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM retry_durable_task")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(count, 2, "no task row for a repeated key");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.close().await;
     db.cleanup().await;
 }
 
@@ -59,7 +164,7 @@ async fn concurrent_startups_migrate_once() {
         .fetch_one(a.pool())
         .await
         .unwrap();
-    assert_eq!(n, 3, "each of the three migrations applied once");
+    assert_eq!(n, 4, "each of the four migrations applied once");
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA \"{schema}\" CASCADE"
     )))

@@ -1,14 +1,35 @@
 //! The end of a `#[retry(durable = ...)]` call: the expansion hands every ending but a success
 //! to [`defer`], which returns a permanent failure at once and writes a transient one to the
 //! durable queue, answering [`Durable::Deferred`].
+//!
+//! # The hand-off can still race the caller's deadline
+//! A durable call stops its in-memory attempts [`HAND_OFF_RESERVE`] before its deadline, so
+//! the hand-off (one insert) normally ends while the caller waits. On an overloaded machine
+//! the insert's commit can take longer; a caller with a deadline of its own (an API calling
+//! this service over HTTP) then stops waiting and reports the keyed write as unknown, while
+//! the task is queued and runs once. Neither way of closing the race is clean:
+//!
+//! - recording the deferral before the deadline-bound work ends means a queue write before
+//!   the last attempt of every durable call, including the great majority that succeed in
+//!   memory (and a second write to retire it): the in-memory tier would pay the durable
+//!   tier's commit on every call;
+//! - making the caller wait for the hand-off's result stretches its deadline by a commit whose
+//!   length nothing bounds, breaking the promise the deadline makes to the caller's caller;
+//!   and a remote caller cannot be made to wait by the service it called.
+//!
+//! So the race is made rare (the reserve), visible (a `slow_hand_off` warning when the insert
+//! outlasts the reserve) and harmless: nothing is lost, the key keeps the write applied once
+//! upstream, and a caller that retries the same key finds the queued task instead of adding
+//! a second one.
 
 use std::fmt::Display;
+use std::time::Instant;
 
 use super::outcome::{DeferredCall, Durable};
 use super::queue::Deferred;
 use super::replay::ReplayContext;
 use super::task::TaskStatus;
-use crate::call::Call;
+use crate::call::{Call, HAND_OFF_RESERVE};
 use crate::{Ambiguous, Error};
 
 const TARGET: &str = "retry_runtime::durable";
@@ -96,7 +117,16 @@ where
         Some(after) if after > options.delay() => options.with_delay(after),
         _ => options,
     };
-    match queue.hand_off(operation, &key, &payload, options).await {
+    let started = Instant::now();
+    let handed_off = queue.hand_off(operation, &key, &payload, options).await;
+    let took = started.elapsed();
+    if took > HAND_OFF_RESERVE {
+        tracing::warn!(target: TARGET, event = "slow_hand_off", operation, ?took,
+            reserve = ?HAND_OFF_RESERVE, "the hand-off outlasted the time reserved for it: \
+            a caller with a deadline may have stopped waiting and report the write as unknown \
+            (the task is queued and runs once)");
+    }
+    match handed_off {
         Ok(deferred) => {
             tracing::info!(
                 target: TARGET,

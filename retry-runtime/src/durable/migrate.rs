@@ -67,6 +67,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         name: "notify",
         sql: include_str!("migrations/postgres/0003_notify.sql"),
     },
+    Migration {
+        version: 4,
+        name: "key_table",
+        sql: include_str!("migrations/postgres/0004_key_table.sql"),
+    },
 ];
 
 /// Compares what the database says was applied with what this version knows, and returns the

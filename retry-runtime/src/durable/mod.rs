@@ -118,7 +118,8 @@
 //! a `#[retry(durable = ...)]` call adds `deferred` (queued), `replay_stopped` (a replay stopped
 //! on a transient failure again: the task waits for its backoff), `not_deferred` and
 //! `no_queue` (the queue could not take it: the caller gets the in-memory failure, or
-//! [`Error::NoDurableQueue`](crate::Error::NoDurableQueue)).
+//! [`Error::NoDurableQueue`](crate::Error::NoDurableQueue)), and `slow_hand_off` (queued, but
+//! after the time reserved for it: a caller with its own deadline may have given up).
 
 // With only the base `durable` feature no backend uses the migration and rescue helpers.
 #![cfg_attr(
@@ -146,7 +147,7 @@ pub(crate) mod task;
 mod worker;
 
 pub use crate::call::HAND_OFF_RESERVE;
-pub use backoff::DurableBackoff;
+pub use backoff::{DurableBackoff, DurableJitter};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use defer::defer;
 pub use error::DurableError;

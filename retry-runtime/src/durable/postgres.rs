@@ -7,6 +7,11 @@
 //! found in fang). Lease rescue and alert reservation use the same pattern, so any instance can
 //! run them and no leader election is needed.
 //!
+//! Idempotency keys live in `retry_durable_key`, written once per task at enqueue, not in a
+//! unique index of the task table: PostgreSQL's claim and completion updates cannot be HOT (they
+//! change `status`, which the partial indexes name), so every index of the task table gets a
+//! new entry at each of them, and the key's index was the widest (migration 4 says more).
+//!
 //! A hand-off wakes idle workers in every process at once: the task table's insert trigger
 //! sends `NOTIFY retry_durable_task` with the table's schema as payload, and a worker's store
 //! `LISTEN`s (one connection per running worker). Workers still poll, so a lost notification
@@ -15,13 +20,13 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgQueryResult};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::sync::Notify;
 
 use super::error::DurableError;
 use super::migrate;
-use super::sql::{Dialect, RowsAffected, Spelling, SqlStore, Statements};
+use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements, pool_options};
 use super::store::StoreResult;
 
 /// The channel the insert trigger notifies (migration 3); the payload is the table's schema.
@@ -44,6 +49,7 @@ static SPELLING: Spelling = Spelling {
         checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
     migrations: migrate::POSTGRES,
     single_writer: false,
+    keys: Keys::KeyTable,
 };
 
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(&SPELLING));
@@ -189,7 +195,7 @@ impl SqlStore<Postgres> {
             }
             connect = connect.options([("search_path", schema.as_str())]);
         }
-        let pool = PgPoolOptions::new()
+        let pool = pool_options::<Postgres>()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)

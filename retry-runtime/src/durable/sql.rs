@@ -3,7 +3,8 @@
 //!
 //! The semantics live in the SQL text shared here; a dialect only says how its database spells
 //! the few things that differ (parameters, a JSON array as rows, hex decoding, row locks, how a
-//! write transaction begins, its migrations) and how another process's hand-off wakes a worker.
+//! write transaction begins, where idempotency keys are kept, its migrations) and how another
+//! process's hand-off wakes a worker.
 //! Claims are one `WITH due AS MATERIALIZED (SELECT … LIMIT n {lock}) UPDATE … WHERE task_id
 //! IN (due) RETURNING` statement on both: on PostgreSQL `{lock}` is `FOR UPDATE SKIP LOCKED`, so
 //! concurrent claimers skip each other's rows; SQLite has no row locks but runs every write
@@ -75,6 +76,45 @@ pub struct Spelling {
     /// Whether writes from this process take turns before reaching the database (SQLite has
     /// one writer: letting them queue in process avoids its sleeping busy handler).
     pub single_writer: bool,
+    /// Where the `(operation, idempotency_key)` -> `task_id` mapping is kept, and so how a
+    /// task is inserted unless its key exists.
+    pub keys: Keys,
+}
+
+/// Where a dialect keeps the unique `(operation, idempotency_key)` of each task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// A unique constraint on the task table (SQLite: an update rewrites only the indexes of
+    /// the columns it changes, so the key's index costs nothing after the insert).
+    TaskTable,
+    /// `retry_durable_key`, written once at enqueue (PostgreSQL: an update that is not HOT
+    /// adds an entry to every index of the table, so a key index there would be paid again at
+    /// every claim and completion).
+    KeyTable,
+}
+
+/// How long a pooled connection may sit idle and still be used without a ping first.
+const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pool settings both stores use: a connection is pinged before use only when it sat idle
+/// for [`PING_AFTER_IDLE`] or longer. sqlx pings every connection it hands out by default, a
+/// full round trip to the server before each statement: that doubled the round trips of every
+/// hand-off, claim and completion, and on a busy machine each round trip waits for the server
+/// process to be scheduled, which is where the hand-off's latency tail came from. A connection
+/// used within the last second is known to be alive; one idle longer (a database restart may
+/// have dropped it) is still checked and replaced.
+pub(crate) fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
+    use sqlx::Connection as _;
+    sqlx::pool::PoolOptions::new()
+        .test_before_acquire(false)
+        .before_acquire(|conn: &mut DB::Connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// The columns every statement returns, in [`decode`]'s order. The counts are `INTEGER` on
@@ -130,13 +170,31 @@ impl Statements {
         };
         Statements {
             spelling: s,
-            enqueue: sql(format!(
-                "INSERT INTO retry_durable_task (operation, idempotency_key, payload, status,
-                     retry_count, max_attempts, next_attempt_at, created_at, updated_at)
-                 VALUES ($1, $2, $3, 'pending', 0, $4, $5, $6, $6)
-                 ON CONFLICT (operation, idempotency_key) DO NOTHING
-                 RETURNING {COLS}"
-            )),
+            enqueue: sql(match s.keys {
+                Keys::TaskTable => format!(
+                    "INSERT INTO retry_durable_task (operation, idempotency_key, payload, status,
+                         retry_count, max_attempts, next_attempt_at, created_at, updated_at)
+                     VALUES ($1, $2, $3, 'pending', 0, $4, $5, $6, $6)
+                     ON CONFLICT (operation, idempotency_key) DO NOTHING
+                     RETURNING {COLS}"
+                ),
+                // The key row takes the task's id from the task table's own sequence; when the
+                // key exists, no id is returned and no task row is written.
+                Keys::KeyTable => format!(
+                    "WITH k AS (
+                         INSERT INTO retry_durable_key (operation, idempotency_key, task_id)
+                         VALUES ($1, $2,
+                             nextval(pg_get_serial_sequence('retry_durable_task', 'task_id')))
+                         ON CONFLICT (operation, idempotency_key) DO NOTHING
+                         RETURNING task_id)
+                     INSERT INTO retry_durable_task (task_id, operation, idempotency_key,
+                         payload, status, retry_count, max_attempts, next_attempt_at,
+                         created_at, updated_at)
+                     OVERRIDING SYSTEM VALUE
+                     SELECT k.task_id, $1, $2, $3, 'pending', 0, $4, $5, $6, $6 FROM k
+                     RETURNING {COLS}"
+                ),
+            }),
             claim: sql(format!(
                 "WITH due AS MATERIALIZED (
                      SELECT task_id AS due_id FROM retry_durable_task
@@ -212,10 +270,17 @@ impl Statements {
             get: sql(format!(
                 "SELECT {COLS} FROM retry_durable_task WHERE task_id = $1"
             )),
-            find: sql(format!(
-                "SELECT {COLS} FROM retry_durable_task
-                 WHERE operation = $1 AND idempotency_key = $2"
-            )),
+            find: sql(match s.keys {
+                Keys::TaskTable => format!(
+                    "SELECT {COLS} FROM retry_durable_task
+                     WHERE operation = $1 AND idempotency_key = $2"
+                ),
+                Keys::KeyTable => format!(
+                    "SELECT {COLS} FROM retry_durable_task
+                     WHERE task_id = (SELECT task_id FROM retry_durable_key
+                                      WHERE operation = $1 AND idempotency_key = $2)"
+                ),
+            }),
             counts: "SELECT status, COUNT(*) FROM retry_durable_task GROUP BY status".to_owned(),
             failed: sql(format!(
                 "SELECT {COLS} FROM retry_durable_task WHERE status = 'failed'
@@ -992,6 +1057,7 @@ mod tests {
             migrations_table: "",
             migrations: &[],
             single_writer: true,
+            keys: Keys::TaskTable,
         };
         let st = Statements::new(&Q);
         assert!(st.claim.contains("LIMIT ?5"), "{}", st.claim);

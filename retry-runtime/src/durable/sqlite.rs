@@ -13,15 +13,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use sqlx::Sqlite;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteQueryResult, SqliteSynchronous};
 use tokio::sync::Notify;
 
 use super::error::DurableError;
 use super::migrate;
-use super::sql::{Dialect, RowsAffected, Spelling, SqlStore, Statements};
+use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements, pool_options};
 use super::store::StoreResult;
 
 static SPELLING: Spelling = Spelling {
@@ -38,6 +35,7 @@ static SPELLING: Spelling = Spelling {
         checksum TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
     migrations: migrate::SQLITE,
     single_writer: true,
+    keys: Keys::TaskTable,
 };
 
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(&SPELLING));
@@ -142,7 +140,7 @@ impl SqlStore<Sqlite> {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout);
-        let pool = SqlitePoolOptions::new()
+        let pool = pool_options::<Sqlite>()
             .max_connections(options.max_connections)
             .connect_with(connect)
             .await

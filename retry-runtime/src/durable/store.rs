@@ -220,7 +220,7 @@ pub(crate) fn rescue_decision(
     } else {
         (
             super::task::TaskStatus::Pending,
-            now.saturating_add(backoff.delay_after(retry_count)),
+            now.saturating_add(backoff.wait_after(retry_count, fastrand::f64())),
         )
     }
 }

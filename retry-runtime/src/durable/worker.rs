@@ -35,6 +35,14 @@ const TARGET: &str = "retry_runtime::durable";
 /// The most completions one write records.
 const COMPLETION_BATCH: usize = 1024;
 
+/// The shortest time between two claims (or two completion writes) prompted by hand-offs.
+/// Claiming at each hand-off costs a statement per task at a steady rate of hand-offs (at
+/// 1,000/s, a claim, a completion and the insert per task, each a round trip to the server);
+/// on a busy machine that work is what makes hand-offs wait. Taking what arrived in the last
+/// few milliseconds together costs a hand-off at most this much latency, and a worker that was
+/// idle for longer claims at once.
+const HAND_OFF_COALESCE: Duration = Duration::from_millis(5);
+
 /// A successful attempt waiting for the completer, and where to say whether it was recorded
 /// (`Ok(false)`: the fence no longer held).
 type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
@@ -43,15 +51,30 @@ type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
 ///
 /// # Default
 /// - `worker_id`: `"<HOSTNAME or worker>-<pid>-<random>"`, unique per process
-/// - `batch_size`: 16 tasks per claim
-/// - `concurrency`: 16 attempts in flight (in [`Worker::run`])
+/// - `batch_size`: at most 512 tasks per claim
+/// - `concurrency`: 1,024 attempts in flight (in [`Worker::run`])
 /// - `attempt_timeout`: 30 s
 /// - `lease`: 60 s (must exceed `attempt_timeout`)
 /// - `poll_interval`: 1 s (when nothing was due and no hand-off woke the worker)
 /// - `rescue_interval`: 15 s
 /// - `alert_lease`: 60 s (how long an alert being delivered is reserved)
 /// - `shutdown_grace`: 10 s
-/// - `backoff`: [`DurableBackoff::new`] (2 s, 4 s, 8 s … capped at 1 h)
+/// - `backoff`: [`DurableBackoff::new`] (steps of 2 s, 4 s, 8 s … capped at 1 h, each wait a
+///   random time in the upper half of its step)
+/// - `jitter_seed`: none (seeded from the OS)
+///
+/// # Why these claim sizes
+/// Draining a backlog costs a few statements per claim and per batch of completions, so large
+/// claims are what makes a queue fast: the documented figures (BENCHMARKS.md) come from these
+/// defaults. They do not hurt a slow handler, because [`Worker::run`] claims only as many
+/// tasks as it has free slots (never more than `batch_size`): every claimed task starts at
+/// once, so no lease runs down while its task waits for a slot, and a worker busy with slow
+/// attempts claims nothing until slots free. `concurrency` bounds this process's attempts, not
+/// the upstream's load: replays of `#[retry(durable = ...)]` calls go through the upstream's
+/// bulkhead, budget and breaker, so set the bulkhead to what the upstream can take. Lower
+/// `concurrency` for a handler that holds something scarce per attempt, or to spread a backlog
+/// over several instances more evenly: a worker that dies strands up to `concurrency` tasks
+/// until their leases expire and are rescued.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     worker_id: Option<String>,
@@ -64,6 +87,7 @@ pub struct WorkerConfig {
     alert_lease: Duration,
     shutdown_grace: Duration,
     backoff: DurableBackoff,
+    jitter_seed: Option<u64>,
 }
 
 impl Default for WorkerConfig {
@@ -77,8 +101,8 @@ impl WorkerConfig {
     pub const fn new() -> Self {
         WorkerConfig {
             worker_id: None,
-            batch_size: 16,
-            concurrency: 16,
+            batch_size: 512,
+            concurrency: 1024,
             attempt_timeout: Duration::from_secs(30),
             lease: Duration::from_secs(60),
             poll_interval: Duration::from_secs(1),
@@ -86,6 +110,7 @@ impl WorkerConfig {
             alert_lease: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
             backoff: DurableBackoff::new(),
+            jitter_seed: None,
         }
     }
 
@@ -95,7 +120,8 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets how many tasks one claim takes.
+    /// Sets the most tasks one claim takes ([`Worker::run`] takes fewer when fewer slots are
+    /// free).
     pub const fn with_batch_size(mut self, n: u32) -> Self {
         self.batch_size = n;
         self
@@ -147,6 +173,13 @@ impl WorkerConfig {
     /// Sets the retry schedule.
     pub const fn with_backoff(mut self, backoff: DurableBackoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Seeds the randomness the backoff's jitter draws from (default: seeded from the OS), so
+    /// a test or a simulation sees the same waits on every run.
+    pub const fn with_jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter_seed = Some(seed);
         self
     }
 
@@ -302,6 +335,10 @@ impl<S: DurableStore> WorkerBuilder<S> {
         Ok(Worker {
             inner: Arc::new(Inner {
                 completer: Mutex::new(None),
+                jitter: Mutex::new(match self.config.jitter_seed {
+                    Some(seed) => fastrand::Rng::with_seed(seed),
+                    None => fastrand::Rng::new(),
+                }),
                 store: self.store,
                 handlers: self.handlers,
                 operations,
@@ -322,6 +359,8 @@ fn default_worker_id() -> String {
 struct Inner<S> {
     /// Feeds the task that records successes in batches (started on first use).
     completer: Mutex<Option<mpsc::UnboundedSender<Pending>>>,
+    /// Draws the backoff's jitter.
+    jitter: Mutex<fastrand::Rng>,
     store: S,
     handlers: HashMap<String, Arc<dyn Handler>>,
     operations: Vec<String>,
@@ -421,13 +460,21 @@ impl<S: DurableStore> Worker<S> {
         let mut set = JoinSet::new();
         let mut inflight = HashMap::new();
         stats.claimed = self
-            .claim_into(self.inner.config.batch_size, &mut set, &mut inflight)
+            .claim_into(self.claim_cap(), &mut set, &mut inflight)
             .await? as u64;
         while let Some(joined) = set.join_next_with_id().await {
             stats.absorb(self.settle(joined, &mut inflight).await);
         }
         stats.alerted = self.dispatch_alerts().await?;
         Ok(stats)
+    }
+
+    /// The most one claim takes: `batch_size`, and never more than `concurrency`.
+    fn claim_cap(&self) -> u32 {
+        let cfg = &self.inner.config;
+        u32::try_from(cfg.concurrency)
+            .unwrap_or(u32::MAX)
+            .min(cfg.batch_size)
     }
 
     /// Runs until `shutdown` completes: claims while attempts are below `concurrency`, polls
@@ -442,6 +489,9 @@ impl<S: DurableStore> Worker<S> {
         let mut set: JoinSet<Outcome> = JoinSet::new();
         let mut inflight: HashMap<tokio::task::Id, Claimed> = HashMap::new();
         let mut next_rescue = tokio::time::Instant::now();
+        // When the last claim started, and whether a hand-off woke the worker since.
+        let mut last_claim = next_rescue;
+        let mut woken = false;
         // Alerts are checked at start-up (a crash may have left some owed), after any failure,
         // and on the rescue timer (rescues can fail tasks too).
         let mut alerts_due = true;
@@ -480,6 +530,13 @@ impl<S: DurableStore> Worker<S> {
             let handed_off = signal.notified();
             tokio::pin!(handed_off);
             handed_off.as_mut().enable();
+            if woken {
+                // Hand-offs arriving faster than claims return are taken together (see
+                // `HAND_OFF_COALESCE`); one that finds the worker idle is claimed at once.
+                tokio::time::sleep_until(last_claim + HAND_OFF_COALESCE).await;
+                woken = false;
+            }
+            last_claim = tokio::time::Instant::now();
             let free = cfg.concurrency.saturating_sub(set.len());
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(cfg.batch_size);
             let mut claimed = 0;
@@ -535,7 +592,10 @@ impl<S: DurableStore> Worker<S> {
                         let free = cfg.concurrency.saturating_sub(set.len());
                         if wake_on_join && (free >= refill || set.is_empty()) { break; }
                     }
-                    () = &mut handed_off, if set.len() < cfg.concurrency => break,
+                    () = &mut handed_off, if set.len() < cfg.concurrency => {
+                        woken = true;
+                        break;
+                    }
                     () = &mut sleep => break,
                 }
             }
@@ -715,7 +775,7 @@ impl<S: DurableStore> Worker<S> {
             }) => {
                 let backoff = inner.config.backoff;
                 let wait = backoff
-                    .delay_after(f.attempt)
+                    .wait_after(f.attempt, self.random())
                     .max(retry_after.unwrap_or_default().min(backoff.cap()));
                 inner
                     .store
@@ -757,6 +817,16 @@ impl<S: DurableStore> Worker<S> {
                 }
             },
         }
+    }
+
+    /// A uniform number in `[0, 1)` for the backoff's jitter.
+    fn random(&self) -> f64 {
+        let mut rng = self
+            .inner
+            .jitter
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        rng.f64()
     }
 
     /// Records a success through the completer, which writes many in one statement: while one
@@ -902,7 +972,16 @@ async fn complete_batches<S: DurableStore>(
     mut queue: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut batch = Vec::new();
-    while queue.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
+    let started = tokio::time::Instant::now();
+    let mut last_write = started.checked_sub(HAND_OFF_COALESCE).unwrap_or(started);
+    loop {
+        // Successes arriving one by one are written together (see `HAND_OFF_COALESCE`); a
+        // drain's large batches take longer than that to write anyway.
+        tokio::time::sleep_until(last_write + HAND_OFF_COALESCE).await;
+        if queue.recv_many(&mut batch, COMPLETION_BATCH).await == 0 {
+            break;
+        }
+        last_write = tokio::time::Instant::now();
         let (done, replies): (Vec<Completion>, Vec<_>) = batch.drain(..).unzip();
         match store.complete_many(&done, clock.now()).await {
             Ok(written) => {

@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
             claim_only_takes_registered_operations,
             fenced_writes_from_a_rescued_worker_are_ignored,
             backoff_schedule_doubles_and_caps,
+            jittered_retries_spread_within_the_upper_half_of_the_step,
             max_attempts_fail_and_alert_exactly_once,
             permanent_failure_fails_at_once,
             alert_owed_after_crash_between_fail_and_alert,

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_runtime::durable::{
-    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableQueue,
-    DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId, TaskStatus,
-    Timestamp, Worker, WorkerConfig,
+    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableJitter,
+    DurableQueue, DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId,
+    TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
 
@@ -326,7 +326,8 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
     let id = enqueue(&q, "k", EnqueueOptions::new().with_max_attempts(6)).await;
     let backoff = DurableBackoff::new()
         .with_base(Duration::from_secs(1))
-        .with_cap(Duration::from_secs(10));
+        .with_cap(Duration::from_secs(10))
+        .with_jitter(DurableJitter::None);
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
             Err::<(), _>(AttemptError::retry("503 from upstream"))
@@ -365,6 +366,51 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
         t.last_error
     );
     assert_eq!(alerts.delivered(), 1);
+}
+
+pub async fn jittered_retries_spread_within_the_upper_half_of_the_step<S: DurableStore>(store: S) {
+    // One outage fails many tasks at once: their retries must not all come due together.
+    const N: usize = 40;
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let mut ids = Vec::with_capacity(N);
+    for i in 0..N {
+        ids.push(enqueue(&q, &format!("k{i}"), EnqueueOptions::new()).await);
+    }
+    let worker = Worker::builder(store.clone())
+        .handler(OP, |_t: TaskContext| async {
+            Err::<(), _>(AttemptError::retry("503 from upstream"))
+        })
+        .clock(clock.clone())
+        .config(
+            config("w")
+                .with_batch_size(N as u32)
+                .with_jitter_seed(18)
+                .with_backoff(DurableBackoff::new().with_base(Duration::from_secs(4))),
+        )
+        .build()
+        .unwrap();
+    let stats = worker.tick().await.unwrap();
+    assert_eq!((stats.claimed, stats.retried), (N as u64, N as u64));
+    // The step after attempt 1 is 4 s * 2 = 8 s: every wait is in [4 s, 8 s).
+    let mut waits = Vec::with_capacity(N);
+    for id in ids {
+        let t = get(&store, id).await;
+        assert_eq!(t.status, TaskStatus::Pending);
+        let wait = t.next_attempt_at.since(clock.now());
+        assert!(
+            wait >= Duration::from_secs(4) && wait < Duration::from_secs(8),
+            "{wait:?}"
+        );
+        waits.push(wait);
+    }
+    waits.sort();
+    waits.dedup();
+    assert!(waits.len() > N / 2, "waits bunched: {waits:?}");
+    assert!(
+        waits[waits.len() - 1] - waits[0] > Duration::from_secs(2),
+        "{waits:?}"
+    );
 }
 
 pub async fn max_attempts_fail_and_alert_exactly_once<S: DurableStore>(store: S) {
@@ -531,7 +577,12 @@ pub async fn expired_lease_is_rescued_and_completed<S: DurableStore>(store: S) {
         "{:?}",
         t.last_error
     );
-    assert_eq!(t.next_attempt_at.since(clock.now()), Duration::from_secs(2));
+    // The step after attempt 1 is 2 s; the jittered wait is in its upper half.
+    let wait = t.next_attempt_at.since(clock.now());
+    assert!(
+        wait >= Duration::from_secs(1) && wait < Duration::from_secs(2),
+        "{wait:?}"
+    );
     clock.advance(Duration::from_secs(2));
     let stats = worker.tick().await.unwrap();
     assert_eq!((stats.claimed, stats.succeeded), (1, 1));
@@ -1048,9 +1099,14 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     // The leases on all four expire; a and b go back to the queue. a is re-claimed by
     // another worker, b by the same worker again (a newer attempt under the same owner).
+    // Unjittered, so a and b come due again in their order.
     clock.advance(LEASE + Duration::from_millis(1));
     let rescued = store
-        .rescue_expired(2, DurableBackoff::new(), clock.now())
+        .rescue_expired(
+            2,
+            DurableBackoff::new().with_jitter(DurableJitter::None),
+            clock.now(),
+        )
         .await
         .unwrap();
     let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
