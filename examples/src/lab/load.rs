@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::designs::OUTCOME;
+use super::designs::{OUTCOME, SHED};
 
 /// How an operation ended, as the user saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,9 @@ pub enum Outcome {
     Ambiguous,
     /// 202: the write was deferred to the durable queue, to be completed later.
     Deferred,
+    /// The API had its bound of operations in flight and refused this one at once (a failure
+    /// to the user, counted apart so the bound shows; see [`super::files`]).
+    Shed,
 }
 
 /// How long a user waits for an operation before giving up (it then counts as failed).
@@ -102,6 +105,7 @@ pub async fn drive(
                 Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == "ambiguous") => {
                     Outcome::Ambiguous
                 }
+                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == SHED) => Outcome::Shed,
                 _ => Outcome::Failed,
             };
             let record = OpRecord {
