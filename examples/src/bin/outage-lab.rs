@@ -149,7 +149,7 @@ fn main() -> std::process::ExitCode {
     };
     // Before anything starts: a run the open-file limit cannot hold says so, with the fix.
     let limit = lab::files::raise_limit();
-    if let Err(e) = lab::files::bound(&config, config.max_in_flight, limit.map(|l| l.soft)) {
+    if let Err(e) = lab::files::bounds(&config, limit.map(|l| l.soft)) {
         eprintln!("outage-lab: too few open files: {e}");
         return std::process::ExitCode::FAILURE;
     }

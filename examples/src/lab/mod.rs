@@ -8,8 +8,8 @@
 //! one after another instead (unless [`LabConfig::isolate`] is off), so one design's retry
 //! storm does not take the machine from the others. A scenario's load starts when the previous
 //! one's load has ended: its stragglers (design A's operations wait up to 13 s) finish while
-//! the next one runs, on catalogs of their own, unless the lab already holds half its
-//! open-file limit: then the next scenario waits for the earlier ones to finish. Each design
+//! the next one runs, on catalogs of their own, unless what the next one may open does not fit
+//! beside what the lab holds then: it then waits for the earlier ones to finish. Each design
 //! and seed serves a bounded number of operations at once, and sheds the rest ([`files`]).
 //!
 //! - [`scenarios`]: the faults.
@@ -161,8 +161,8 @@ pub struct LabResults {
     pub runs: Vec<RunMetrics>,
     /// The lab's own CPU use over the whole run.
     pub cpu: cpu::CpuUse,
-    /// The bound on operations in flight the run used.
-    pub bound: files::InFlightBound,
+    /// The bounds on operations in flight the run used, per scenario.
+    pub bounds: files::Bounds,
     /// The open-file limit, after the lab raised it (`None`: unknown here).
     pub file_limit: Option<files::FileLimit>,
     /// The most files the process held open at once (sampled; `None`: not measurable here).
@@ -172,7 +172,7 @@ pub struct LabResults {
 impl LabResults {
     /// One line on the lab's open files: the bound, the limit and the peak.
     pub fn describe_files(&self) -> String {
-        let mut out = format!("lab {}", self.bound.describe());
+        let mut out = format!("lab {}", self.bounds.describe());
         match (self.peak_files, self.file_limit) {
             (Some(peak), Some(limit)) => {
                 let _ = std::fmt::Write::write_fmt(
@@ -214,8 +214,8 @@ impl LabResults {
 /// Runs every scenario under every design and seed.
 pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Result<LabResults> {
     let file_limit = files::raise_limit();
-    let bound = files::bound(config, config.max_in_flight, file_limit.map(|l| l.soft))
-        .map_err(std::io::Error::other)?;
+    let bounds =
+        files::bounds(config, file_limit.map(|l| l.soft)).map_err(std::io::Error::other)?;
     let meter = cpu::Meter::start();
     let peak_files = Arc::new(std::sync::atomic::AtomicUsize::new(
         files::open_now().unwrap_or(0),
@@ -232,9 +232,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
             }
         }
     });
-    // Half the limit: the most the lab holds open when it starts a scenario beside earlier
-    // ones still finishing.
-    let overlap_room = file_limit.map_or(usize::MAX, |l| l.soft as usize / 2);
+    let limit = file_limit.map_or(usize::MAX, |l| l.soft as usize);
     let config = Arc::new(config.clone());
     let plan: Vec<(Scenario, Vec<u64>)> = config
         .scenarios
@@ -257,6 +255,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     let mut results = Vec::new();
     let mut pending: JoinSet<std::io::Result<Vec<RunMetrics>>> = JoinSet::new();
     for (scenario, seeds) in plan {
+        let bound = bounds.of(scenario).expect("a bound per scenario");
         if config.isolate && scenario.workers(config.load).is_some() {
             // Alone on the machine: what runs before finishes first.
             while let Some(done) = pending.join_next().await {
@@ -279,7 +278,9 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
             }
         } else {
             // Beside earlier scenarios still finishing only while the files allow it.
-            while !pending.is_empty() && files::open_now().is_some_and(|n| n > overlap_room) {
+            while !pending.is_empty()
+                && files::open_now().is_some_and(|n| n + bound.files_needed() > limit)
+            {
                 if let Some(done) = pending.join_next().await {
                     results.extend(done.expect("a scenario task does not panic")?);
                 }
@@ -310,7 +311,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     Ok(LabResults {
         runs: results,
         cpu: meter.finish(),
-        bound,
+        bounds,
         file_limit,
         peak_files: files::open_now()
             .map(|_| peak_files.load(std::sync::atomic::Ordering::Relaxed)),

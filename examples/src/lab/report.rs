@@ -470,9 +470,12 @@ pub fn json(config: &LabConfig, results: &LabResults) -> Value {
             "text": schedule(&aggregates),
         },
         "lab_files": {
-            "max_in_flight_per_design_and_seed": results.bound.per_chain,
-            "chains_side_by_side": results.bound.chains,
-            "bound_limited_by_files": results.bound.limited_by_files,
+            "max_in_flight_per_design_and_seed": results.bounds.0.iter().map(|(s, b)| json!({
+                "scenario": s.name(),
+                "bound": b.per_chain,
+                "chains_side_by_side": b.chains,
+                "limited_by_files": b.limited_by_files,
+            })).collect::<Vec<_>>(),
             "open_file_limit": results.file_limit.map(|l| l.soft),
             "peak_open_files": results.peak_files,
         },
