@@ -31,6 +31,10 @@ pub const FILES_PER_OPERATION: usize = 4;
 /// The margin over the operations a run can have in flight (Poisson arrivals).
 const MARGIN: f64 = 1.2;
 
+/// The share of the open-file limit the bound may fill: the rest is for what the lab does not
+/// count per operation (idle pooled connections, connections being opened or closed).
+const USABLE: f64 = 0.75;
+
 /// Descriptors a running chain holds besides its operations: three listeners, idle pooled
 /// connections, a durable queue's files.
 pub const FILES_PER_CHAIN: usize = 32;
@@ -227,11 +231,12 @@ pub fn bound(
             limit: None,
         });
     };
-    let room = (limit as usize).saturating_sub(FILES_RESERVED + chains * FILES_PER_CHAIN)
+    let usable = (limit as f64 * USABLE) as usize;
+    let room = usable.saturating_sub(FILES_RESERVED + chains * FILES_PER_CHAIN)
         / (chains * FILES_PER_OPERATION);
     if room < MIN_BOUND.min(wanted) {
         return Err(TooFewFiles {
-            needed: files_for(chains, MIN_BOUND.min(wanted)),
+            needed: (files_for(chains, MIN_BOUND.min(wanted)) as f64 / USABLE).ceil() as usize,
             limit,
         });
     }

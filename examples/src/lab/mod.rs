@@ -371,7 +371,14 @@ async fn run_together(
             let done = move || progress.op_done();
             let records = tokio::time::timeout(
                 schedule.last().copied().unwrap_or_default() + DRAIN_LIMIT,
-                load::drive(api, scenario.is_write(), &schedule, start, done),
+                load::drive(
+                    api,
+                    scenario.is_write(),
+                    &schedule,
+                    start,
+                    max_in_flight,
+                    done,
+                ),
             )
             .await
             .unwrap_or_default();
