@@ -59,6 +59,8 @@ pub struct FileLimit {
 /// Raises the soft open-file limit to the hard one, and returns both (`None`: not on this
 /// platform).
 #[cfg(unix)]
+// `rlim_t` is `u64` on Linux, not on every Unix.
+#[allow(clippy::unnecessary_cast)]
 pub fn raise_limit() -> Option<FileLimit> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -152,8 +154,7 @@ impl Bounds {
                 .to_owned()
         } else {
             format!(
-                "lowered to fit the open-file limit in {} of {} scenarios, which then ran one \
-                 after another",
+                "lowered to fit the open-file limit in {} of {} scenarios",
                 limited.len(),
                 self.0.len()
             )
@@ -260,17 +261,23 @@ mod tests {
     }
 
     #[test]
-    fn the_default_load_is_never_shed_within_a_common_limit() {
+    fn the_default_load_keeps_every_operation_a_run_can_hold_within_a_common_limit() {
         let bounds = bounds(&config(40.0), Some(20_000)).unwrap();
         let slow_tail = bounds.of(Scenario::SlowTail).unwrap();
         assert_eq!(slow_tail.chains, 15, "five designs x three seeds");
         // Every operation of a 4 s run at 40/s, with a margin.
         assert_eq!(slow_tail.per_chain, 192);
         for (s, b) in &bounds.0 {
-            assert!(!b.limited_by_files, "{s}: {b:?}");
             assert!(b.files_needed() <= 20_000, "{s}: {b:?}");
+            if *s == Scenario::LongOutage {
+                // Twice as long: lowered below its margin, still above the 320 operations
+                // its 8 s bring at 40/s less 10 % (no default run has shed one).
+                assert!(b.limited_by_files && b.per_chain >= 288, "{b:?}");
+            } else {
+                assert!(!b.limited_by_files, "{s}: {b:?}");
+            }
         }
-        assert!(bounds.describe().contains("nothing is shed"));
+        assert!(bounds.describe().contains("in 1 of 12 scenarios"));
     }
 
     #[test]

@@ -192,6 +192,9 @@ pub struct Ranking<'a> {
     pub p99: Vec<&'a Aggregate>,
 }
 
+/// One figure of a design, a ranking key.
+type Key<'k> = &'k dyn Fn(&Aggregate) -> f64;
+
 /// The ranking of every scenario in `results`.
 pub fn rankings(results: &[Aggregate]) -> Vec<Ranking<'_>> {
     let mut scenarios: Vec<Scenario> = results.iter().map(|a| a.scenario).collect();
@@ -201,7 +204,7 @@ pub fn rankings(results: &[Aggregate]) -> Vec<Ranking<'_>> {
         .map(|scenario| {
             let runs: Vec<&Aggregate> = results.iter().filter(|a| a.scenario == scenario).collect();
             // Ties on one key are broken by the others: success, then calls, then p99.
-            let sorted = |keys: [&dyn Fn(&Aggregate) -> f64; 3]| {
+            let sorted = |keys: [Key; 3]| {
                 let mut v = runs.clone();
                 v.sort_by(|x, y| {
                     keys.iter()
@@ -211,13 +214,9 @@ pub fn rankings(results: &[Aggregate]) -> Vec<Ranking<'_>> {
                 });
                 v
             };
-            let (success, calls, p99): (
-                &dyn Fn(&Aggregate) -> f64,
-                &dyn Fn(&Aggregate) -> f64,
-                &dyn Fn(&Aggregate) -> f64,
-            ) = (&|a| -a.success.pooled, &|a| a.calls.pooled, &|a| {
-                a.p99_ms.pooled
-            });
+            let success: Key = &|a| -a.success.pooled;
+            let calls: Key = &|a| a.calls.pooled;
+            let p99: Key = &|a| a.p99_ms.pooled;
             let by_calls = sorted([calls, p99, success]);
             let by_p99 = sorted([p99, calls, success]);
             let success = sorted([success, calls, p99]);
