@@ -694,6 +694,7 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
     use retry_runtime::breaker::{BreakerConfig, BreakerState};
     let breaker = BreakerConfig {
         min_attempts: 4,
+        failure_rate: 0.5,
         half_open_probes: 1,
         ..BreakerConfig::new()
     };

@@ -371,6 +371,7 @@ fn a_prometheus_scrape_shows_help_reasons_durations_and_refusals() {
         // Built under the recorder: the registry registers the descriptions.
         let registry = registry_with(Some(retry_runtime::breaker::BreakerConfig {
             min_attempts: 2,
+            failure_rate: 0.5,
             ..retry_runtime::breaker::BreakerConfig::new()
         }));
         rt.block_on(async {

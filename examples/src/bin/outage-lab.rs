@@ -59,6 +59,11 @@ struct Args {
     /// Directory for the JSON and HTML reports.
     #[arg(long, default_value = "target/outage-lab")]
     out: PathBuf,
+    /// Operations each design and seed serves at once; beyond it the API sheds (503 at once,
+    /// counted as failed in the `shed` column). By default as many as a user can keep in
+    /// flight (the load times the 15 s user timeout), lowered to fit the open-file limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_in_flight: Option<u32>,
     /// The long outage's durable queue on this PostgreSQL database (a schema per run, dropped
     /// after it) instead of an SQLite file in a temporary directory.
     #[arg(long)]
@@ -140,7 +145,14 @@ fn main() -> std::process::ExitCode {
         out: args.out,
         upstreams,
         database_url: args.database_url,
+        max_in_flight: args.max_in_flight.map(|n| n as usize),
     };
+    // Before anything starts: a run the open-file limit cannot hold says so, with the fix.
+    let limit = lab::files::raise_limit();
+    if let Err(e) = lab::files::bounds(&config, limit.map(|l| l.soft)) {
+        eprintln!("outage-lab: too few open files: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -185,6 +197,8 @@ fn main() -> std::process::ExitCode {
         println!("transient-outage: {note}\n");
     }
     println!("{}", results.cpu.describe());
+    println!("{}", report::schedule(&aggregates));
+    println!("{}", results.describe_files());
     let violations = checks::check(&aggregates);
     let failing = violations.iter().filter(|v| v.asserted).count();
     let written = report::write(&config.out, &config, &results);

@@ -44,8 +44,67 @@ use super::scenarios::{Scenario, WriteContract};
 use super::servers::{self, FnService, Req, Resp, Server};
 use crate::adapters::{AdapterError, CatalogAdapter, OrderId, RegisterCommand};
 
-/// The response header the API sets when the outcome of a write is unknown.
+/// The response header the API sets when the outcome of a write is unknown (`ambiguous`), or
+/// when it shed the operation because it had its bound of operations in flight (`shed`).
 pub const OUTCOME: &str = "x-lab-outcome";
+
+/// [`OUTCOME`]'s value for an operation the API shed (see [`super::files`]).
+pub const SHED: &str = "shed";
+
+/// A server's handler with a bound on the requests it serves at once: beyond it, `503` at once
+/// with `x-lab-outcome: shed`, as a bounded server sheds load (see [`super::files`]).
+#[derive(Clone)]
+struct Bounded<S> {
+    inner: S,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+fn bounded<S>(inner: S, limit: usize) -> Bounded<S> {
+    Bounded {
+        inner,
+        slots: Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
+    }
+}
+
+impl<S> tower_service::Service<Req> for Bounded<S>
+where
+    S: tower_service::Service<
+            Req,
+            Response = Resp,
+            Error = std::convert::Infallible,
+            Future = servers::RespFuture,
+        >,
+{
+    type Response = Resp;
+    type Error = std::convert::Infallible;
+    type Future = servers::RespFuture;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> servers::RespFuture {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                let served = self.inner.call(request);
+                Box::pin(async move {
+                    let response = served.await;
+                    drop(slot);
+                    response
+                })
+            }
+            Err(_) => Box::pin(async {
+                let mut r = servers::respond(503, "the API has its bound of operations in flight");
+                r.headers_mut()
+                    .insert(OUTCOME, http::HeaderValue::from_static(SHED));
+                Ok(r)
+            }),
+        }
+    }
+}
 
 /// Attempt timeout of API -> middle calls (A and C; B's comes from the registry).
 pub const API_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -324,14 +383,16 @@ impl BreakerRefusals {
     }
 }
 
-/// Starts the API and the middle of `design` in front of the catalog at `catalog_url`.
-/// `registries` are used by B and B-tuned only.
+/// Starts the API and the middle of `design` in front of the catalog at `catalog_url`; the API
+/// serves at most `max_in_flight` operations at once and sheds the rest. `registries` are used
+/// by B and B-tuned only.
 pub async fn start(
     design: Design,
     contract: WriteContract,
     catalog_url: String,
     registries: Registries,
     database_url: Option<&str>,
+    max_in_flight: usize,
 ) -> std::io::Result<Chain> {
     let breaker_refusals = Arc::new(BreakerRefusals::default());
     let refused = breaker_refusals.clone();
@@ -386,23 +447,29 @@ pub async fn start(
     let api = match design {
         Design::A => {
             let client = plain_client();
-            servers::serve(FnService(move |mut request: Req| {
-                add_key(&mut request, contract);
-                api_a(client.clone(), middle_url.clone(), request)
-            }))
+            servers::serve(bounded(
+                FnService(move |mut request: Req| {
+                    add_key(&mut request, contract);
+                    api_a(client.clone(), middle_url.clone(), request)
+                }),
+                max_in_flight,
+            ))
             .await?
         }
         Design::C => {
             let client = plain_client();
-            servers::serve(FnService(move |mut request: Req| {
-                add_key(&mut request, contract);
-                once(
-                    client.clone(),
-                    middle_url.clone(),
-                    request,
-                    API_ATTEMPT_TIMEOUT,
-                )
-            }))
+            servers::serve(bounded(
+                FnService(move |mut request: Req| {
+                    add_key(&mut request, contract);
+                    once(
+                        client.clone(),
+                        middle_url.clone(),
+                        request,
+                        API_ATTEMPT_TIMEOUT,
+                    )
+                }),
+                max_in_flight,
+            ))
             .await?
         }
         Design::B | Design::BTuned | Design::BHedged => {
@@ -415,16 +482,19 @@ pub async fn start(
                 .expect("a plain HTTP client builds");
             let registry = registries.api.clone();
             let refused = breaker_refusals.clone();
-            servers::serve(FnService(move |request: Req| {
-                api_b(
-                    client.clone(),
-                    registry.clone(),
-                    middle_url.clone(),
-                    contract,
-                    request,
-                    refused.clone(),
-                )
-            }))
+            servers::serve(bounded(
+                FnService(move |request: Req| {
+                    api_b(
+                        client.clone(),
+                        registry.clone(),
+                        middle_url.clone(),
+                        contract,
+                        request,
+                        refused.clone(),
+                    )
+                }),
+                max_in_flight,
+            ))
             .await?
         }
     };

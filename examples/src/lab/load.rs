@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::designs::OUTCOME;
+use super::designs::{OUTCOME, SHED};
 
 /// How an operation ended, as the user saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,9 @@ pub enum Outcome {
     Ambiguous,
     /// 202: the write was deferred to the durable queue, to be completed later.
     Deferred,
+    /// The API had its bound of operations in flight and refused this one at once (a failure
+    /// to the user, counted apart so the bound shows; see [`super::files`]).
+    Shed,
 }
 
 /// How long a user waits for an operation before giving up (it then counts as failed).
@@ -63,13 +66,20 @@ pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {
 
 /// Sends one operation per entry of `schedule` to `api`, from `start`; `write` selects
 /// `POST /orders/{id}/register` over `GET /orders/{id}`. `done` is called as each one ends.
+///
+/// At most `max_in_flight` operations are in flight at once, the API's own bound: one that
+/// starts while that many are is [`Outcome::Shed`] without a connection, as the API would
+/// have shed it. Counted here too because a lab that falls behind its schedule would
+/// otherwise open a socket per late operation before the API could refuse any.
 pub async fn drive(
     api: String,
     write: bool,
     schedule: &[Duration],
     start: Instant,
+    max_in_flight: usize,
     done: impl Fn() + Send + Sync + Clone + 'static,
 ) -> Vec<OpRecord> {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
     let client = reqwest::Client::builder()
         .retry(reqwest::retry::never())
         .timeout(USER_TIMEOUT)
@@ -82,9 +92,20 @@ pub async fn drive(
         let client = client.clone();
         let api = api.clone();
         let done = done.clone();
+        let slots = slots.clone();
         ops.spawn(async move {
             tokio::time::sleep_until(at).await;
             let began = Instant::now();
+            let Ok(_slot) = slots.try_acquire_owned() else {
+                done();
+                return OpRecord {
+                    id,
+                    start: began.saturating_duration_since(start),
+                    latency: Duration::ZERO,
+                    outcome: Outcome::Shed,
+                    lag: began.saturating_duration_since(at),
+                };
+            };
             let request = if write {
                 client.post(format!("{api}/orders/{id}/register"))
             } else {
@@ -102,6 +123,7 @@ pub async fn drive(
                 Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == "ambiguous") => {
                     Outcome::Ambiguous
                 }
+                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == SHED) => Outcome::Shed,
                 _ => Outcome::Failed,
             };
             let record = OpRecord {

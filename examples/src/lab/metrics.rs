@@ -44,6 +44,9 @@ pub struct RunMetrics {
     pub ok: usize,
     /// Operations reported ambiguous (the write's outcome is unknown, said so).
     pub ambiguous: usize,
+    /// Operations the API shed at once because it had its bound of operations in flight
+    /// (failed, for the success rate).
+    pub shed: usize,
     /// Catalog requests per operation, mean.
     pub calls_mean: f64,
     /// Catalog requests per operation, max.
@@ -189,6 +192,10 @@ pub fn compute(
             .iter()
             .filter(|r| r.outcome == Outcome::Ambiguous)
             .count(),
+        shed: records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Shed)
+            .count(),
         calls_mean: if records.is_empty() {
             0.0
         } else {
@@ -284,6 +291,8 @@ pub struct Aggregate {
     pub peak: usize,
     /// Ambiguous outcomes, duplicate side effects and lost acknowledgements, summed.
     pub ambiguous: usize,
+    /// See [`RunMetrics::shed`], summed.
+    pub shed: usize,
     /// See [`RunMetrics::duplicates`], summed.
     pub duplicates: usize,
     /// See [`RunMetrics::overlapping`], summed.
@@ -393,6 +402,7 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
         calls_max: runs.iter().map(|m| m.calls_max).max().unwrap_or(0),
         peak: runs.iter().map(|m| m.peak_concurrency).max().unwrap_or(0),
         ambiguous: runs.iter().map(|m| m.ambiguous).sum(),
+        shed: runs.iter().map(|m| m.shed).sum(),
         duplicates: runs.iter().map(|m| m.duplicates).sum(),
         overlapping: runs.iter().map(|m| m.overlapping).sum(),
         failed_but_done: runs.iter().map(|m| m.failed_but_done).sum(),

@@ -8,12 +8,15 @@
 //! one after another instead (unless [`LabConfig::isolate`] is off), so one design's retry
 //! storm does not take the machine from the others. A scenario's load starts when the previous
 //! one's load has ended: its stragglers (design A's operations wait up to 13 s) finish while
-//! the next one runs, on catalogs of their own.
+//! the next one runs, on catalogs of their own, unless what the next one may open does not fit
+//! beside what the lab holds then: it then waits for the earlier ones to finish. Each design
+//! and seed serves a bounded number of operations at once, and sheds the rest ([`files`]).
 //!
 //! - [`scenarios`]: the faults.
 //! - [`servers`]: the HTTP servers; [`catalog`]: the dependency and its counters.
 //! - [`designs`]: how the API and the middle call downstream under each design.
 //! - [`config`]: designs B and B-tuned's registry entries.
+//! - [`files`]: the open-file limit and the bound on operations in flight;
 //! - [`load`]: the load driver; [`metrics`]: what is measured, and its spread across seeds;
 //!   [`cpu`]: the lab's own CPU use; [`checks`]: the headline properties `--quick` asserts;
 //!   [`report`]: table, JSON, HTML.
@@ -23,6 +26,7 @@ pub mod checks;
 pub mod config;
 pub mod cpu;
 pub mod designs;
+pub mod files;
 pub mod load;
 pub mod metrics;
 pub mod report;
@@ -41,6 +45,8 @@ pub use designs::Design;
 pub use metrics::{Aggregate, RunMetrics};
 pub use scenarios::Scenario;
 
+/// How often the lab counts its open files (for the peak in its report).
+const FILES_EVERY: Duration = Duration::from_millis(500);
 /// How often the catalog's concurrency is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The longest the lab waits for operations still in flight after the load stops (longer
@@ -72,6 +78,9 @@ pub struct LabConfig {
     /// The durable queue's PostgreSQL database (a schema per run); `None`: an SQLite file in
     /// a temporary directory.
     pub database_url: Option<String>,
+    /// Operations each design and seed serves at once (`None`: as many as a user can keep in
+    /// flight at the load, within the open-file limit; see [`files::bound`]).
+    pub max_in_flight: Option<usize>,
 }
 
 impl Default for LabConfig {
@@ -87,6 +96,7 @@ impl Default for LabConfig {
             out: PathBuf::from("target/outage-lab"),
             upstreams: config::LabUpstreams::builtin(),
             database_url: None,
+            max_in_flight: None,
         }
     }
 }
@@ -151,6 +161,47 @@ pub struct LabResults {
     pub runs: Vec<RunMetrics>,
     /// The lab's own CPU use over the whole run.
     pub cpu: cpu::CpuUse,
+    /// The bounds on operations in flight the run used, per scenario.
+    pub bounds: files::Bounds,
+    /// The open-file limit, after the lab raised it (`None`: unknown here).
+    pub file_limit: Option<files::FileLimit>,
+    /// The most files the process held open at once (sampled; `None`: not measurable here).
+    pub peak_files: Option<usize>,
+}
+
+impl LabResults {
+    /// One line on the lab's open files: the bound, the limit and the peak.
+    pub fn describe_files(&self) -> String {
+        let mut out = format!("lab {}", self.bounds.describe());
+        match (self.peak_files, self.file_limit) {
+            (Some(peak), Some(limit)) => {
+                let _ = std::fmt::Write::write_fmt(
+                    &mut out,
+                    format_args!(
+                        "; at most {peak} files open at once, of a limit of {}{}",
+                        limit.soft,
+                        limit
+                            .raised_from
+                            .map_or_else(String::new, |from| format!(" (raised from {from})"))
+                    ),
+                );
+                if peak as f64 > 0.9 * limit.soft as f64 {
+                    out.push_str(
+                        ": near the limit, so some connections may have failed for want of a \
+                         file; lower --load, --seeds or --max-in-flight",
+                    );
+                }
+            }
+            (Some(peak), None) => {
+                let _ = std::fmt::Write::write_fmt(
+                    &mut out,
+                    format_args!("; at most {peak} files open at once"),
+                );
+            }
+            _ => {}
+        }
+        out
+    }
 }
 
 impl LabResults {
@@ -162,7 +213,26 @@ impl LabResults {
 
 /// Runs every scenario under every design and seed.
 pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Result<LabResults> {
+    let file_limit = files::raise_limit();
+    let bounds =
+        files::bounds(config, file_limit.map(|l| l.soft)).map_err(std::io::Error::other)?;
     let meter = cpu::Meter::start();
+    let peak_files = Arc::new(std::sync::atomic::AtomicUsize::new(
+        files::open_now().unwrap_or(0),
+    ));
+    let files_sampler = tokio::spawn({
+        let peak = peak_files.clone();
+        async move {
+            let mut tick = tokio::time::interval(FILES_EVERY);
+            loop {
+                tick.tick().await;
+                if let Some(n) = files::open_now() {
+                    peak.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    let limit = file_limit.map_or(usize::MAX, |l| l.soft as usize);
     let config = Arc::new(config.clone());
     let plan: Vec<(Scenario, Vec<u64>)> = config
         .scenarios
@@ -185,6 +255,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     let mut results = Vec::new();
     let mut pending: JoinSet<std::io::Result<Vec<RunMetrics>>> = JoinSet::new();
     for (scenario, seeds) in plan {
+        let bound = bounds.of(scenario).expect("a bound per scenario");
         if config.isolate && scenario.workers(config.load).is_some() {
             // Alone on the machine: what runs before finishes first.
             while let Some(done) = pending.join_next().await {
@@ -200,11 +271,20 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
                         vec![design],
                         progress.clone(),
                         None,
+                        bound.per_chain,
                     )
                     .await?,
                 );
             }
         } else {
+            // Beside earlier scenarios still finishing only while the files allow it.
+            while !pending.is_empty()
+                && files::open_now().is_some_and(|n| n + bound.files_needed() > limit)
+            {
+                if let Some(done) = pending.join_next().await {
+                    results.extend(done.expect("a scenario task does not panic")?);
+                }
+            }
             progress.scenario(scenario);
             let (started, load_start) = oneshot::channel();
             pending.spawn(run_together(
@@ -214,6 +294,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
                 config.designs_in(scenario),
                 progress.clone(),
                 Some(started),
+                bound.per_chain,
             ));
             // The next scenario starts when this one's load ends.
             if let Ok(start) = load_start.await {
@@ -226,14 +307,19 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     }
     let order = |s: Scenario| config.scenarios.iter().position(|x| *x == s);
     results.sort_by_key(|m| (order(m.scenario), m.design, m.seed));
+    files_sampler.abort();
     Ok(LabResults {
         runs: results,
         cpu: meter.finish(),
+        bounds,
+        file_limit,
+        peak_files: files::open_now()
+            .map(|_| peak_files.load(std::sync::atomic::Ordering::Relaxed)),
     })
 }
 
 /// Runs `designs` x `seeds` at once on one scenario and returns their metrics. `started`
-/// learns when the load starts.
+/// learns when the load starts; each API serves at most `max_in_flight` operations at once.
 async fn run_together(
     config: Arc<LabConfig>,
     scenario: Scenario,
@@ -241,6 +327,7 @@ async fn run_together(
     designs: Vec<Design>,
     progress: Arc<dyn Progress>,
     started: Option<oneshot::Sender<Instant>>,
+    max_in_flight: usize,
 ) -> std::io::Result<Vec<RunMetrics>> {
     let mut chains = Vec::new();
     let duration = scenario.run_length(config.duration);
@@ -255,6 +342,7 @@ async fn run_together(
                 catalog_server.url(),
                 config.upstreams.registries(design, seed),
                 config.database_url.as_deref(),
+                max_in_flight,
             )
             .await?;
             chains.push((design, seed, schedule.clone(), state, catalog_server, chain));
@@ -283,7 +371,14 @@ async fn run_together(
             let done = move || progress.op_done();
             let records = tokio::time::timeout(
                 schedule.last().copied().unwrap_or_default() + DRAIN_LIMIT,
-                load::drive(api, scenario.is_write(), &schedule, start, done),
+                load::drive(
+                    api,
+                    scenario.is_write(),
+                    &schedule,
+                    start,
+                    max_in_flight,
+                    done,
+                ),
             )
             .await
             .unwrap_or_default();

@@ -98,8 +98,14 @@ where
     tasks.spawn(async move {
         let mut connections = JoinSet::new();
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of file descriptors (or another per-connection error): the pending
+                    // connection stays queued; try again shortly instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
             };
             let _ = stream.set_nodelay(true);
             let conn = Conn::default();

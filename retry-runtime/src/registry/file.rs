@@ -576,7 +576,7 @@ failure_rate = 1.5
   - upstreams.toml:16:12: upstream `catalog`: `deadline` needs a unit: write `deadline = "5s"`
   - upstreams.toml:17:12: upstream `catalog`: bulkhead = 0 would refuse every attempt: use the upstream's capacity, or remove the key for no limit
   - upstreams.toml:19:1: upstream `catalog`: unknown key `widnow` in [upstreams.catalog.budget]: did you mean `window`? valid keys: ratio, min_per_second, window
-  - upstreams.toml:21:16: upstream `catalog`: breaker failure_rate 1.5 is outside (0, 1]: use 0.5
+  - upstreams.toml:21:16: upstream `catalog`: breaker failure_rate 1.5 is outside (0, 1]: use 0.8
 "#;
         assert_eq!(errors.to_string(), expected);
     }

@@ -117,7 +117,7 @@ pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
 #[rustfmt::skip]
 pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
     key("enabled",          "breaker.enabled",          Kind::Flag,     "true"),
-    key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.5"),
+    key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.8"),
     key("min_attempts",     "breaker.min_attempts",     Kind::Count,    "20"),
     key("window",           "breaker.window",           Kind::Duration, "10s"),
     key("open_for",         "breaker.open_for",         Kind::Duration, "5s"),

@@ -37,7 +37,7 @@
 //!
 //! [upstreams.sber.breaker]
 //! enabled = true
-//! failure_rate = 0.5
+//! failure_rate = 0.8
 //! min_attempts = 20
 //! window = "10s"
 //! open_for = "5s"
@@ -69,7 +69,7 @@
 //! | `budget.min_per_second` | integer | 10 | |
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
 //! | `breaker.enabled` | boolean | `true` | retries without a breaker keep hitting a dead upstream |
-//! | `breaker.failure_rate` | number | 0.5 | above 0, at most 1 |
+//! | `breaker.failure_rate` | number | 0.8 | above 0, at most 1 (below 0.8 it opens on an upstream that is only flaky) |
 //! | `breaker.min_attempts` | integer | 20 | at least 1 |
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
 //! | `breaker.open_for` | duration | `"5s"` | above zero |
