@@ -31,8 +31,8 @@ use reqwest_middleware::ClientWithMiddleware;
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use retry_runtime::durable::{
-    Durable, DurableBackoff, DurableQueue, EnqueueOptions, PgStore, PgStoreOptions, SqliteStore,
-    Worker, WorkerConfig,
+    Durable, DurableBackoff, DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore,
+    PgStoreOptions, Replay, SqliteStore, Worker, WorkerConfig,
 };
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
 use retry_runtime::tower::{InboundLimits, ScopeLayer};
@@ -320,40 +320,15 @@ async fn durable_tier(
             let store = SqliteStore::open(dir.join("queue.sqlite"))
                 .await
                 .map_err(io)?;
-            let queue = DurableQueue::new(store.clone());
-            registry.set_durable_queue_with(queue.clone(), options);
-            let worker = Worker::builder(store)
-                .replay(replay)
-                .config(lab_worker_config())
-                .build()
-                .map_err(io)?;
-            tokio::spawn(async move {
-                worker
-                    .run(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-            });
+            let queue = start_tier(store, registry, options, replay, stopped).map_err(io)?;
             (LabQueue::Sqlite(queue), Cleanup::Dir(dir))
         }
         Some(url) => {
             let store = PgStore::connect_with(PgStoreOptions::new(url).with_schema(&name))
                 .await
                 .map_err(io)?;
-            let queue = DurableQueue::new(store.clone());
-            registry.set_durable_queue_with(queue.clone(), options);
-            let worker = Worker::builder(store.clone())
-                .replay(replay)
-                .config(lab_worker_config())
-                .build()
-                .map_err(io)?;
-            tokio::spawn(async move {
-                worker
-                    .run(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-            });
+            let queue =
+                start_tier(store.clone(), registry, options, replay, stopped).map_err(io)?;
             (LabQueue::Postgres(queue), Cleanup::Schema(store, name))
         }
     };
@@ -362,6 +337,30 @@ async fn durable_tier(
         stop: Some(stop),
         cleanup,
     })
+}
+
+/// Registers `store`'s queue with the middle's registry and runs its worker until `stopped`.
+fn start_tier<S: DurableStore + Clone>(
+    store: S,
+    registry: &Registry,
+    options: EnqueueOptions,
+    replay: Replay,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) -> Result<DurableQueue<S>, DurableError> {
+    let queue = DurableQueue::new(store.clone());
+    registry.set_durable_queue_with(queue.clone(), options);
+    let worker = Worker::builder(store)
+        .replay(replay)
+        .config(lab_worker_config())
+        .build()?;
+    tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    Ok(queue)
 }
 
 /// Calls refused by an open breaker, per breaker.

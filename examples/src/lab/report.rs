@@ -573,28 +573,44 @@ fn backlog(
     runs: &[&Aggregate],
     outage: Option<(f64, f64)>,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let runs: Vec<&&Aggregate> = runs.iter().filter(|a| !a.backlog.is_empty()).collect();
+    let runs: Vec<&Aggregate> = runs
+        .iter()
+        .copied()
+        .filter(|a| !a.backlog.is_empty())
+        .collect();
     if runs.is_empty() {
         return Ok(String::new());
     }
+    over_time(
+        &runs,
+        "Durable backlog: tasks not yet completed (mean of seeds)",
+        |m| &m.backlog,
+        outage,
+    )
+}
+
+/// One line per design of `series` (seconds, value), under `caption`, with the outage shaded.
+fn over_time(
+    runs: &[&Aggregate],
+    caption: &str,
+    series: fn(&Aggregate) -> &[(f64, f64)],
+    outage: Option<(f64, f64)>,
+) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, CHART).into_drawing_area();
         root.fill(&WHITE)?;
         let t_max = runs
             .iter()
-            .flat_map(|m| m.backlog.iter().map(|p| p.0))
+            .flat_map(|m| series(m).iter().map(|p| p.0))
             .fold(1.0, f64::max);
         let y_max = runs
             .iter()
-            .flat_map(|m| m.backlog.iter().map(|p| p.1))
+            .flat_map(|m| series(m).iter().map(|p| p.1))
             .fold(1.0, f64::max)
             * 1.15;
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Durable backlog: tasks not yet completed (mean of seeds)",
-                ("sans-serif", 16),
-            )
+            .caption(caption, ("sans-serif", 16))
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(40)
@@ -614,7 +630,7 @@ fn backlog(
             let c = color(m.design);
             chart
                 .draw_series(LineSeries::new(
-                    m.backlog.iter().copied(),
+                    series(m).iter().copied(),
                     c.stroke_width(2),
                 ))?
                 .label(m.design.letter())
@@ -721,55 +737,12 @@ fn concurrency(
     runs: &[&Aggregate],
     outage: Option<(f64, f64)>,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, CHART).into_drawing_area();
-        root.fill(&WHITE)?;
-        let t_max = runs
-            .iter()
-            .flat_map(|m| m.concurrency.iter().map(|p| p.0))
-            .fold(1.0, f64::max);
-        let y_max = runs
-            .iter()
-            .flat_map(|m| m.concurrency.iter().map(|p| p.1))
-            .fold(1.0, f64::max)
-            * 1.15;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Requests in flight at the catalog (mean of seeds)",
-                ("sans-serif", 16),
-            )
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(40)
-            .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .label_style(("sans-serif", 12))
-            .draw()?;
-        if let Some((from, until)) = outage {
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(from, 0.0), (until, y_max)],
-                RGBColor(250, 220, 120).mix(0.35).filled(),
-            )))?;
-        }
-        for m in runs {
-            let c = color(m.design);
-            chart
-                .draw_series(LineSeries::new(
-                    m.concurrency.iter().copied(),
-                    c.stroke_width(2),
-                ))?
-                .label(m.design.letter())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 12, y)], c.stroke_width(2))
-                });
-        }
-        legend(&mut chart)?;
-        root.present()?;
-    }
-    Ok(svg)
+    over_time(
+        runs,
+        "Requests in flight at the catalog (mean of seeds)",
+        |m| &m.concurrency,
+        outage,
+    )
 }
 
 /// The charts' legend, top right.
