@@ -1,8 +1,9 @@
 //! One attempt's future: the attempt's body polled inside its [`Frame`] (the attempt and the
 //! call's own scope installed) and its span, cut when the attempt's time is up.
 //!
-//! The timer is created the first time the body waits, so an attempt that completes in its first
-//! poll never touches the timer wheel.
+//! The timer is armed the first time the body waits, so an attempt that completes in its first
+//! poll never touches the timer wheel. A call that has backed off lends its backoff timer to
+//! its next attempts: one timer, reset, instead of one made and dropped per attempt.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,31 +34,44 @@ pub(crate) struct Ended<T> {
 
 pin_project_lite::pin_project! {
     /// See the module docs.
-    pub(crate) struct AttemptFuture<F> {
+    pub(crate) struct AttemptFuture<'t, F> {
         frame: Frame,
         span: tracing::Span,
         ends: Instant,
+        // The call's backoff timer, lent to this attempt; `armed` once reset to `ends`.
+        lent: Option<Pin<&'t mut Sleep>>,
+        armed: bool,
+        // The attempt's own timer, when none is lent.
         #[pin]
-        timer: Option<Sleep>,
+        own: Option<Sleep>,
         #[pin]
         body: F,
     }
 }
 
-impl<F> AttemptFuture<F> {
-    /// Polls `body` inside `frame` and `span` until it completes or `ends` passes.
-    pub(crate) fn new(frame: Frame, span: tracing::Span, ends: Instant, body: F) -> Self {
+impl<'t, F> AttemptFuture<'t, F> {
+    /// Polls `body` inside `frame` and `span` until it completes or `ends` passes, timed by
+    /// `lent` (reset to `ends` the first time the body waits) or by a timer of its own.
+    pub(crate) fn new(
+        frame: Frame,
+        span: tracing::Span,
+        ends: Instant,
+        lent: Option<Pin<&'t mut Sleep>>,
+        body: F,
+    ) -> Self {
         AttemptFuture {
             frame,
             span,
             ends,
-            timer: None,
+            lent,
+            armed: false,
+            own: None,
             body,
         }
     }
 }
 
-impl<F: Future> Future for AttemptFuture<F> {
+impl<F: Future> Future for AttemptFuture<'_, F> {
     type Output = Ended<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -70,11 +84,23 @@ impl<F: Future> Future for AttemptFuture<F> {
         let output = match polled {
             Poll::Ready(output) => Ok(output),
             Poll::Pending => {
-                if this.timer.is_none() {
-                    this.timer.set(Some(tokio::time::sleep_until(*this.ends)));
-                }
-                let Some(timer) = this.timer.as_mut().as_pin_mut() else {
-                    return Poll::Pending;
+                let timer = match this.lent {
+                    Some(lent) => {
+                        if !*this.armed {
+                            lent.as_mut().reset(*this.ends);
+                            *this.armed = true;
+                        }
+                        lent.as_mut()
+                    }
+                    None => {
+                        if this.own.is_none() {
+                            this.own.set(Some(tokio::time::sleep_until(*this.ends)));
+                        }
+                        let Some(own) = this.own.as_mut().as_pin_mut() else {
+                            return Poll::Pending;
+                        };
+                        own
+                    }
                 };
                 // Unconstrained by the task's cooperative budget: a body that always used the
                 // budget up would otherwise never see its timer fire (tokio's `Timeout` does the
@@ -89,7 +115,7 @@ impl<F: Future> Future for AttemptFuture<F> {
             output,
             opened: this.frame.take_operation(),
             reported: this.frame.reported(),
-            waited: this.timer.is_some(),
+            waited: *this.armed || this.own.is_some(),
         })
     }
 }
@@ -112,7 +138,7 @@ mod tests {
             Attempt::report_body(Replayability::OneShot);
             Attempt::current().map(|a| a.number())
         };
-        let ended = AttemptFuture::new(frame(), tracing::Span::none(), ends, body).await;
+        let ended = AttemptFuture::new(frame(), tracing::Span::none(), ends, None, body).await;
         assert_eq!(ended.output, Ok(Some(1)));
         assert!(!ended.waited);
         assert_eq!(ended.reported, Replayability::OneShot);
@@ -124,7 +150,7 @@ mod tests {
         let start = Instant::now();
         let ends = start + Duration::from_millis(10);
         let body = tokio::time::sleep(Duration::from_secs(1));
-        let ended = AttemptFuture::new(frame(), tracing::Span::none(), ends, body).await;
+        let ended = AttemptFuture::new(frame(), tracing::Span::none(), ends, None, body).await;
         assert_eq!(ended.output, Err(TimedOut));
         assert!(ended.waited);
         assert_eq!(Instant::now(), ends);

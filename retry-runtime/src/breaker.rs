@@ -348,8 +348,10 @@ impl CircuitBreaker {
         self.record_at(admission, failed, Instant::now());
     }
 
-    /// Records the outcome of an admitted attempt that started at `at` (the window only needs
-    /// slot resolution, so the attempt's start saves a clock read).
+    /// Records the outcome of an admitted attempt at `at`: when it ended, or, for a success
+    /// that completed in its first poll, when it started (the window only needs slot
+    /// resolution, so that saves a clock read). A failure is judged with the window ending
+    /// at `at`, or later if a newer count moved it on.
     pub fn record_at(&self, admission: Admission, failed: bool, at: Instant) {
         if admission.probe {
             if failed {
@@ -373,11 +375,8 @@ impl CircuitBreaker {
         // and no reason to judge the rate again.
         if failed && counted {
             self.failures.add(epoch, 1);
-            // Judge the window ending now, not the one ending when this attempt started (that
-            // one would miss every count since).
-            let now = self.clock.epoch().max(epoch);
-            let attempts = self.attempts.sum(now);
-            let failures = self.failures.sum(now);
+            let attempts = self.attempts.sum(epoch);
+            let failures = self.failures.sum(epoch);
             if attempts >= u64::from(self.config.min_attempts)
                 && failures as f64 >= self.config.failure_rate * attempts as f64
             {

@@ -184,12 +184,22 @@ impl RetryBudget {
 
     /// `true` when a retry could be paid for now. Spends nothing.
     pub fn has_token(&self) -> bool {
-        self.balance_milli(self.epoch()) >= 1000
+        self.has_token_at(tokio::time::Instant::now())
+    }
+
+    /// [`has_token`](Self::has_token) at `now` (saves a clock read when the caller has one).
+    pub fn has_token_at(&self, now: tokio::time::Instant) -> bool {
+        self.balance_milli(self.clock.epoch_at(now)) >= 1000
     }
 
     /// Spends one retry token; `false` (and nothing spent) when the budget is empty.
     pub fn withdraw(&self) -> bool {
-        let epoch = self.epoch();
+        self.withdraw_at(tokio::time::Instant::now())
+    }
+
+    /// [`withdraw`](Self::withdraw) at `now`.
+    pub fn withdraw_at(&self, now: tokio::time::Instant) -> bool {
+        let epoch = self.clock.epoch_at(now);
         self.withdrawals.add(epoch, 1);
         if self.balance_milli(epoch) >= 0 {
             return true;

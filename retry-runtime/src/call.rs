@@ -187,7 +187,7 @@ struct Pass {
 
 /// One copy of a hedged attempt in flight, with what let it start.
 struct InFlight<F> {
-    future: Pin<Box<AttemptFuture<F>>>,
+    future: Pin<Box<AttemptFuture<'static, F>>>,
     pass: Pass,
     number: u32,
     started: Instant,
@@ -231,8 +231,9 @@ pub struct Call<'r> {
     rotations: u32,
     /// The upstream's progress when this call saw its last two rotations (older, newer).
     rotation_marks: [Option<u64>; 2],
-    /// The backoff timer, made at the first retry and reset for the next ones (boxed: a call
-    /// that never retries carries no timer in its future).
+    /// The backoff timer, made at the first retry and reset for the next ones, and lent to the
+    /// attempts after it as their timeout (boxed: a call that never retries carries no timer in
+    /// its future).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Why the call stopped, and on what (judged only when asked: [`Call::deferrable`]).
     stopped: Option<(DenyReason, Failure)>,
@@ -464,7 +465,8 @@ impl<'r> Call<'r> {
         let ends = attempt.ends();
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
         let span = self.attempt_span.clone();
-        let ended = AttemptFuture::new(frame, span, ends, body).await;
+        let lent = self.sleep.as_mut().map(Pin::as_mut);
+        let ended = AttemptFuture::new(frame, span, ends, lent, body).await;
         self.end_attempt(ended, pass, self.attempt)
     }
 
@@ -606,7 +608,7 @@ impl<'r> Call<'r> {
         let ends = attempt.ends();
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
         InFlight {
-            future: Box::pin(AttemptFuture::new(frame, span.clone(), ends, body)),
+            future: Box::pin(AttemptFuture::new(frame, span.clone(), ends, None, body)),
             pass,
             number,
             started,
@@ -1009,8 +1011,11 @@ impl<'r> Call<'r> {
         let free_rotation = failure.connection_rotated
             && self.rotation_is_free()
             && self.upstream.config().max_attempts > 1;
-        let decision = self.decide(&failure, free_rotation);
-        self.apply(decision, error, &failure, free_rotation).await
+        // One clock read for the decision, the budget and the backoff's start.
+        let now = Instant::now();
+        let decision = self.decide(&failure, free_rotation, now);
+        self.apply(decision, error, &failure, free_rotation, now)
+            .await
     }
 
     /// The attempt just settled was lost to connection rotation: counts it, and says whether a
@@ -1033,7 +1038,8 @@ impl<'r> Call<'r> {
         E: Classify + From<Error> + Display,
     {
         let failure = Failure::new(Evidence::NotSent);
-        let decision = match self.decide(&failure, false) {
+        let now = Instant::now();
+        let decision = match self.decide(&failure, false, now) {
             // Logged and counted under what really happened, not as "not sent".
             Decision::Retry { delay, .. } => Decision::Retry {
                 delay,
@@ -1041,7 +1047,7 @@ impl<'r> Call<'r> {
             },
             other => other,
         };
-        self.apply(decision, error, &failure, false).await
+        self.apply(decision, error, &failure, false, now).await
     }
 
     /// The reconcile check found that the write happened: the call ends successfully with the
@@ -1072,8 +1078,8 @@ impl<'r> Call<'r> {
     /// the operation's allowance, nor a budget token, so those rules are told there is room;
     /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
     /// applies as to any retry.
-    fn decide(&mut self, failure: &Failure, free_rotation: bool) -> Decision {
-        let remaining = self.deadline.saturating_duration_since(Instant::now());
+    fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Instant) -> Decision {
+        let remaining = self.deadline.saturating_duration_since(now);
         let config = self.upstream.config();
         // Attempts that count: free rotation retries were not.
         let mut attempt = self.attempt - self.rotations;
@@ -1084,7 +1090,7 @@ impl<'r> Call<'r> {
                 operation_retries_left = operation_retries_left.max(1);
                 true
             }
-            false => self.upstream.budget().has_token(),
+            false => self.upstream.budget().has_token_at(now),
         };
         let ctx = Context {
             attempt,
@@ -1112,6 +1118,7 @@ impl<'r> Call<'r> {
         error: E,
         failure: &Failure,
         free_rotation: bool,
+        now: Instant,
     ) -> Step<T, E>
     where
         E: Classify + From<Error> + Display,
@@ -1142,7 +1149,7 @@ impl<'r> Call<'r> {
         if !self.scope.take_retry() {
             return self.stop(DenyReason::MaxAttempts, error, failure);
         }
-        if !self.upstream.budget().withdraw() {
+        if !self.upstream.budget().withdraw_at(now) {
             self.scope.give_back_retry();
             return self.stop(DenyReason::BudgetExhausted, error, failure);
         }
@@ -1192,17 +1199,17 @@ impl<'r> Call<'r> {
                 }
             }
         }
-        if !delay.is_zero() && self.back_off(delay).await.is_err() {
+        if !delay.is_zero() && self.back_off(now, delay).await.is_err() {
             return self.drained(failure);
         }
         self.previous_delay = delay;
         Step::Retry
     }
 
-    /// Sleeps `delay`, or less if shutdown starts meanwhile (`Err`).
-    async fn back_off(&mut self, delay: Duration) -> Result<(), Drained> {
+    /// Sleeps `delay` from `from`, or less if shutdown starts meanwhile (`Err`).
+    async fn back_off(&mut self, from: Instant, delay: Duration) -> Result<(), Drained> {
         let drain = self.registry.drain();
-        let until = deadline_after(Instant::now(), delay);
+        let until = deadline_after(from, delay);
         let sleep = match &mut self.sleep {
             Some(sleep) => {
                 sleep.as_mut().reset(until);
@@ -1210,10 +1217,17 @@ impl<'r> Call<'r> {
             }
             None => self.sleep.insert(Box::pin(tokio::time::sleep_until(until))),
         };
+        // The timer first: a backoff that is over never registers with the drain again, and
+        // the flag is read once more after it, so a shutdown that started meanwhile still ends
+        // the call before another attempt.
         tokio::select! {
             biased;
-            () = drain.started() => Err(Drained),
-            () = sleep.as_mut() => Ok(()),
+            () = sleep.as_mut() => {}
+            () = drain.started() => return Err(Drained),
+        }
+        match drain.is_draining() {
+            true => Err(Drained),
+            false => Ok(()),
         }
     }
 

@@ -50,10 +50,9 @@ impl Drain {
 
     /// Completes once draining has started (at once if it has).
     pub async fn started(&self) {
+        // Made before the check: a `Notified` receives every `notify_waiters` from its
+        // creation on, polled or not, so a `start` between the two still wakes it.
         let notified = self.inner.started.notified();
-        let mut notified = std::pin::pin!(notified);
-        // Registered before the check, so a `start` between the two still wakes it.
-        notified.as_mut().enable();
         if self.is_draining() {
             return;
         }

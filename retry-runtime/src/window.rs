@@ -1,17 +1,19 @@
 //! Lock-free sliding-window counters, shared by the retry budget and the circuit breaker.
 //!
 //! A window is cut into [`SLOTS`] slots. Each slot is one `AtomicU64` holding the slot's epoch
-//! (high bits) and its count (low bits), so a stale slot reads as zero and is reset by the first
-//! writer of the new epoch: no lock, no background task. A count is one compare-and-swap; a
-//! read is [`SLOTS`] loads, whatever the traffic or the number of threads (a retry reads a few
-//! counters, so its cost is constant).
+//! (high bits) and its count (low bits), and the counter keeps the running total of its slots.
+//! When time moves past a slot's window, the first caller to notice empties it and takes its
+//! count out of the total: no lock, no background task. A count is one compare-and-swap and one
+//! add; a read is one load, whatever the traffic, the number of threads or of slots, so a
+//! retry's budget and breaker checks cost the same at any rate.
 //!
 //! A count may arrive late: an attempt that completed in its first poll is counted at its start
-//! time (the loop reads no clock for it), and one dated otherwise can trail the newest count. A count whose epoch is older than the epoch its slot already
-//! holds is outside the window the slot now serves, so it is dropped; it never resets the slot
-//! (that would erase every newer count in it).
+//! time (the loop reads no clock for it), and one dated otherwise can trail the newest count. A
+//! count whose epoch is older than the epoch its slot already holds is outside the window the
+//! slot now serves, so it is dropped; it never resets the slot (that would erase every newer
+//! count in it).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,11 +62,19 @@ impl Clock {
     }
 }
 
-/// A sliding-window counter; see the module docs. Its slots share one cache line.
+/// A sliding-window counter; see the module docs. Its slots, running total and head share
+/// one cache line.
 #[repr(align(128))]
 #[derive(Debug, Default)]
 pub(crate) struct Counter {
     slots: [AtomicU64; SLOTS],
+    /// The sum of the slots' counts. Changed only by whoever wins a slot's compare-and-swap,
+    /// by exactly what that swap changed, so it settles on the slots' sum whatever the
+    /// interleaving (it may be off by a count in flight for an instant, even below zero).
+    total: AtomicI64,
+    /// The newest epoch whose window the slots hold: every slot older than its window has
+    /// been emptied (or is being emptied by the caller that moved it).
+    head: AtomicU64,
 }
 
 impl Counter {
@@ -72,26 +82,83 @@ impl Counter {
         &self.slots[(epoch % SLOTS as u64) as usize]
     }
 
-    /// Adds `by` to the count of `epoch`. Returns `false`, counting nothing, when the slot
-    /// already holds a newer epoch: the count is outside the window (see the module docs).
-    pub(crate) fn add(&self, epoch: u64, by: u64) -> bool {
+    /// Moves the window's head to `epoch` if it is behind, emptying the slots of the epochs
+    /// it passes (at most [`SLOTS`]): once per slot's worth of time, not per call.
+    fn advance(&self, epoch: u64) {
+        let head = self.head.load(Ordering::Acquire);
+        if head >= epoch {
+            return;
+        }
+        if self
+            .head
+            .compare_exchange(head, epoch, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Another caller moved it: it empties the slots (a read in between may still
+            // include counts about to expire).
+            return;
+        }
+        let first = (head + 1).max(epoch.saturating_sub(SLOTS as u64 - 1));
+        for passed in first..=epoch {
+            self.renew(passed, 0);
+        }
+    }
+
+    /// Makes `epoch`'s slot hold `epoch` with `count` if it holds an older epoch, taking the
+    /// old count out of the total. `false` when the slot already holds `epoch` or a newer one.
+    fn renew(&self, epoch: u64, count: u64) -> bool {
         let tag = epoch & EPOCH_MASK;
         let slot = self.slot(epoch);
         let mut current = slot.load(Ordering::Acquire);
         loop {
             let held = current >> COUNT_BITS;
-            let next = if held == tag {
-                pack(
-                    tag,
-                    (current & COUNT_MASK).saturating_add(by).min(COUNT_MASK),
-                )
-            } else if is_newer(held, tag) {
+            if held == tag || is_newer(held, tag) {
                 return false;
-            } else {
-                pack(tag, by)
-            };
+            }
+            match slot.compare_exchange_weak(
+                current,
+                pack(tag, count),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    let delta = count as i64 - (current & COUNT_MASK) as i64;
+                    self.total.fetch_add(delta, Ordering::AcqRel);
+                    return true;
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Adds `by` to the count of `epoch`. Returns `false`, counting nothing, when the slot
+    /// already holds a newer epoch: the count is outside the window (see the module docs).
+    pub(crate) fn add(&self, epoch: u64, by: u64) -> bool {
+        self.advance(epoch);
+        let tag = epoch & EPOCH_MASK;
+        let slot = self.slot(epoch);
+        let mut current = slot.load(Ordering::Acquire);
+        loop {
+            let held = current >> COUNT_BITS;
+            if held != tag {
+                if is_newer(held, tag) {
+                    return false;
+                }
+                // Older: the head's mover has not emptied it yet; whoever swaps first does.
+                if self.renew(epoch, by) {
+                    return true;
+                }
+                current = slot.load(Ordering::Acquire);
+                continue;
+            }
+            let count = current & COUNT_MASK;
+            let next = pack(tag, count.saturating_add(by).min(COUNT_MASK));
             match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    let added = (next & COUNT_MASK) - count;
+                    self.total.fetch_add(added as i64, Ordering::AcqRel);
+                    return true;
+                }
                 Err(actual) => current = actual,
             }
         }
@@ -112,24 +179,29 @@ impl Counter {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(_) => {
+                    self.total.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
                 Err(actual) => current = actual,
             }
         }
     }
 
-    /// The count of the window ending at `epoch`.
+    /// The count of the window ending at `epoch` (or at a later epoch another caller already
+    /// moved the window to): one load, whatever the number of slots.
     pub(crate) fn sum(&self, epoch: u64) -> u64 {
-        let mut total = 0u64;
-        for slot in &self.slots {
-            total = total.saturating_add(read(slot, epoch));
-        }
-        total
+        self.advance(epoch);
+        u64::try_from(self.total.load(Ordering::Acquire)).unwrap_or(0)
     }
 
+    /// Empties every slot.
     pub(crate) fn clear(&self) {
         for slot in &self.slots {
-            slot.store(0, Ordering::Release);
+            let old = slot.swap(0, Ordering::AcqRel);
+            // What was there leaves the total with it (a count added meanwhile stays counted).
+            self.total
+                .fetch_sub((old & COUNT_MASK) as i64, Ordering::AcqRel);
         }
     }
 }
@@ -145,20 +217,10 @@ fn pack(epoch: u64, count: u64) -> u64 {
     ((epoch & EPOCH_MASK) << COUNT_BITS) | (count & COUNT_MASK)
 }
 
-/// The slot's count if it belongs to the window ending at `epoch`, else 0.
-fn read(slot: &AtomicU64, epoch: u64) -> u64 {
-    let v = slot.load(Ordering::Acquire);
-    let age = (epoch & EPOCH_MASK).wrapping_sub(v >> COUNT_BITS) & EPOCH_MASK;
-    if (age as usize) < SLOTS {
-        v & COUNT_MASK
-    } else {
-        0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[tokio::test(start_paused = true)]
     async fn counts_expire_after_the_window() {
@@ -195,6 +257,98 @@ mod tests {
         // A slot holding an old epoch is still reset by a newer one.
         assert!(c.add(now + SLOTS as u64, 7));
         assert_eq!(c.sum(now + SLOTS as u64), 7);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Time moves on by this many epochs.
+        Pass(u64),
+        /// A count this many epochs before the newest one seen (late, or outside the window).
+        Add { late: u64, by: u64 },
+        /// One taken back from the count this many epochs before the newest.
+        Sub { late: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..25).prop_map(Op::Pass),
+            (0u64..SLOTS as u64 + 4, 1u64..5).prop_map(|(late, by)| Op::Add { late, by }),
+            (0u64..SLOTS as u64 + 2).prop_map(|late| Op::Sub { late }),
+        ]
+    }
+
+    proptest! {
+        /// Against a model that keeps every count with its epoch: a count is kept exactly when
+        /// its epoch is inside the window ending at the newest epoch seen, and the running
+        /// total always equals the model's sum of that window.
+        #[test]
+        fn the_running_total_is_the_windows_sum(ops in proptest::collection::vec(op(), 1..200)) {
+            let c = Counter::default();
+            let mut now = 0u64;
+            let mut model: std::collections::BTreeMap<u64, u64> = Default::default();
+            let in_window = |e: u64, now: u64| e + SLOTS as u64 > now;
+            for op in ops {
+                match op {
+                    Op::Pass(n) => now += n,
+                    Op::Add { late, by } => {
+                        let epoch = now.saturating_sub(late);
+                        let kept = c.add(epoch, by);
+                        prop_assert_eq!(kept, in_window(epoch, now), "add at {} (newest {})", epoch, now);
+                        if kept {
+                            *model.entry(epoch).or_default() += by;
+                        }
+                    }
+                    Op::Sub { late } => {
+                        let epoch = now.saturating_sub(late);
+                        c.sub_one(epoch);
+                        if let Some(n) = model.get_mut(&epoch).filter(|n| **n > 0)
+                            && in_window(epoch, now)
+                        {
+                            *n -= 1;
+                        }
+                    }
+                }
+                let expected: u64 = model
+                    .iter()
+                    .filter(|(e, _)| in_window(**e, now))
+                    .map(|(_, n)| n)
+                    .sum();
+                prop_assert_eq!(c.sum(now), expected);
+            }
+        }
+    }
+
+    #[test]
+    fn threads_counting_across_epochs_leave_the_total_equal_to_the_slots() {
+        let c = Counter::default();
+        std::thread::scope(|scope| {
+            for t in 0..8u64 {
+                let c = &c;
+                scope.spawn(move || {
+                    for i in 0..2_000u64 {
+                        // Epochs move on while others count, and some counts arrive late.
+                        let epoch = i / 50 + (i + t) % 3;
+                        c.add(epoch, 1);
+                        if i % 7 == 0 {
+                            c.sub_one(epoch);
+                        }
+                        if i % 11 == 0 {
+                            c.sum(epoch);
+                        }
+                    }
+                });
+            }
+        });
+        let newest = 2_000 / 50 + 2;
+        let slots: u64 = c
+            .slots
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .filter(|v| (newest & EPOCH_MASK) - (v >> COUNT_BITS) < SLOTS as u64)
+            .map(|v| v & COUNT_MASK)
+            .sum();
+        assert!(slots > 0);
+        assert_eq!(c.sum(newest), slots);
     }
 
     #[test]

@@ -1066,3 +1066,60 @@ async fn a_deadline_after_a_retry_keeps_what_the_last_attempt_got() {
         Some("order-9:pay")
     );
 }
+
+/// Attempts after a backoff are timed by the call's backoff timer, reset for each: every attempt
+/// is still cut exactly at its own timeout, and none starts before its backoff is over.
+#[tokio::test(start_paused = true)]
+async fn every_attempt_is_cut_at_its_own_timeout_after_backoffs_too() {
+    let backoff = Backoff::new()
+        .with_initial(ms(100))
+        .with_max_backoff(ms(1000));
+    let reg = registry(
+        UpstreamConfig::new()
+            .with_attempt_timeout(ms(200))
+            .with_backoff(backoff)
+            .with_deadline(Duration::from_secs(5)),
+    );
+    struct Ends(Arc<Mutex<Vec<(u32, Instant, Instant)>>>, u32, Instant);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((self.1, self.2, Instant::now()));
+        }
+    }
+    for _ in 0..10 {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let result: Result<(), Error> = Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(|a| {
+                let ends = Ends(seen.clone(), a.number(), Instant::now());
+                async move {
+                    let _ends = ends;
+                    std::future::pending().await
+                }
+            })
+            .await;
+        assert!(
+            matches!(result, Err(Error::AttemptTimeout { attempt: 3, .. })),
+            "{result:?}"
+        );
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        for (i, (number, start, end)) in seen.iter().enumerate() {
+            assert_eq!(*number, i as u32 + 1);
+            assert_eq!(
+                *end - *start,
+                ms(200),
+                "attempt {number} cut at its timeout"
+            );
+        }
+        for pair in seen.windows(2) {
+            assert!(
+                pair[1].1 >= pair[0].2,
+                "an attempt starts after the previous one ended"
+            );
+        }
+    }
+}
