@@ -237,6 +237,8 @@ pub struct Call<'r> {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Why the call stopped, and on what (judged only when asked: [`Call::deferrable`]).
     stopped: Option<(DenyReason, Failure)>,
+    /// When the last attempt failed, if the breaker needed the clock read then.
+    failed_at: Option<Instant>,
 }
 
 /// Why a call stopped, when its failure is one that time can clear: the retries, the budget,
@@ -384,6 +386,7 @@ impl<'r> Call<'r> {
             rotations: 0,
             rotation_marks: [None; 2],
             stopped: None,
+            failed_at: None,
         })
     }
 
@@ -797,6 +800,7 @@ impl<'r> Call<'r> {
             });
         }
         self.local = Local::Nothing;
+        self.failed_at = None;
         self.attempt += 1;
         self.retried_mark = self.scope.retried_failures();
         Ok(Attempt {
@@ -929,6 +933,9 @@ impl<'r> Call<'r> {
                 true => Instant::now(),
                 false => self.attempt_started,
             };
+            if failed {
+                self.failed_at = Some(at);
+            }
             breaker.record_at(admission, failed, at);
         }
         result
@@ -995,24 +1002,27 @@ impl<'r> Call<'r> {
         if self.scope.retried_failures() > self.retried_mark {
             failure.already_retried = true;
         }
-        self.attempt_span
-            .record("evidence", failure.evidence.as_str());
-        // OpenTelemetry's `error.type`: the status when there is one, else how far the attempt
-        // got. (The status code itself is recorded by the send path, once.)
-        match failure.status {
-            Some(status) => self
-                .attempt_span
-                .record("error.type", tracing::field::display(status)),
-            None => self
-                .attempt_span
-                .record("error.type", failure.evidence.as_str()),
-        };
+        if !self.attempt_span.is_disabled() {
+            self.attempt_span
+                .record("evidence", failure.evidence.as_str());
+            // OpenTelemetry's `error.type`: the status when there is one, else how far the
+            // attempt got. (The status code itself is recorded by the send path, once.)
+            match failure.status {
+                Some(status) => self
+                    .attempt_span
+                    .record("error.type", tracing::field::display(status)),
+                None => self
+                    .attempt_span
+                    .record("error.type", failure.evidence.as_str()),
+            };
+        }
         // `max_attempts = 1` turns retries off, rotation retries included.
         let free_rotation = failure.connection_rotated
             && self.rotation_is_free()
             && self.upstream.config().max_attempts > 1;
-        // One clock read for the decision, the budget and the backoff's start.
-        let now = Instant::now();
+        // One clock read for the decision, the budget and the backoff's start: the one that
+        // timed the failure for the breaker, if it did.
+        let now = self.failed_at.take().unwrap_or_else(Instant::now);
         let decision = self.decide(&failure, free_rotation, now);
         self.apply(decision, error, &failure, free_rotation, now)
             .await
@@ -1395,8 +1405,11 @@ impl<'r> Call<'r> {
     }
 
     fn finish(&mut self, kind: CallKind) {
-        self.span.record("attempts", self.attempt);
-        self.span.record("outcome", kind.as_str());
+        // A disabled span still looks each field up by name before doing nothing: skip it.
+        if !self.span.is_disabled() {
+            self.span.record("attempts", self.attempt);
+            self.span.record("outcome", kind.as_str());
+        }
         observe::call_finished(self.upstream.name(), kind);
         if let Some(breaker) = self.upstream.breaker() {
             observe::breaker_state(self.upstream.name(), breaker);

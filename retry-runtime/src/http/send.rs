@@ -48,7 +48,8 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
     match client.execute(request).await {
         Ok(response) => {
             let status = response.status();
-            if let Some(attempt) = &attempt {
+            // (A disabled span would still look the field up by name.)
+            if let Some(attempt) = attempt.as_ref().filter(|a| !a.span().is_disabled()) {
                 attempt
                     .span()
                     .record("http.response.status_code", status.as_u16());
@@ -74,11 +75,13 @@ fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), Http
     let target = |request: &reqwest::Request| Some(target_of(request.url()));
     let method = request.method().clone();
     let span = attempt.span();
-    if let Some(host) = request.url().host_str() {
-        span.record("server.address", host);
-    }
-    if let Some(port) = request.url().port_or_known_default() {
-        span.record("server.port", port);
+    if !span.is_disabled() {
+        if let Some(host) = request.url().host_str() {
+            span.record("server.address", host);
+        }
+        if let Some(port) = request.url().port_or_known_default() {
+            span.record("server.port", port);
+        }
     }
     // The loop decides with the declared method. A request at least as safe as that (a HEAD
     // under a GET, a GET checking a write's result under a POST) is decided more cautiously
