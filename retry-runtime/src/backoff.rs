@@ -121,9 +121,15 @@ impl Backoff {
         let secs = self.initial.as_secs_f64() * factor;
         let cap = self.max_backoff.as_secs_f64();
         if !secs.is_finite() || secs >= cap {
-            self.max_backoff
+            return self.max_backoff;
+        }
+        // Whole nanoseconds below 584 years (nearly always): a multiplication and a cast,
+        // where `from_secs_f64` rounds bit by bit.
+        let nanos = secs.max(0.0) * 1e9;
+        if nanos < u64::MAX as f64 {
+            Duration::from_nanos(nanos as u64)
         } else {
-            Duration::from_secs_f64(secs.max(0.0))
+            Duration::from_secs_f64(secs)
         }
     }
 

@@ -115,6 +115,10 @@ impl fmt::Display for BudgetConfigError {
 
 impl std::error::Error for BudgetConfigError {}
 
+/// A moment on a budget's window clock (see [`RetryBudget::moment`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Moment(u64);
+
 /// A lock-free retry budget shared by every call to one upstream.
 pub struct RetryBudget {
     config: BudgetConfig,
@@ -189,7 +193,7 @@ impl RetryBudget {
 
     /// [`has_token`](Self::has_token) at `now` (saves a clock read when the caller has one).
     pub fn has_token_at(&self, now: tokio::time::Instant) -> bool {
-        self.balance_milli(self.clock.epoch_at(now)) >= 1000
+        self.has_token_in(self.moment(now))
     }
 
     /// Spends one retry token; `false` (and nothing spent) when the budget is empty.
@@ -199,7 +203,20 @@ impl RetryBudget {
 
     /// [`withdraw`](Self::withdraw) at `now`.
     pub fn withdraw_at(&self, now: tokio::time::Instant) -> bool {
-        let epoch = self.clock.epoch_at(now);
+        self.withdraw_in(self.moment(now))
+    }
+
+    /// `now` on the budget's window clock, for a check and a withdrawal made together.
+    pub(crate) fn moment(&self, now: tokio::time::Instant) -> Moment {
+        Moment(self.clock.epoch_at(now))
+    }
+
+    pub(crate) fn has_token_in(&self, at: Moment) -> bool {
+        self.balance_milli(at.0) >= 1000
+    }
+
+    pub(crate) fn withdraw_in(&self, at: Moment) -> bool {
+        let epoch = at.0;
         self.withdrawals.add(epoch, 1);
         if self.balance_milli(epoch) >= 0 {
             return true;

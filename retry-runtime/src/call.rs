@@ -68,6 +68,7 @@ use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
 use crate::breaker::Admission;
+use crate::budget::Moment;
 use crate::bulkhead::Slot;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
 use crate::engine::{Context, Safety};
@@ -132,6 +133,8 @@ pub(crate) struct CallSpec<'r> {
     pub(crate) replay: Replayability,
     /// The name of the call's own scope (defaults to the upstream's name).
     pub(crate) operation: Option<Cow<'static, str>>,
+    /// Time kept back from the deadline for the end of the call (a durable call's hand-off).
+    pub(crate) reserve: Duration,
 }
 
 /// The answer of a reconcile check for a write whose outcome was ambiguous: a write without an
@@ -183,6 +186,21 @@ enum Local {
 struct Pass {
     admission: Option<Admission>,
     slot: Option<Slot>,
+}
+
+/// One clock read, on the clocks a decision and its retry use (the budget's check and its
+/// withdrawal read the same moment).
+#[derive(Clone, Copy)]
+struct Now {
+    instant: Instant,
+    budget: Moment,
+}
+
+/// What [`Call::try_admit`] found: the attempt may start now, or (the breaker admitted it)
+/// it waits for a bulkhead slot.
+enum Admitted {
+    Now(Pass),
+    Queue(Option<Admission>),
 }
 
 /// One copy of a hedged attempt in flight, with what let it start.
@@ -299,21 +317,18 @@ impl<'r> Call<'r> {
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
     ) -> Result<Self, Error> {
-        let mut call = Call::new(CallSpec {
+        Call::new(CallSpec {
             registry,
             upstream: site.upstream,
             method: site.method.clone(),
             key,
             replay: Replayability::Replayable,
             operation: Some(Cow::Borrowed(site.operation)),
-        })?;
-        if site.durable {
-            call.deadline = call
-                .deadline
-                .checked_sub(HAND_OFF_RESERVE)
-                .unwrap_or(call.deadline);
-        }
-        Ok(call)
+            reserve: match site.durable {
+                true => HAND_OFF_RESERVE,
+                false => Duration::ZERO,
+            },
+        })
     }
 
     /// Looks the upstream up, joins the enclosing operation scope (or prepares the call's own),
@@ -347,6 +362,7 @@ impl<'r> Call<'r> {
                 (CallScope::Unopened(Unopened::new(name, retries)), own)
             }
         };
+        let deadline = deadline.checked_sub(spec.reserve).unwrap_or(deadline);
         // Calls earn retries: the budget sees this one as it starts.
         upstream.budget().deposit_at(now);
         let safety = Safety::of(
@@ -457,8 +473,14 @@ impl<'r> Call<'r> {
             Ok(attempt) => attempt,
             Err(error) => return Err(E::from(error)),
         };
-        let pass = match self.admit(&mut attempt).await {
-            Ok(pass) => pass,
+        let pass = match self.try_admit() {
+            Ok(Admitted::Now(pass)) => pass,
+            Ok(Admitted::Queue(admission)) => {
+                match self.wait_for_slot(&mut attempt, admission).await {
+                    Ok(pass) => pass,
+                    Err(error) => return Err(E::from(error)),
+                }
+            }
             Err(error) => return Err(E::from(error)),
         };
         let body = make(&attempt);
@@ -820,6 +842,15 @@ impl<'r> Call<'r> {
     /// on until the deadline less the minimum attempt budget; the attempt then starts when
     /// admitted, with what is left of the deadline.
     async fn admit(&mut self, attempt: &mut Attempt) -> Result<Pass, Error> {
+        match self.try_admit()? {
+            Admitted::Now(pass) => Ok(pass),
+            Admitted::Queue(admission) => self.wait_for_slot(attempt, admission).await,
+        }
+    }
+
+    /// The breaker's answer, and a bulkhead slot if one is free now (no future to build on
+    /// the common path).
+    fn try_admit(&mut self) -> Result<Admitted, Error> {
         let upstream = &self.upstream;
         let admission = match upstream.breaker() {
             Some(breaker) => match breaker.admit() {
@@ -835,17 +866,34 @@ impl<'r> Call<'r> {
             None => None,
         };
         let Some(bulkhead) = upstream.bulkhead() else {
+            return Ok(Admitted::Now(Pass {
+                admission,
+                slot: None,
+            }));
+        };
+        Ok(match bulkhead.try_enter() {
+            Some(slot) => Admitted::Now(Pass {
+                admission,
+                slot: Some(slot),
+            }),
+            None => Admitted::Queue(admission),
+        })
+    }
+
+    /// Waits for a bulkhead slot (the breaker admitted the attempt) until the deadline less
+    /// the minimum attempt budget.
+    async fn wait_for_slot(
+        &mut self,
+        attempt: &mut Attempt,
+        admission: Option<Admission>,
+    ) -> Result<Pass, Error> {
+        let upstream = &self.upstream;
+        let Some(bulkhead) = upstream.bulkhead() else {
             return Ok(Pass {
                 admission,
                 slot: None,
             });
         };
-        if let Some(slot) = bulkhead.try_enter() {
-            return Ok(Pass {
-                admission,
-                slot: Some(slot),
-            });
-        }
         let min_attempt_budget = upstream.config().min_attempt_budget;
         let until = self
             .deadline
@@ -1023,8 +1071,9 @@ impl<'r> Call<'r> {
         // One clock read for the decision, the budget and the backoff's start: the one that
         // timed the failure for the breaker, if it did.
         let now = self.failed_at.take().unwrap_or_else(Instant::now);
-        let decision = self.decide(&failure, free_rotation, now);
-        self.apply(decision, error, &failure, free_rotation, now)
+        let at = self.now(now);
+        let decision = self.decide(&failure, free_rotation, at);
+        self.apply(decision, error, &failure, free_rotation, at)
             .await
     }
 
@@ -1048,8 +1097,8 @@ impl<'r> Call<'r> {
         E: Classify + From<Error> + Display,
     {
         let failure = Failure::new(Evidence::NotSent);
-        let now = Instant::now();
-        let decision = match self.decide(&failure, false, now) {
+        let at = self.now(Instant::now());
+        let decision = match self.decide(&failure, false, at) {
             // Logged and counted under what really happened, not as "not sent".
             Decision::Retry { delay, .. } => Decision::Retry {
                 delay,
@@ -1057,7 +1106,7 @@ impl<'r> Call<'r> {
             },
             other => other,
         };
-        self.apply(decision, error, &failure, false, now).await
+        self.apply(decision, error, &failure, false, at).await
     }
 
     /// The reconcile check found that the write happened: the call ends successfully with the
@@ -1088,8 +1137,16 @@ impl<'r> Call<'r> {
     /// the operation's allowance, nor a budget token, so those rules are told there is room;
     /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
     /// applies as to any retry.
-    fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Instant) -> Decision {
-        let remaining = self.deadline.saturating_duration_since(now);
+    /// `now`, for a decision and the retry that may follow it.
+    fn now(&self, now: Instant) -> Now {
+        Now {
+            instant: now,
+            budget: self.upstream.budget().moment(now),
+        }
+    }
+
+    fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Now) -> Decision {
+        let remaining = self.deadline.saturating_duration_since(now.instant);
         let config = self.upstream.config();
         // Attempts that count: free rotation retries were not.
         let mut attempt = self.attempt - self.rotations;
@@ -1100,7 +1157,7 @@ impl<'r> Call<'r> {
                 operation_retries_left = operation_retries_left.max(1);
                 true
             }
-            false => self.upstream.budget().has_token_at(now),
+            false => self.upstream.budget().has_token_in(now.budget),
         };
         let ctx = Context {
             attempt,
@@ -1128,7 +1185,7 @@ impl<'r> Call<'r> {
         error: E,
         failure: &Failure,
         free_rotation: bool,
-        now: Instant,
+        now: Now,
     ) -> Step<T, E>
     where
         E: Classify + From<Error> + Display,
@@ -1159,7 +1216,7 @@ impl<'r> Call<'r> {
         if !self.scope.take_retry() {
             return self.stop(DenyReason::MaxAttempts, error, failure);
         }
-        if !self.upstream.budget().withdraw_at(now) {
+        if !self.upstream.budget().withdraw_in(now.budget) {
             self.scope.give_back_retry();
             return self.stop(DenyReason::BudgetExhausted, error, failure);
         }
@@ -1209,7 +1266,7 @@ impl<'r> Call<'r> {
                 }
             }
         }
-        if !delay.is_zero() && self.back_off(now, delay).await.is_err() {
+        if !delay.is_zero() && self.back_off(now.instant, delay).await.is_err() {
             return self.drained(failure);
         }
         self.previous_delay = delay;

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
+use std::time::Duration;
 
 use crate::attempt::Attempt;
 use crate::call::{Call, CallSpec, Reconciled, Step};
@@ -147,6 +148,7 @@ impl<'r> RetryCall<'r> {
             key,
             replay: self.replay,
             operation: self.operation,
+            reserve: Duration::ZERO,
         })
     }
 

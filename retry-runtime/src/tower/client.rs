@@ -291,6 +291,7 @@ where
         key,
         replay,
         operation: None,
+        reserve: Duration::ZERO,
     })
     .map_err(TowerError::Runtime)?;
     let mut body = Some(body);
