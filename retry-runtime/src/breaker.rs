@@ -184,7 +184,8 @@ pub fn is_upstream_failure(f: &Failure) -> bool {
 pub struct CircuitBreaker {
     config: BreakerConfig,
     clock: Clock,
-    attempts: Counter,
+    /// Each attempt is counted once, in one of the two: attempts = successes + failures.
+    successes: Counter,
     failures: Counter,
     state: AtomicU8,
     opened_at_nanos: AtomicU64,
@@ -217,7 +218,7 @@ impl CircuitBreaker {
         CircuitBreaker {
             config,
             clock: Clock::new(config.window),
-            attempts: Counter::default(),
+            successes: Counter::default(),
             failures: Counter::default(),
             state: AtomicU8::new(CLOSED),
             opened_at_nanos: AtomicU64::new(0),
@@ -363,20 +364,22 @@ impl CircuitBreaker {
                     .compare_exchange(HALF_OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
-                self.attempts.clear();
+                self.successes.clear();
                 self.failures.clear();
                 self.transitioned(BreakerState::Closed);
             }
             return;
         }
         let epoch = self.clock.epoch_at(at);
-        let counted = self.attempts.add(epoch, 1);
+        if !failed {
+            self.successes.add(epoch, 1);
+            return;
+        }
         // An attempt that started more than a window ago is outside the window: not counted,
         // and no reason to judge the rate again.
-        if failed && counted {
-            self.failures.add(epoch, 1);
-            let attempts = self.attempts.sum(epoch);
+        if self.failures.add(epoch, 1) {
             let failures = self.failures.sum(epoch);
+            let attempts = self.successes.sum(epoch) + failures;
             if attempts >= u64::from(self.config.min_attempts)
                 && failures as f64 >= self.config.failure_rate * attempts as f64
             {
@@ -487,7 +490,7 @@ mod tests {
         b.record(b.admit().unwrap(), true);
         // 4 failures of 16 attempts in the window: 25 %, below the 50 % threshold.
         assert_eq!(b.state(), BreakerState::Closed);
-        assert_eq!(b.attempts.sum(b.clock.epoch()), 16);
+        assert_eq!(b.successes.sum(b.clock.epoch()), 12);
         assert_eq!(b.failures.sum(b.clock.epoch()), 4);
     }
 

@@ -36,10 +36,10 @@ pub const RETRIES_LEFT: &str = "retry-retries-left";
 pub const PUSHBACK: &str = "retry-pushback";
 
 // The names as `HeaderName`s: inserting a `&str` name parses it again on every request.
-const DEADLINE_MS_NAME: http::HeaderName = http::HeaderName::from_static(DEADLINE_MS);
-const ATTEMPT_NAME: http::HeaderName = http::HeaderName::from_static(ATTEMPT);
-const RETRIES_LEFT_NAME: http::HeaderName = http::HeaderName::from_static(RETRIES_LEFT);
-const PUSHBACK_NAME: http::HeaderName = http::HeaderName::from_static(PUSHBACK);
+pub(crate) const DEADLINE_MS_NAME: http::HeaderName = http::HeaderName::from_static(DEADLINE_MS);
+pub(crate) const ATTEMPT_NAME: http::HeaderName = http::HeaderName::from_static(ATTEMPT);
+pub(crate) const RETRIES_LEFT_NAME: http::HeaderName = http::HeaderName::from_static(RETRIES_LEFT);
+pub(crate) const PUSHBACK_NAME: http::HeaderName = http::HeaderName::from_static(PUSHBACK);
 
 /// The largest deadline accepted from a caller (one day): anything above is treated as garbage.
 const MAX_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
@@ -59,9 +59,11 @@ impl Inbound {
     /// Reads the propagation headers, ignoring (with a trace event) any malformed value.
     pub fn from_headers(headers: &http::HeaderMap) -> Inbound {
         Inbound {
-            deadline: number(headers, DEADLINE_MS, MAX_DEADLINE_MS).map(Duration::from_millis),
-            attempt: number(headers, ATTEMPT, u64::from(u32::MAX)).map(|n| n as u32),
-            retries_left: number(headers, RETRIES_LEFT, u64::from(u32::MAX)).map(|n| n as u32),
+            deadline: number(headers, &DEADLINE_MS_NAME, MAX_DEADLINE_MS)
+                .map(Duration::from_millis),
+            attempt: number(headers, &ATTEMPT_NAME, u64::from(u32::MAX)).map(|n| n as u32),
+            retries_left: number(headers, &RETRIES_LEFT_NAME, u64::from(u32::MAX))
+                .map(|n| n as u32),
         }
         .first_attempt_implied()
     }
@@ -77,7 +79,7 @@ impl Inbound {
 }
 
 /// A strictly decimal header value in `0..=max`, else `None` (traced).
-fn number(headers: &http::HeaderMap, name: &'static str, max: u64) -> Option<u64> {
+fn number(headers: &http::HeaderMap, name: &http::HeaderName, max: u64) -> Option<u64> {
     let value = headers.get(name)?;
     let parsed = value
         .to_str()
@@ -89,7 +91,7 @@ fn number(headers: &http::HeaderMap, name: &'static str, max: u64) -> Option<u64
     if parsed.is_none() {
         tracing::debug!(
             target: "retry_runtime::propagation",
-            header = name,
+            header = name.as_str(),
             value = ?value,
             "ignoring malformed propagation header"
         );
@@ -134,7 +136,7 @@ fn small_number(n: u32) -> http::HeaderValue {
 
 /// Reads a callee's pushback header (unknown values are ignored, traced).
 pub fn pushback(headers: &http::HeaderMap) -> Option<Pushback> {
-    parse_pushback(headers.get(PUSHBACK)?.as_bytes())
+    parse_pushback(headers.get(&PUSHBACK_NAME)?.as_bytes())
 }
 
 /// Parses a [`PUSHBACK`] value (case-insensitive, surrounding spaces allowed); an unknown value

@@ -141,7 +141,7 @@ impl HttpError {
     pub(crate) fn from_status(method: Option<&Method>, response: reqwest::Response) -> Self {
         let mut e = HttpError::new(HttpErrorKind::Status, Evidence::ResponseReceived);
         e.inner.method = method.cloned();
-        e.inner.target = Some(target_of(response.url()));
+        // The target is rendered from the response's URL only if the error is displayed.
         e.inner.status = Some(response.status());
         let (retry_after, pushback) = decision_headers(response.headers());
         e.inner.retry_after = retry_after;
@@ -259,6 +259,17 @@ impl HttpError {
     }
 }
 
+impl HttpError {
+    /// `scheme://host[:port]/path` of the request, or `<unknown>`.
+    fn target(&self) -> Cow<'_, str> {
+        match (&self.inner.target, &self.inner.response) {
+            (Some(target), _) => Cow::Borrowed(target),
+            (None, Some(response)) => Cow::Owned(target_of(response.url())),
+            (None, None) => Cow::Borrowed("<unknown>"),
+        }
+    }
+}
+
 /// `scheme://host[:port]/path`, without userinfo, query or fragment (they may hold secrets).
 pub(crate) fn target_of(url: &reqwest::Url) -> String {
     let mut s = format!("{}://{}", url.scheme(), url.host_str().unwrap_or(""));
@@ -276,7 +287,7 @@ fn decision_headers(headers: &HeaderMap) -> (Option<Duration>, Option<Pushback>)
         .get(::http::header::RETRY_AFTER)
         .and_then(|v| crate::retry_after::parse_header(v.as_bytes(), SystemTime::now()));
     let pushback = headers
-        .get(headers::PUSHBACK)
+        .get(&crate::propagation::PUSHBACK_NAME)
         .and_then(|v| headers::parse_pushback(v.as_bytes()));
     (retry_after, pushback)
 }
@@ -288,7 +299,7 @@ impl fmt::Debug for HttpError {
             .field("kind", &i.kind)
             .field("evidence", &i.evidence)
             .field("method", &i.method)
-            .field("target", &i.target)
+            .field("target", &self.target())
             .field("status", &i.status)
             .field("retry_after", &i.retry_after)
             .field("pushback", &i.pushback)
@@ -304,7 +315,7 @@ impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.inner;
         let method = i.method.as_ref().map_or("", Method::as_str);
-        let target = i.target.as_deref().unwrap_or("<unknown>");
+        let target = self.target();
         let status = i.status.map(|s| s.as_u16()).unwrap_or(0);
         match i.kind {
             HttpErrorKind::Refused | HttpErrorKind::Deadline => write!(

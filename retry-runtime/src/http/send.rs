@@ -41,18 +41,27 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Htt
         }
     };
     let method = request.method().clone();
-    let attempt = Attempt::current();
-    if let Some(attempt) = &attempt {
-        prepare(&mut request, attempt)?;
+    // Read in place (no copy of the attempt): the checks and headers, and the span to record
+    // the status on (a disabled span would still look the field up by name).
+    let span = Attempt::with_current(|attempt| match attempt {
+        Some(attempt) => prepare(&mut request, attempt)
+            .map(|()| Some(attempt.span()).filter(|s| !s.is_disabled()).cloned()),
+        None => Ok(None),
+    })?;
+    // Reported outside `with_current` (which holds the attempt while it runs).
+    if request.body().is_some_and(|b| b.as_bytes().is_none()) {
+        // A streaming body cannot be produced again: this attempt is sent, no other will be.
+        Attempt::report_body(Replayability::OneShot);
+        tracing::debug!(
+            target: "retry_runtime::http",
+            "streaming request body: this attempt is sent but the call will not be retried"
+        );
     }
     match client.execute(request).await {
         Ok(response) => {
             let status = response.status();
-            // (A disabled span would still look the field up by name.)
-            if let Some(attempt) = attempt.as_ref().filter(|a| !a.span().is_disabled()) {
-                attempt
-                    .span()
-                    .record("http.response.status_code", status.as_u16());
+            if let Some(span) = span {
+                span.record("http.response.status_code", status.as_u16());
             }
             if status.is_success() {
                 Ok(response)
@@ -151,14 +160,6 @@ fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), Http
     // (`timeout_mut` would insert an empty entry into the request's extensions: read first.)
     if request.timeout().is_some_and(|t| *t >= attempt.time_left()) {
         *request.timeout_mut() = None;
-    }
-    // A streaming body cannot be produced again: this attempt is sent, no other will be.
-    if request.body().is_some_and(|b| b.as_bytes().is_none()) {
-        Attempt::report_body(Replayability::OneShot);
-        tracing::debug!(
-            target: "retry_runtime::http",
-            "streaming request body: this attempt is sent but the call will not be retried"
-        );
     }
     Ok(())
 }
