@@ -257,6 +257,8 @@ pub struct Call<'r> {
     stopped: Option<(DenyReason, Failure)>,
     /// When the last attempt failed, if the breaker needed the clock read then.
     failed_at: Option<Instant>,
+    /// What the last attempt's error reported, if the breaker needed it (classified once).
+    classified: Option<Failure>,
 }
 
 /// Why a call stopped, when its failure is one that time can clear: the retries, the budget,
@@ -403,6 +405,7 @@ impl<'r> Call<'r> {
             rotation_marks: [None; 2],
             stopped: None,
             failed_at: None,
+            classified: None,
         })
     }
 
@@ -822,7 +825,7 @@ impl<'r> Call<'r> {
             });
         }
         self.local = Local::Nothing;
-        self.failed_at = None;
+        (self.failed_at, self.classified) = (None, None);
         self.attempt += 1;
         self.retried_mark = self.scope.retried_failures();
         Ok(Attempt {
@@ -937,6 +940,7 @@ impl<'r> Call<'r> {
     {
         let Pass { admission, slot } = pass;
         drop(slot);
+        (self.failed_at, self.classified) = (None, None);
         self.scope.adopt(ended.opened);
         self.replay = self.replay.min(ended.reported);
         let result = match ended.output {
@@ -966,6 +970,8 @@ impl<'r> Call<'r> {
                 Err(_) if self.local == Local::TimedOut => true,
                 Err(e) => {
                     let failure = Failure::of(e);
+                    // What the error reports, kept for `settle` (it gets this same error).
+                    self.classified = Some(failure);
                     if failure.connection_rotated {
                         // Neither a failure nor a success: the server closed a healthy
                         // connection (see `breaker::is_upstream_failure`).
@@ -1025,7 +1031,10 @@ impl<'r> Call<'r> {
             self.finish(CallKind::of(false, self.attempt));
             return Step::Done(Err(error));
         }
-        let mut failure = Failure::of(&error);
+        let mut failure = self
+            .classified
+            .take()
+            .unwrap_or_else(|| Failure::of(&error));
         if failure.evidence == Evidence::ResponseReceived && failure.status.is_none() {
             // A programming error in the adapter, not a fact about the upstream: say where.
             self.span.in_scope(|| {
