@@ -64,6 +64,7 @@ impl Loopback {
             .upstream("catalog", UpstreamConfig::new().with_propagate(true))
             .upstream("quiet", UpstreamConfig::new().with_propagate(false))
             .upstream("flaky", failing_config().with_propagate(true))
+            .upstream("flaky-quiet", failing_config().with_propagate(false))
             .build()
             .expect("valid registry");
         Loopback {
@@ -144,6 +145,14 @@ impl Loopback {
     /// The failure path through the builder's `call` and the send path.
     pub async fn flaky_builder(&self) -> Bytes {
         self.send(&self.flaky_url, "flaky").await.expect("builder")
+    }
+
+    /// The failure path through the builder's `call`, without propagation headers (the
+    /// default).
+    pub async fn flaky_builder_quiet(&self) -> Bytes {
+        self.send(&self.flaky_url, "flaky-quiet")
+            .await
+            .expect("builder")
     }
 
     /// The failure path through a `#[retry]` adapter method.

@@ -170,6 +170,7 @@ fn probe(args: &[String]) {
                     "http-fail/loop" => drive(warm, n, || lo.flaky_loop()).await,
                     "http-fail/backon" => drive(warm, n, || lo.flaky_backon()).await,
                     "http-fail/builder" => drive(warm, n, || lo.flaky_builder()).await,
+                    "http-fail/builder-quiet" => drive(warm, n, || lo.flaky_builder_quiet()).await,
                     "http-fail/macro" => drive(warm, n, || lo.flaky_adapter()).await,
                     "http-fail/reqwest-retry" => drive(warm, n, || lo.flaky_reqwest_retry()).await,
                     _ => usage(&format!("unknown case {case:?}")),
@@ -529,6 +530,10 @@ fn failure_http() {
         ("backon + plain reqwest", "http-fail/backon"),
         ("builder `call` + `send_attempt`", "http-fail/builder"),
         ("`#[retry]` adapter + `send_attempt`", "http-fail/macro"),
+        (
+            "builder `call` + `send_attempt`, propagation off",
+            "http-fail/builder-quiet",
+        ),
         (
             "reqwest-middleware + reqwest-retry",
             "http-fail/reqwest-retry",
