@@ -64,6 +64,17 @@ pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {
     }
 }
 
+/// How the user reads the API's answer: its status, and the API's [`OUTCOME`] header.
+fn classify(status: http::StatusCode, tag: Option<&http::HeaderValue>) -> Outcome {
+    match status {
+        http::StatusCode::ACCEPTED => Outcome::Deferred,
+        s if s.is_success() => Outcome::Ok,
+        _ if tag.is_some_and(|v| v == "ambiguous") => Outcome::Ambiguous,
+        _ if tag.is_some_and(|v| v == SHED) => Outcome::Shed,
+        _ => Outcome::Failed,
+    }
+}
+
 /// Sends one operation per entry of `schedule` to `api`, from `start`; `write` selects
 /// `POST /orders/{id}/register` over `GET /orders/{id}`. `done` is called as each one ends.
 ///
@@ -112,19 +123,15 @@ pub async fn drive(
                 client.get(format!("{api}/orders/{id}"))
             };
             let outcome = match request.send().await {
-                Ok(r) if r.status() == http::StatusCode::ACCEPTED => {
+                Ok(r) => {
+                    let (status, tag) = (r.status(), r.headers().get(OUTCOME).cloned());
+                    // Read to the end whatever the status: a response dropped unread closes its
+                    // connection, and the next operation would open a new one, work of the
+                    // lab's and not of the design under test.
                     let _ = r.bytes().await;
-                    Outcome::Deferred
+                    classify(status, tag.as_ref())
                 }
-                Ok(r) if r.status().is_success() => {
-                    let _ = r.bytes().await;
-                    Outcome::Ok
-                }
-                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == "ambiguous") => {
-                    Outcome::Ambiguous
-                }
-                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == SHED) => Outcome::Shed,
-                _ => Outcome::Failed,
+                Err(_) => Outcome::Failed,
             };
             let record = OpRecord {
                 id,

@@ -45,8 +45,6 @@ pub use designs::Design;
 pub use metrics::{Aggregate, RunMetrics};
 pub use scenarios::Scenario;
 
-/// How often the lab counts its open files (for the peak in its report).
-const FILES_EVERY: Duration = Duration::from_millis(500);
 /// How often the catalog's concurrency is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The longest the lab waits for operations still in flight after the load stops (longer
@@ -217,21 +215,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     let bounds =
         files::bounds(config, file_limit.map(|l| l.soft)).map_err(std::io::Error::other)?;
     let meter = cpu::Meter::start();
-    let peak_files = Arc::new(std::sync::atomic::AtomicUsize::new(
-        files::open_now().unwrap_or(0),
-    ));
-    let files_sampler = tokio::spawn({
-        let peak = peak_files.clone();
-        async move {
-            let mut tick = tokio::time::interval(FILES_EVERY);
-            loop {
-                tick.tick().await;
-                if let Some(n) = files::open_now() {
-                    peak.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        }
-    });
+    let peak_files = files::PeakFiles::start();
     let limit = file_limit.map_or(usize::MAX, |l| l.soft as usize);
     let config = Arc::new(config.clone());
     let plan: Vec<(Scenario, Vec<u64>)> = config
@@ -307,14 +291,12 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     }
     let order = |s: Scenario| config.scenarios.iter().position(|x| *x == s);
     results.sort_by_key(|m| (order(m.scenario), m.design, m.seed));
-    files_sampler.abort();
     Ok(LabResults {
         runs: results,
         cpu: meter.finish(),
         bounds,
         file_limit,
-        peak_files: files::open_now()
-            .map(|_| peak_files.load(std::sync::atomic::Ordering::Relaxed)),
+        peak_files: peak_files.map(files::PeakFiles::finish),
     })
 }
 
