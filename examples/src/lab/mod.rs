@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
+pub mod users;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -340,7 +341,7 @@ async fn run_together(
     for (design, seed, schedule, state, _, chain) in &chains {
         state.start(start);
         let (design, seed, state, schedule) = (*design, *seed, state.clone(), schedule.clone());
-        let api = chain.api.url();
+        let api = chain.api.addr();
         let refusals = chain.breaker_refusals.clone();
         let progress = progress.clone();
         let queue = chain.durable.as_ref().map(|tier| tier.queue.clone());
