@@ -294,7 +294,10 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     results.sort_by_key(|m| (order(m.scenario), m.design, m.seed));
     Ok(LabResults {
         runs: results,
-        cpu: meter.finish(),
+        cpu: cpu::CpuUse {
+            operations: total as u64,
+            ..meter.finish()
+        },
         bounds,
         file_limit,
         peak_files: peak_files.map(files::PeakFiles::finish),
