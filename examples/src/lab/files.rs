@@ -25,7 +25,9 @@ use super::scenarios::Scenario;
 /// Descriptors one operation in flight holds: the user's connection to the API (both ends are
 /// in this process) and, while an attempt runs, a connection to the next hop, and in design A
 /// the middle's work for attempts the API already abandoned. Measured: design A alone at
-/// `--load 1000` against a dead catalog held 17,130 files for 4,046 operations in flight.
+/// `--load 1000` against a dead catalog held 11,971 files for at most 3,678 operations in
+/// flight (3.3 each; 17,130 for 4,046 while every accepted connection also held a duplicate
+/// of its socket); 4 keeps a margin.
 pub const FILES_PER_OPERATION: usize = 4;
 
 /// The margin over the operations a run can have in flight (Poisson arrivals).
