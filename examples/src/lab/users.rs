@@ -48,7 +48,16 @@ impl Users {
             .header(http::header::HOST, self.host.clone())
             .body(Empty::new())
             .ok()?;
-        let response = sender.send_request(request).await.ok()?;
+        let response = match sender.try_send_request(request).await {
+            Ok(response) => response,
+            Err(mut e) => {
+                // Not sent: the idle connection closed meanwhile. Once more on a new one, as
+                // reqwest's pool does; a request that was sent is never repeated.
+                let request = e.take_message()?;
+                sender = self.connect().await?;
+                sender.send_request(request).await.ok()?
+            }
+        };
         let status = response.status();
         let tag = response.headers().get(super::designs::OUTCOME).cloned();
         // Read to the end whatever the status, so the connection can carry the next user.
@@ -68,6 +77,11 @@ impl Users {
                 return Some(sender);
             }
         }
+        self.connect().await
+    }
+
+    /// A new connection to the API.
+    async fn connect(&self) -> Option<SendRequest<Empty<Bytes>>> {
         let stream = tokio::net::TcpStream::connect(self.api).await.ok()?;
         let _ = stream.set_nodelay(true);
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.ok()?;
