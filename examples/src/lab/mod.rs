@@ -17,7 +17,8 @@
 //! - [`designs`]: how the API and the middle call downstream under each design.
 //! - [`config`]: designs B and B-tuned's registry entries.
 //! - [`files`]: the open-file limit and the bound on operations in flight;
-//! - [`load`]: the load driver; [`metrics`]: what is measured, and its spread across seeds;
+//! - [`load`]: the load driver, and [`users`], its HTTP client; [`metrics`]: what is measured,
+//!   and its spread across seeds;
 //!   [`cpu`]: the lab's own CPU use; [`checks`]: the headline properties `--quick` asserts;
 //!   [`report`]: table, JSON, HTML.
 
