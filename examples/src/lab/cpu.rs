@@ -33,6 +33,8 @@ pub struct CpuUse {
     pub peak_cores: f64,
     /// Cores available to the process.
     pub cores: usize,
+    /// User operations the run started (every scenario, design and seed).
+    pub operations: u64,
 }
 
 impl CpuUse {
@@ -41,17 +43,29 @@ impl CpuUse {
         Some(self.cpu?.as_secs_f64() / self.wall.as_secs_f64().max(1e-9))
     }
 
+    /// CPU time per user operation: the lab's whole process (load driver, the designs'
+    /// services, the catalog) divided by the operations it ran.
+    pub fn per_operation(&self) -> Option<Duration> {
+        let ops = u32::try_from(self.operations).ok().filter(|n| *n > 0)?;
+        Some(self.cpu? / ops)
+    }
+
     /// One line for the table and the report.
     pub fn describe(&self) -> String {
         match self.mean_cores() {
             Some(mean) => format!(
                 "lab CPU: {:.1} core-seconds in {:.1} s of wall time: {:.2} of {} cores on average, \
-                 {:.2} at the busiest second",
+                 {:.2} at the busiest second{}",
                 self.cpu.unwrap_or_default().as_secs_f64(),
                 self.wall.as_secs_f64(),
                 mean,
                 self.cores,
-                self.peak_cores
+                self.peak_cores,
+                self.per_operation().map_or_else(String::new, |per| format!(
+                    "; {:.2} ms per operation ({} operations)",
+                    per.as_secs_f64() * 1e3,
+                    self.operations
+                ))
             ),
             None => format!(
                 "lab CPU: not measured on this platform ({:.1} s of wall time)",
@@ -112,6 +126,7 @@ impl Meter {
             cpu,
             peak_cores: *self.peak.lock().unwrap(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            operations: 0,
         }
     }
 }

@@ -25,7 +25,9 @@ use super::scenarios::Scenario;
 /// Descriptors one operation in flight holds: the user's connection to the API (both ends are
 /// in this process) and, while an attempt runs, a connection to the next hop, and in design A
 /// the middle's work for attempts the API already abandoned. Measured: design A alone at
-/// `--load 1000` against a dead catalog held 17,130 files for 4,046 operations in flight.
+/// `--load 1000` against a dead catalog held 11,971 files for at most 3,678 operations in
+/// flight (3.3 each; 17,130 for 4,046 while every accepted connection also held a duplicate
+/// of its socket); 4 keeps a margin.
 pub const FILES_PER_OPERATION: usize = 4;
 
 /// The margin over the operations a run can have in flight (Poisson arrivals).
@@ -100,6 +102,69 @@ pub fn raise_limit() -> Option<FileLimit> {
 /// Descriptors the process has open now (`None`: not measurable here).
 pub fn open_now() -> Option<usize> {
     Some(std::fs::read_dir("/proc/self/fd").ok()?.count())
+}
+
+/// The most descriptors open at once, counted on a thread of its own until
+/// [`PeakFiles::finish`].
+///
+/// Counting lists `/proc/self/fd`, an entry per open file: at the tens of thousands a high
+/// `--load` holds it takes tens of milliseconds. On the runtime it would stall the
+/// operations queued behind it, and every half second it cost 4-5 % of the lab's CPU, so the
+/// counts run beside the runtime and are spaced to take at most 1 % of a core (every
+/// [`PEAK_EVERY`] while the count is cheap).
+pub struct PeakFiles {
+    peak: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How often the open files are counted while counting is cheap.
+pub const PEAK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Counting may take this share of the sampler's time, at most.
+const PEAK_COST_SHARE: u32 = 100;
+
+impl PeakFiles {
+    /// Starts counting (`None`: the open files cannot be counted on this platform).
+    pub fn start() -> Option<Self> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let peak = std::sync::Arc::new(AtomicUsize::new(open_now()?));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let counted = peak.clone();
+        let thread = std::thread::Builder::new()
+            .name("lab-files".into())
+            .spawn(move || {
+                loop {
+                    let began = std::time::Instant::now();
+                    if let Some(n) = open_now() {
+                        counted.fetch_max(n, Ordering::Relaxed);
+                    }
+                    let pause = PEAK_EVERY.max(began.elapsed() * PEAK_COST_SHARE);
+                    match stopped.recv_timeout(pause) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                }
+            })
+            .ok()?;
+        Some(PeakFiles {
+            peak,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops counting and returns the most files seen open at once.
+    pub fn finish(mut self) -> usize {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let last = open_now().unwrap_or(0);
+        self.peak
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(last)
+    }
 }
 
 /// The bound on operations in flight per design and seed in one scenario, and why it is what

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::designs::{OUTCOME, SHED};
+use super::designs::SHED;
 
 /// How an operation ended, as the user saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,17 @@ pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {
     }
 }
 
+/// How the user reads the API's answer: its status, and the API's [`OUTCOME`](super::designs::OUTCOME) header.
+fn classify(status: http::StatusCode, tag: Option<&http::HeaderValue>) -> Outcome {
+    match status {
+        http::StatusCode::ACCEPTED => Outcome::Deferred,
+        s if s.is_success() => Outcome::Ok,
+        _ if tag.is_some_and(|v| v == "ambiguous") => Outcome::Ambiguous,
+        _ if tag.is_some_and(|v| v == SHED) => Outcome::Shed,
+        _ => Outcome::Failed,
+    }
+}
+
 /// Sends one operation per entry of `schedule` to `api`, from `start`; `write` selects
 /// `POST /orders/{id}/register` over `GET /orders/{id}`. `done` is called as each one ends.
 ///
@@ -72,29 +83,33 @@ pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {
 /// have shed it. Counted here too because a lab that falls behind its schedule would
 /// otherwise open a socket per late operation before the API could refuse any.
 pub async fn drive(
-    api: String,
+    api: std::net::SocketAddr,
     write: bool,
     schedule: &[Duration],
     start: Instant,
     max_in_flight: usize,
     done: impl Fn() + Send + Sync + Clone + 'static,
 ) -> Vec<OpRecord> {
+    let mut records = Vec::with_capacity(schedule.len());
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
-    let client = reqwest::Client::builder()
-        .retry(reqwest::retry::never())
-        .timeout(USER_TIMEOUT)
-        .build()
-        .expect("a plain HTTP client builds");
+    let users = std::sync::Arc::new(super::users::Users::new(api));
+    let (method, route) = if write {
+        (http::Method::POST, "/register")
+    } else {
+        (http::Method::GET, "")
+    };
     let mut ops = JoinSet::new();
+    // One timer at a time: each operation is spawned when it is due, not all at the start
+    // (thousands of tasks and timers the runtime would otherwise carry for the whole run).
     for (i, offset) in schedule.iter().enumerate() {
         let id = i as u64 + 1;
         let at = start + *offset;
-        let client = client.clone();
-        let api = api.clone();
+        tokio::time::sleep_until(at).await;
+        let users = users.clone();
+        let method = method.clone();
         let done = done.clone();
         let slots = slots.clone();
         ops.spawn(async move {
-            tokio::time::sleep_until(at).await;
             let began = Instant::now();
             let Ok(_slot) = slots.try_acquire_owned() else {
                 done();
@@ -106,24 +121,10 @@ pub async fn drive(
                     lag: began.saturating_duration_since(at),
                 };
             };
-            let request = if write {
-                client.post(format!("{api}/orders/{id}/register"))
-            } else {
-                client.get(format!("{api}/orders/{id}"))
-            };
-            let outcome = match request.send().await {
-                Ok(r) if r.status() == http::StatusCode::ACCEPTED => {
-                    let _ = r.bytes().await;
-                    Outcome::Deferred
-                }
-                Ok(r) if r.status().is_success() => {
-                    let _ = r.bytes().await;
-                    Outcome::Ok
-                }
-                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == "ambiguous") => {
-                    Outcome::Ambiguous
-                }
-                Ok(r) if r.headers().get(OUTCOME).is_some_and(|v| v == SHED) => Outcome::Shed,
+            let path = format!("/orders/{id}{route}");
+            let outcome = match tokio::time::timeout(USER_TIMEOUT, users.call(method, &path)).await
+            {
+                Ok(Some((status, tag))) => classify(status, tag.as_ref()),
                 _ => Outcome::Failed,
             };
             let record = OpRecord {
@@ -136,8 +137,11 @@ pub async fn drive(
             done();
             record
         });
+        // Reap finished operations as the load runs, so the set holds what is in flight.
+        while let Some(r) = ops.try_join_next() {
+            records.extend(r.ok());
+        }
     }
-    let mut records = Vec::with_capacity(schedule.len());
     while let Some(r) = ops.join_next().await {
         if let Ok(r) = r {
             records.push(r);

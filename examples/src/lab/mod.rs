@@ -17,7 +17,8 @@
 //! - [`designs`]: how the API and the middle call downstream under each design.
 //! - [`config`]: designs B and B-tuned's registry entries.
 //! - [`files`]: the open-file limit and the bound on operations in flight;
-//! - [`load`]: the load driver; [`metrics`]: what is measured, and its spread across seeds;
+//! - [`load`]: the load driver, and [`users`], its HTTP client; [`metrics`]: what is measured,
+//!   and its spread across seeds;
 //!   [`cpu`]: the lab's own CPU use; [`checks`]: the headline properties `--quick` asserts;
 //!   [`report`]: table, JSON, HTML.
 
@@ -32,6 +33,7 @@ pub mod metrics;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
+pub mod users;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,8 +47,6 @@ pub use designs::Design;
 pub use metrics::{Aggregate, RunMetrics};
 pub use scenarios::Scenario;
 
-/// How often the lab counts its open files (for the peak in its report).
-const FILES_EVERY: Duration = Duration::from_millis(500);
 /// How often the catalog's concurrency is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The longest the lab waits for operations still in flight after the load stops (longer
@@ -217,21 +217,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     let bounds =
         files::bounds(config, file_limit.map(|l| l.soft)).map_err(std::io::Error::other)?;
     let meter = cpu::Meter::start();
-    let peak_files = Arc::new(std::sync::atomic::AtomicUsize::new(
-        files::open_now().unwrap_or(0),
-    ));
-    let files_sampler = tokio::spawn({
-        let peak = peak_files.clone();
-        async move {
-            let mut tick = tokio::time::interval(FILES_EVERY);
-            loop {
-                tick.tick().await;
-                if let Some(n) = files::open_now() {
-                    peak.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        }
-    });
+    let peak_files = files::PeakFiles::start();
     let limit = file_limit.map_or(usize::MAX, |l| l.soft as usize);
     let config = Arc::new(config.clone());
     let plan: Vec<(Scenario, Vec<u64>)> = config
@@ -307,14 +293,15 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     }
     let order = |s: Scenario| config.scenarios.iter().position(|x| *x == s);
     results.sort_by_key(|m| (order(m.scenario), m.design, m.seed));
-    files_sampler.abort();
     Ok(LabResults {
         runs: results,
-        cpu: meter.finish(),
+        cpu: cpu::CpuUse {
+            operations: total as u64,
+            ..meter.finish()
+        },
         bounds,
         file_limit,
-        peak_files: files::open_now()
-            .map(|_| peak_files.load(std::sync::atomic::Ordering::Relaxed)),
+        peak_files: peak_files.map(files::PeakFiles::finish),
     })
 }
 
@@ -358,7 +345,7 @@ async fn run_together(
     for (design, seed, schedule, state, _, chain) in &chains {
         state.start(start);
         let (design, seed, state, schedule) = (*design, *seed, state.clone(), schedule.clone());
-        let api = chain.api.url();
+        let api = chain.api.addr();
         let refusals = chain.breaker_refusals.clone();
         let progress = progress.clone();
         let queue = chain.durable.as_ref().map(|tier| tier.queue.clone());

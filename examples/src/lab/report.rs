@@ -462,6 +462,8 @@ pub fn json(config: &LabConfig, results: &LabResults) -> Value {
             "mean_cores": results.cpu.mean_cores(),
             "peak_cores": results.cpu.peak_cores,
             "cores_available": results.cpu.cores,
+            "operations": results.cpu.operations,
+            "cpu_ms_per_operation": results.cpu.per_operation().map(|d| d.as_secs_f64() * 1e3),
         },
         "lab_schedule": {
             "lag_p99_ms_worst_cell": aggregates.iter().map(|a| a.lag_p99).max().unwrap_or_default().as_secs_f64() * 1000.0,

@@ -71,6 +71,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// The base URL, `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
@@ -112,34 +117,23 @@ where
             let abort = conn.abort.clone();
             let service = service.clone();
             connections.spawn(async move {
-                // Kept to reset the socket: dropping a stream with linger 0 sends RST.
-                let std_stream = match stream.into_std() {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
-                let raw = match std_stream.try_clone() {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
-                let Ok(stream) = tokio::net::TcpStream::from_std(std_stream) else {
-                    return;
-                };
                 let hyper_service = hyper::service::service_fn(move |mut request: Req| {
                     request.extensions_mut().insert(conn.clone());
                     let mut service = service.clone();
                     tower_service::Service::call(&mut service, request)
                 });
-                let connection = hyper::server::conn::http1::Builder::new()
+                let mut connection = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(stream), hyper_service);
                 tokio::select! {
-                    _ = connection => {}
+                    _ = &mut connection => {}
                     _ = abort.notified() => {
-                        let socket = socket2::SockRef::from(&raw);
-                        let _ = socket.set_linger(Some(std::time::Duration::ZERO));
+                        // Take the socket back and close it with linger 0: a TCP reset.
+                        let stream = connection.into_parts().io.into_inner();
+                        let _ = socket2::SockRef::from(&stream)
+                            .set_linger(Some(std::time::Duration::ZERO));
                     }
                 }
-                drop(raw);
             });
             // Reap finished connections so the set does not grow for the whole run.
             while connections.try_join_next().is_some() {}
