@@ -16,8 +16,8 @@
 //!
 //! ## How it works
 //! Calls and retries are counted in lock-free sliding-window counters (see `window`): a
-//! deposit is one CAS in the common case. A retrying call is deposited once, when it starts, so
-//! the budget sees every call as it happens.
+//! deposit is one CAS and one add, a read one load. A retrying call is deposited once, when it
+//! starts, so the budget sees every call as it happens.
 //!
 //! ## Connection rotation
 //! An attempt lost to connection rotation (a GOAWAY with `NO_ERROR`, `REFUSED_STREAM`, a request
@@ -211,10 +211,12 @@ impl RetryBudget {
         Moment(self.clock.epoch_at(now))
     }
 
+    /// [`has_token`](Self::has_token) at a moment already read.
     pub(crate) fn has_token_in(&self, at: Moment) -> bool {
         self.balance_milli(at.0) >= 1000
     }
 
+    /// [`withdraw`](Self::withdraw) at a moment already read.
     pub(crate) fn withdraw_in(&self, at: Moment) -> bool {
         let epoch = at.0;
         self.withdrawals.add(epoch, 1);
