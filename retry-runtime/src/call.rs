@@ -476,6 +476,7 @@ impl<'r> Call<'r> {
             Ok(attempt) => attempt,
             Err(error) => return Err(E::from(error)),
         };
+        // `admit`, written out: with a free slot no admission future is built (the common path).
         let pass = match self.try_admit() {
             Ok(Admitted::Now(pass)) => pass,
             Ok(Admitted::Queue(admission)) => {
@@ -825,7 +826,6 @@ impl<'r> Call<'r> {
             });
         }
         self.local = Local::Nothing;
-        (self.failed_at, self.classified) = (None, None);
         self.attempt += 1;
         self.retried_mark = self.scope.retried_failures();
         Ok(Attempt {
@@ -1142,10 +1142,6 @@ impl<'r> Call<'r> {
         E::from(Error::from(ambiguous))
     }
 
-    /// Asks the engine. A free rotation retry (`free_rotation`) spends neither an attempt, nor
-    /// the operation's allowance, nor a budget token, so those rules are told there is room;
-    /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
-    /// applies as to any retry.
     /// `now`, for a decision and the retry that may follow it.
     fn now(&self, now: Instant) -> Now {
         Now {
@@ -1154,6 +1150,10 @@ impl<'r> Call<'r> {
         }
     }
 
+    /// Asks the engine. A free rotation retry (`free_rotation`) spends neither an attempt, nor
+    /// the operation's allowance, nor a budget token, so those rules are told there is room;
+    /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
+    /// applies as to any retry.
     fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Now) -> Decision {
         let remaining = self.deadline.saturating_duration_since(now.instant);
         let config = self.upstream.config();
