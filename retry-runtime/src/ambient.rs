@@ -2,16 +2,26 @@
 //!
 //! A retrying call nested in another's attempt must join the outer operation (its deadline and
 //! retry allowance), and the HTTP integration must find the attempt it sends for (its key,
-//! number and deadline). Both are *installed* around each poll of the future that owns them: a
-//! [`Frame`] swaps its values into this thread's slots when the poll starts and back out when it
-//! ends (also on panic), so they follow the future from thread to thread, like a tokio task-local,
-//! with no allocation. The methods that read or install them ([`Operation::current`],
-//! [`Operation::scope`], [`Attempt::current`], ...) live here, so `scope.rs` and `attempt.rs`
-//! need nothing from this file.
+//! number and deadline). Both are *installed* around each poll of the future that owns them:
+//! lent, by reference, to one of this thread's two slots while the poll runs (the previous
+//! value comes back when it ends, also on panic), so they follow the future from thread to
+//! thread like a tokio task-local, with no allocation and nothing copied. The slots are
+//! `scoped-tls` keys (a pointer set for the duration of a closure, nested polls nesting theirs):
+//!
+//! - `ATTEMPT`: the attempt in progress, with its call's scope (the one the call joined, or its
+//!   own). An attempt is polled far more often than a scope is entered, so one slot serves both
+//!   and an attempt's poll sets one pointer.
+//! - `SCOPE`: a scope entered with [`Operation::scope`] or [`Operation::sync_scope`], which
+//!   records the attempt it was entered inside. It is the current scope while that attempt is
+//!   still the current one; inside an attempt started within it, that attempt's call's scope is
+//!   nearer (usually the same one: a call joins the scope it starts in).
+//!
+//! The methods that read or install them ([`Operation::current`], [`Operation::scope`],
+//! [`Attempt::current`], ...) live here, so `scope.rs` and `attempt.rs` need nothing from this
+//! file.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -19,125 +29,125 @@ use crate::attempt::Attempt;
 use crate::replay::Replayability;
 use crate::scope::{Installs, OpName, Operation, OperationBuilder, Unopened};
 
-/// What is installed now on this thread.
-#[derive(Debug)]
-struct Slots {
-    /// The operation installed (an enclosing scope, or a call's own once opened).
-    operation: Option<Operation>,
-    /// A call's own scope, not opened yet: opened the first time something asks for it.
-    unopened: Option<Unopened>,
-    /// The attempt in progress.
-    attempt: Option<Attempt>,
-    /// The weakest body replayability the attempt in progress reported.
-    reported: Replayability,
-}
+scoped_tls::scoped_thread_local!(static ATTEMPT: Frame);
+scoped_tls::scoped_thread_local!(static SCOPE: Entered);
 
-thread_local! {
-    static SLOTS: RefCell<Slots> = const {
-        RefCell::new(Slots {
-            operation: None,
-            unopened: None,
-            attempt: None,
-            reported: Replayability::Replayable,
-        })
-    };
-}
-
-/// An operation and/or an attempt to install while a future is polled.
+/// An attempt to install while its body is polled, with its call's own scope.
 #[derive(Debug)]
 pub(crate) struct Frame {
-    operation: Option<Operation>,
-    unopened: Option<Unopened>,
-    attempt: Option<Attempt>,
-    reported: Replayability,
-    sets_operation: bool,
-    sets_attempt: bool,
+    attempt: Attempt,
+    /// The weakest body replayability reported while the attempt ran.
+    reported: Cell<Replayability>,
+    /// The call's scope (`None` once taken back).
+    scope: Option<FrameScope>,
+}
+
+/// A call's scope (the one it joined, or its own), as its attempt installs it.
+#[derive(Debug)]
+enum FrameScope {
+    Open(Operation),
+    /// Opened the first time something asks for it (see [`CallScope`](crate::scope::CallScope)).
+    Unopened(RefCell<Lazy>),
+}
+
+#[derive(Debug)]
+enum Lazy {
+    Unopened(Unopened),
+    Opened(Operation),
+}
+
+/// A scope entered with [`Operation::scope`] or [`Operation::sync_scope`].
+#[derive(Debug)]
+struct Entered {
+    operation: Operation,
+    /// The attempt installed when the scope was entered ([`attempt_id`]).
+    inside: Cell<usize>,
+}
+
+/// Which attempt is installed: its frame's address (0: none). Only compared, while both frames
+/// compared are installed (so alive and distinct).
+fn attempt_id() -> usize {
+    if ATTEMPT.is_set() {
+        ATTEMPT.with(|frame| std::ptr::from_ref(frame).addr())
+    } else {
+        0
+    }
 }
 
 impl Frame {
-    /// Installs `operation` and leaves the attempt as it is.
-    pub(crate) fn operation(operation: Operation) -> Self {
-        Frame {
-            operation: Some(operation),
-            unopened: None,
-            attempt: None,
-            reported: Replayability::Replayable,
-            sets_operation: true,
-            sets_attempt: false,
-        }
-    }
-
-    /// Installs `attempt` and the call's own scope (a call that joined an enclosing scope
-    /// leaves it installed as it is).
+    /// Installs `attempt` and its call's scope.
     pub(crate) fn attempt(attempt: Attempt, scope: Installs) -> Self {
-        let (operation, unopened) = match scope {
-            Installs::Nothing => (None, None),
-            Installs::Operation(op) => (Some(op), None),
-            Installs::Unopened(u) => (None, Some(u)),
-        };
         Frame {
-            sets_operation: operation.is_some() || unopened.is_some(),
-            operation,
-            unopened,
-            attempt: Some(attempt),
-            reported: Replayability::Replayable,
-            sets_attempt: true,
+            attempt,
+            reported: Cell::new(Replayability::Replayable),
+            scope: match scope {
+                Installs::Operation(op) => Some(FrameScope::Open(op)),
+                Installs::Unopened(u) => {
+                    Some(FrameScope::Unopened(RefCell::new(Lazy::Unopened(u))))
+                }
+            },
         }
     }
 
     /// Once no poll is in progress: the scope opened while the frame was installed (or the one
     /// it installed).
     pub(crate) fn take_operation(&mut self) -> Option<Operation> {
-        self.operation.take()
+        match self.scope.take()? {
+            FrameScope::Open(op) => Some(op),
+            FrameScope::Unopened(lazy) => match lazy.into_inner() {
+                Lazy::Opened(op) => Some(op),
+                Lazy::Unopened(_) => None,
+            },
+        }
     }
 
     /// Once no poll is in progress: the weakest body replayability the attempt reported.
     pub(crate) fn reported(&self) -> Replayability {
-        self.reported
+        self.reported.get()
     }
 
-    /// Installs the frame until the guard drops (also when the code inside panics).
-    pub(crate) fn enter(&mut self) -> Entered<'_> {
-        self.swap();
-        Entered { frame: self }
+    /// Runs `f` with the frame installed; what was installed before comes back when `f`
+    /// returns or panics.
+    pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        ATTEMPT.set(self, f)
     }
 
-    /// Exchanges what this frame sets with what is installed: entering and leaving are the
-    /// same operation. Outside a thread's lifetime (thread-local storage being torn down)
-    /// nothing is installed, and the code inside sees no operation and no attempt.
-    fn swap(&mut self) {
-        let _ = SLOTS.try_with(|slots| {
-            let mut slots = slots.try_borrow_mut().expect(
-                "a retry scope was entered while `Attempt::with_current` was running: \
-                 do not poll futures inside its closure",
-            );
-            if self.sets_operation {
-                mem::swap(&mut slots.operation, &mut self.operation);
-                mem::swap(&mut slots.unopened, &mut self.unopened);
-            }
-            if self.sets_attempt {
-                mem::swap(&mut slots.attempt, &mut self.attempt);
-                mem::swap(&mut slots.reported, &mut self.reported);
-            }
-        });
+    /// The call's scope, opened now if it was not.
+    fn call_scope(&self) -> Option<Operation> {
+        match self.scope.as_ref()? {
+            FrameScope::Open(op) => Some(op.clone()),
+            FrameScope::Unopened(lazy) => Some(self.open(&mut lazy.borrow_mut())),
+        }
+    }
+
+    /// Opens the call's own scope the first time something asks for it, for the caller and
+    /// for the call (which takes it back when its attempt ends), named after the attempt's
+    /// upstream unless it has a name and bounded by the attempt's deadline.
+    #[cold]
+    fn open(&self, lazy: &mut Lazy) -> Operation {
+        let opened = match lazy {
+            Lazy::Opened(op) => return op.clone(),
+            Lazy::Unopened(unopened) => unopened.clone().open(
+                || OpName::Shared(self.attempt.upstream.name_arc().clone()),
+                Some(self.attempt.deadline),
+            ),
+        };
+        *lazy = Lazy::Opened(opened.clone());
+        opened
     }
 }
 
-/// An installed [`Frame`]; dropping it restores what was installed before.
-pub(crate) struct Entered<'f> {
-    frame: &'f mut Frame,
-}
-
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        self.frame.swap();
+impl Entered {
+    fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.inside.set(attempt_id());
+        SCOPE.set(self, f)
     }
 }
 
 pin_project_lite::pin_project! {
-    /// A future polled inside a [`Frame`].
-    pub(crate) struct Scoped<F> {
-        frame: Frame,
+    /// A future polled inside an operation scope.
+    struct Scoped<F> {
+        entered: Entered,
         #[pin]
         fut: F,
     }
@@ -148,67 +158,51 @@ impl<F: Future> Future for Scoped<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _entered = this.frame.enter();
-        this.fut.poll(cx)
+        let fut = this.fut;
+        this.entered.run(|| fut.poll(cx))
     }
 }
 
 impl Operation {
     /// The operation scope the current task runs in, if any.
     pub fn current() -> Option<Operation> {
-        let installed = SLOTS.try_with(|slots| {
-            let slots = slots.try_borrow().ok()?;
-            match &slots.unopened {
-                None => Some(slots.operation.clone()),
-                Some(_) => None,
-            }
-        });
-        match installed {
-            Ok(Some(operation)) => operation,
-            Ok(None) => open_installed(),
-            // Thread-local storage is gone: nothing is installed.
-            Err(_) => None,
+        let attempt = attempt_id();
+        let entered = SCOPE.is_set();
+        // A scope entered inside the attempt in progress (or, with no attempt, any scope
+        // entered) is the nearest.
+        if entered
+            && let Some(op) =
+                SCOPE.with(|e| (e.inside.get() == attempt).then(|| e.operation.clone()))
+        {
+            return Some(op);
         }
+        if attempt != 0
+            && let Some(op) = ATTEMPT.with(Frame::call_scope)
+        {
+            return Some(op);
+        }
+        entered.then(|| SCOPE.with(|e| e.operation.clone()))
     }
 
     /// Runs `f` (synchronously) inside this scope.
     pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
-        let mut frame = Frame::operation(self);
-        let _entered = frame.enter();
-        f()
+        Entered {
+            operation: self,
+            inside: Cell::new(0),
+        }
+        .run(f)
     }
 
     /// Runs `fut` inside this scope.
     pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
         Scoped {
-            frame: Frame::operation(self),
+            entered: Entered {
+                operation: self,
+                inside: Cell::new(0),
+            },
             fut,
         }
     }
-}
-
-/// Opens the unopened scope installed now, for the caller and for the call that owns it (which
-/// takes it back when its attempt ends).
-#[cold]
-fn open_installed() -> Option<Operation> {
-    SLOTS
-        .try_with(|slots| {
-            // Inside `with_current`'s closure the scope cannot be opened: it stays unseen.
-            let mut slots = slots.try_borrow_mut().ok()?;
-            let unopened = slots.unopened.take()?;
-            let attempt = slots.attempt.as_ref();
-            let opened = unopened.open(
-                || match attempt {
-                    Some(a) => OpName::Shared(a.upstream.name_arc().clone()),
-                    None => OpName::Static("operation"),
-                },
-                attempt.map(|a| a.deadline),
-            );
-            slots.operation = Some(opened.clone());
-            Some(opened)
-        })
-        .ok()
-        .flatten()
 }
 
 impl OperationBuilder {
@@ -226,19 +220,12 @@ impl Attempt {
         Attempt::with_current(|a| a.cloned())
     }
 
-    /// Runs `f` with the current attempt, without copying it. Do not poll futures inside `f`.
+    /// Runs `f` with the current attempt, without copying it.
     pub fn with_current<R>(f: impl FnOnce(Option<&Attempt>) -> R) -> R {
-        let mut f = Some(f);
-        let ran = SLOTS.try_with(|slots| {
-            let slots = slots.try_borrow().ok();
-            f.take()
-                .map(|f| f(slots.as_deref().and_then(|s| s.attempt.as_ref())))
-        });
-        match (ran, f) {
-            (Ok(Some(r)), _) => r,
-            // Thread-local storage is gone (or the slots are being changed): no attempt.
-            (_, Some(f)) => f(None),
-            (_, None) => unreachable!("the closure ran and returned"),
+        if ATTEMPT.is_set() {
+            ATTEMPT.with(|frame| f(Some(&frame.attempt)))
+        } else {
+            f(None)
         }
     }
 
@@ -248,13 +235,9 @@ impl Attempt {
     /// runs, but a one-shot body is never retried. The HTTP integration calls this itself.
     /// Outside an attempt it does nothing.
     pub fn report_body(replay: Replayability) {
-        let _ = SLOTS.try_with(|slots| {
-            if let Ok(mut slots) = slots.try_borrow_mut()
-                && slots.attempt.is_some()
-            {
-                slots.reported = slots.reported.min(replay);
-            }
-        });
+        if ATTEMPT.is_set() {
+            ATTEMPT.with(|frame| frame.reported.set(frame.reported.get().min(replay)));
+        }
     }
 }
 
@@ -266,23 +249,66 @@ mod tests {
         Operation::root(OpName::Static(name), None, None)
     }
 
+    /// An attempt of a call in the scope `name`.
+    fn attempt_in(number: u32, name: &'static str) -> Frame {
+        Frame::attempt(
+            crate::attempt::tests::attempt_number(number),
+            Installs::Operation(op(name)),
+        )
+    }
+
     #[test]
-    fn an_operation_frame_leaves_the_attempt_and_restores_on_exit() {
+    fn a_scope_leaves_the_attempt_and_restores_on_exit() {
         assert!(Operation::current().is_none());
-        let mut outer = Frame::operation(op("outer"));
-        {
-            let _e = outer.enter();
-            assert_eq!(Operation::current().unwrap().name(), "outer");
-            let mut inner = Frame::operation(op("inner"));
-            {
-                let _e = inner.enter();
-                assert_eq!(Operation::current().unwrap().name(), "inner");
-            }
-            assert_eq!(Operation::current().unwrap().name(), "outer");
-            assert_eq!(inner.operation.as_ref().unwrap().name(), "inner");
-        }
+        attempt_in(7, "call").run(|| {
+            op("outer").sync_scope(|| {
+                assert_eq!(Operation::current().unwrap().name(), "outer");
+                op("inner").sync_scope(|| {
+                    assert_eq!(Operation::current().unwrap().name(), "inner");
+                    assert_eq!(Attempt::current().map(|a| a.number()), Some(7));
+                });
+                assert_eq!(Operation::current().unwrap().name(), "outer");
+            });
+            assert_eq!(Operation::current().unwrap().name(), "call");
+        });
         assert!(Operation::current().is_none());
         Attempt::with_current(|a| assert!(a.is_none()));
+    }
+
+    #[tokio::test]
+    async fn the_nearest_scope_is_current_whichever_slot_holds_it() {
+        let own = |name| Installs::Operation(op(name));
+        let outer = Frame::attempt(crate::attempt::tests::attempt_number(1), own("call"));
+        outer.run(|| {
+            assert_eq!(Operation::current().unwrap().name(), "call");
+            op("entered").sync_scope(|| {
+                assert_eq!(Operation::current().unwrap().name(), "entered");
+                // A call that joined the entered scope: its attempt leaves it current.
+                let entered = Operation::current().expect("entered");
+                let joined = Frame::attempt(
+                    crate::attempt::tests::attempt_number(2),
+                    Installs::Operation(entered),
+                );
+                joined.run(|| {
+                    assert_eq!(Operation::current().unwrap().name(), "entered");
+                    assert_eq!(Attempt::current().map(|a| a.number()), Some(2));
+                    op("deeper").sync_scope(|| {
+                        assert_eq!(Operation::current().unwrap().name(), "deeper");
+                    });
+                });
+                // An attempt with its own scope, inside the entered one: its own is nearer.
+                let nested =
+                    Frame::attempt(crate::attempt::tests::attempt_number(3), own("nested"));
+                nested.run(|| assert_eq!(Operation::current().unwrap().name(), "nested"));
+                assert_eq!(Operation::current().unwrap().name(), "entered");
+            });
+            assert_eq!(Operation::current().unwrap().name(), "call");
+        });
+        op("around").sync_scope(|| {
+            let inside = Frame::attempt(crate::attempt::tests::attempt_number(1), own("own"));
+            inside.run(|| assert_eq!(Operation::current().unwrap().name(), "own"));
+            assert_eq!(Operation::current().unwrap().name(), "around");
+        });
     }
 
     #[tokio::test]
@@ -292,14 +318,13 @@ mod tests {
             crate::attempt::tests::attempt(),
             Installs::Unopened(unopened),
         );
-        {
-            let _e = frame.enter();
+        frame.run(|| {
             let first = Operation::current().expect("opened on demand");
             let second = Operation::current().expect("the same scope");
             assert!(first.take_retry());
             assert_eq!(second.retries_left(), Some(1), "one scope, shared");
             assert_eq!(first.name(), "lazy");
-        }
+        });
         assert!(Operation::current().is_none(), "nothing left installed");
         let opened = frame.take_operation().expect("handed back to the call");
         assert_eq!(opened.retries_left(), Some(1));
@@ -308,7 +333,7 @@ mod tests {
             crate::attempt::tests::attempt(),
             Installs::Unopened(Unopened::new(Some(OpName::Static("idle")), 2)),
         );
-        drop(untouched.enter());
+        untouched.run(|| {});
         assert!(
             untouched.take_operation().is_none(),
             "never asked, never opened"
@@ -316,33 +341,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_unnamed_scope_opens_named_after_and_bounded_by_its_attempt() {
+        let attempt = crate::attempt::tests::attempt();
+        let deadline = attempt.deadline;
+        let mut frame = Frame::attempt(attempt, Installs::Unopened(Unopened::new(None, 1)));
+        frame.run(|| Operation::current().expect("opened"));
+        let opened = frame.take_operation().expect("handed back");
+        assert_eq!(opened.name(), "up");
+        assert_eq!(opened.deadline(), Some(deadline));
+    }
+
+    #[tokio::test]
     async fn a_report_reaches_the_frame_of_the_attempt_in_progress_only() {
         Attempt::report_body(Replayability::OneShot);
-        let mut frame = Frame::attempt(crate::attempt::tests::attempt(), Installs::Nothing);
-        {
-            let _e = frame.enter();
-            Attempt::report_body(Replayability::Reopenable);
-        }
+        let frame = attempt_in(1, "call");
+        frame.run(|| Attempt::report_body(Replayability::Reopenable));
         assert_eq!(frame.reported(), Replayability::Reopenable);
-        {
-            let _e = frame.enter();
+        frame.run(|| {
             Attempt::report_body(Replayability::OneShot);
             Attempt::report_body(Replayability::Replayable);
-        }
+        });
         assert_eq!(frame.reported(), Replayability::OneShot, "the weakest wins");
-        let mut next = Frame::attempt(crate::attempt::tests::attempt(), Installs::Nothing);
-        drop(next.enter());
+        let next = attempt_in(1, "call");
+        next.run(|| {});
         assert_eq!(next.reported(), Replayability::Replayable, "nothing leaks");
     }
 
     #[test]
     fn a_panic_inside_restores_the_previous_frame() {
-        let mut frame = Frame::operation(op("boom"));
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _e = frame.enter();
-            panic!("inside");
-        }));
+        let caught = std::panic::catch_unwind(|| op("boom").sync_scope(|| panic!("inside")));
         assert!(caught.is_err());
         assert!(Operation::current().is_none());
+        let frame = attempt_in(1, "call");
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            frame.run(|| panic!("inside"))
+        }));
+        assert!(caught.is_err());
+        assert!(Attempt::current().is_none());
     }
 }

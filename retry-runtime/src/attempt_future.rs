@@ -78,8 +78,8 @@ impl<F: Future> Future for AttemptFuture<'_, F> {
         let mut this = self.project();
         let polled = {
             let _span = this.span.enter();
-            let _installed = this.frame.enter();
-            this.body.poll(cx)
+            let body = this.body;
+            this.frame.run(|| body.poll(cx))
         };
         let output = match polled {
             Poll::Ready(output) => Ok(output),
@@ -128,7 +128,8 @@ mod tests {
     use std::time::Duration;
 
     fn frame() -> Frame {
-        Frame::attempt(crate::attempt::tests::attempt(), Installs::Nothing)
+        let scope = Operation::root(crate::scope::OpName::Static("call"), None, None);
+        Frame::attempt(crate::attempt::tests::attempt(), Installs::Operation(scope))
     }
 
     #[tokio::test(start_paused = true)]

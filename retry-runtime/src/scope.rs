@@ -229,9 +229,7 @@ impl Operation {
 /// The scope an attempt's frame installs.
 #[derive(Debug)]
 pub(crate) enum Installs {
-    /// None: the call joined the scope installed already.
-    Nothing,
-    /// The call's own scope.
+    /// The call's scope: the one it joined, or its own.
     Operation(Operation),
     /// The call's own scope, to open if the attempt asks for it.
     Unopened(Unopened),
@@ -342,8 +340,7 @@ impl CallScope {
     /// (the enclosing scope is installed already).
     pub(crate) fn for_attempt(&self) -> Installs {
         match self {
-            CallScope::Joined(_) => Installs::Nothing,
-            CallScope::Own(op) => Installs::Operation(op.clone()),
+            CallScope::Joined(op) | CallScope::Own(op) => Installs::Operation(op.clone()),
             CallScope::Unopened(u) => Installs::Unopened(u.clone()),
         }
     }
