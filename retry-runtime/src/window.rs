@@ -195,10 +195,14 @@ impl Counter {
         u64::try_from(self.total.load(Ordering::Acquire)).unwrap_or(0)
     }
 
-    /// Empties every slot.
+    /// Empties every slot: each holds the epoch of the window ending at the head that maps to
+    /// it, with no count. (Not epoch 0: the tags wrap, so from epoch 2^31 on a slot tagged 0
+    /// would read as newer than every count and drop them all until the tag came round.)
     pub(crate) fn clear(&self) {
-        for slot in &self.slots {
-            let old = slot.swap(0, Ordering::AcqRel);
+        let head = self.head.load(Ordering::Acquire);
+        for (index, slot) in self.slots.iter().enumerate() {
+            let behind = (head + SLOTS as u64 - index as u64) % SLOTS as u64;
+            let old = slot.swap(pack(head.saturating_sub(behind), 0), Ordering::AcqRel);
             // What was there leaves the total with it (a count added meanwhile stays counted).
             self.total
                 .fetch_sub((old & COUNT_MASK) as i64, Ordering::AcqRel);
@@ -267,13 +271,18 @@ mod tests {
         Add { late: u64, by: u64 },
         /// One taken back from the count this many epochs before the newest.
         Sub { late: u64 },
+        /// Every count dropped.
+        Clear,
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0u64..25).prop_map(Op::Pass),
-            (0u64..SLOTS as u64 + 4, 1u64..5).prop_map(|(late, by)| Op::Add { late, by }),
-            (0u64..SLOTS as u64 + 2).prop_map(|late| Op::Sub { late }),
+            6 => (0u64..25).prop_map(Op::Pass),
+            6 => (0u64..SLOTS as u64 + 4, 1u64..5).prop_map(|(late, by)| Op::Add { late, by }),
+            4 => (0u64..SLOTS as u64 + 2).prop_map(|late| Op::Sub { late }),
+            // Long stretches, so the epochs pass the tags' half range (2^31) and wrap.
+            1 => (1u64 << 29..1u64 << 30).prop_map(Op::Pass),
+            1 => Just(Op::Clear),
         ]
     }
 
@@ -297,6 +306,10 @@ mod tests {
                         if kept {
                             *model.entry(epoch).or_default() += by;
                         }
+                    }
+                    Op::Clear => {
+                        c.clear();
+                        model.clear();
                     }
                     Op::Sub { late } => {
                         let epoch = now.saturating_sub(late);
@@ -349,6 +362,19 @@ mod tests {
             .sum();
         assert!(slots > 0);
         assert_eq!(c.sum(newest), slots);
+    }
+
+    #[test]
+    fn a_counter_cleared_past_half_the_tag_range_keeps_counting() {
+        let c = Counter::default();
+        assert!(c.add(1 << 30, 1));
+        let now = (1u64 << 31) + 100;
+        assert!(c.add(now, 1));
+        c.clear();
+        assert_eq!(c.sum(now), 0);
+        assert!(c.add(now + 1, 2), "counted after the clear");
+        assert!(c.add(now - 3, 1), "late but inside the window: counted");
+        assert_eq!(c.sum(now + 1), 3);
     }
 
     #[test]
