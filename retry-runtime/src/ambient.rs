@@ -106,6 +106,16 @@ impl Frame {
         self.reported.get()
     }
 
+    /// The attempt's span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.attempt.span
+    }
+
+    /// Once the attempt ended: its span, for its call to record the outcome on.
+    pub(crate) fn take_span(&mut self) -> tracing::Span {
+        std::mem::replace(&mut self.attempt.span, tracing::Span::none())
+    }
+
     /// Runs `f` with the frame installed; what was installed before comes back when `f`
     /// returns or panics.
     pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {

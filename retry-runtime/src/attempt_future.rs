@@ -1,5 +1,5 @@
-//! One attempt's future: the attempt's body polled inside its [`Frame`] (the attempt and the
-//! call's own scope installed) and its span, cut when the attempt's time is up.
+//! One attempt's future: the attempt's body polled inside its [`Frame`] (the attempt and its
+//! call's scope installed) and the attempt's span, cut when the attempt's time is up.
 //!
 //! The timer is armed the first time the body waits, so an attempt that completes in its first
 //! poll never touches the timer wheel. A call that has backed off lends its backoff timer to
@@ -30,13 +30,14 @@ pub(crate) struct Ended<T> {
     pub(crate) reported: Replayability,
     /// Whether the body waited at least once (so its end is not its start).
     pub(crate) waited: bool,
+    /// The attempt's span, handed back to record the outcome on.
+    pub(crate) span: tracing::Span,
 }
 
 pin_project_lite::pin_project! {
     /// See the module docs.
     pub(crate) struct AttemptFuture<'t, F> {
         frame: Frame,
-        span: tracing::Span,
         ends: Instant,
         // The call's backoff timer, lent to this attempt; `armed` once reset to `ends`.
         lent: Option<Pin<&'t mut Sleep>>,
@@ -50,18 +51,16 @@ pin_project_lite::pin_project! {
 }
 
 impl<'t, F> AttemptFuture<'t, F> {
-    /// Polls `body` inside `frame` and `span` until it completes or `ends` passes, timed by
-    /// `lent` (reset to `ends` the first time the body waits) or by a timer of its own.
+    /// Polls `body` inside `frame` and its attempt's span until it completes or `ends` passes,
+    /// timed by `lent` (reset to `ends` the first time the body waits) or by a timer of its own.
     pub(crate) fn new(
         frame: Frame,
-        span: tracing::Span,
         ends: Instant,
         lent: Option<Pin<&'t mut Sleep>>,
         body: F,
     ) -> Self {
         AttemptFuture {
             frame,
-            span,
             ends,
             lent,
             armed: false,
@@ -77,7 +76,7 @@ impl<F: Future> Future for AttemptFuture<'_, F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let polled = {
-            let _span = this.span.enter();
+            let _span = this.frame.span().enter();
             let body = this.body;
             this.frame.run(|| body.poll(cx))
         };
@@ -116,6 +115,7 @@ impl<F: Future> Future for AttemptFuture<'_, F> {
             opened: this.frame.take_operation(),
             reported: this.frame.reported(),
             waited: *this.armed || this.own.is_some(),
+            span: this.frame.take_span(),
         })
     }
 }
@@ -139,7 +139,7 @@ mod tests {
             Attempt::report_body(Replayability::OneShot);
             Attempt::current().map(|a| a.number())
         };
-        let ended = AttemptFuture::new(frame(), tracing::Span::none(), ends, None, body).await;
+        let ended = AttemptFuture::new(frame(), ends, None, body).await;
         assert_eq!(ended.output, Ok(Some(1)));
         assert!(!ended.waited);
         assert_eq!(ended.reported, Replayability::OneShot);
@@ -151,7 +151,7 @@ mod tests {
         let start = Instant::now();
         let ends = start + Duration::from_millis(10);
         let body = tokio::time::sleep(Duration::from_secs(1));
-        let ended = AttemptFuture::new(frame(), tracing::Span::none(), ends, None, body).await;
+        let ended = AttemptFuture::new(frame(), ends, None, body).await;
         assert_eq!(ended.output, Err(TimedOut));
         assert!(ended.waited);
         assert_eq!(Instant::now(), ends);

@@ -77,54 +77,16 @@ use crate::key::IdempotencyKey;
 use crate::observe::{self, AttemptOutcome, CallKind};
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
+use crate::site::{CallSite, HAND_OFF_RESERVE};
 use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
-
-/// What `#[retry]` fixes about its calls when it expands: the upstream, the method and the
-/// operation name. One `static` per annotated function.
-#[derive(Debug)]
-pub struct CallSite {
-    upstream: &'static str,
-    method: http::Method,
-    operation: &'static str,
-    /// `durable = ...`: the attempts end [`HAND_OFF_RESERVE`] before the deadline.
-    durable: bool,
-}
-
-/// How long before its deadline a durable call stops its in-memory attempts, so that writing
-/// it to the durable queue ends while its caller still waits: a hand-off the caller no longer
-/// waits for reaches it as a timeout, and a keyed write that timed out is reported as unknown
-/// instead of deferred.
-pub const HAND_OFF_RESERVE: Duration = Duration::from_millis(100);
-
-impl CallSite {
-    /// A call site of `upstream`, sending `method`, naming its own scope `operation`.
-    pub const fn new(
-        upstream: &'static str,
-        method: http::Method,
-        operation: &'static str,
-    ) -> Self {
-        CallSite {
-            upstream,
-            method,
-            operation,
-            durable: false,
-        }
-    }
-
-    /// A call site of a `durable = ...` function: see [`HAND_OFF_RESERVE`].
-    pub const fn durable(mut self) -> Self {
-        self.durable = true;
-        self
-    }
-}
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]
 pub(crate) struct CallSpec<'r> {
-    /// The registry to look the upstream up in.
+    /// The registry the call runs in.
     pub(crate) registry: &'r Registry,
-    /// The upstream's name.
-    pub(crate) upstream: &'r str,
+    /// The upstream's entry in it.
+    pub(crate) upstream: Arc<Upstream>,
     /// The HTTP method the call sends.
     pub(crate) method: http::Method,
     /// The idempotency key, fixed before the first attempt.
@@ -319,9 +281,9 @@ impl<'r> Call<'r> {
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
     ) -> Result<Self, Error> {
-        Call::new(CallSpec {
+        Ok(Call::new(CallSpec {
             registry,
-            upstream: site.upstream,
+            upstream: site.upstream_in(registry)?,
             method: site.method.clone(),
             key,
             replay: Replayability::Replayable,
@@ -330,13 +292,13 @@ impl<'r> Call<'r> {
                 true => HAND_OFF_RESERVE,
                 false => Duration::ZERO,
             },
-        })
+        }))
     }
 
-    /// Looks the upstream up, joins the enclosing operation scope (or prepares the call's own),
-    /// fixes the deadline and counts the call in the upstream's retry budget.
-    pub(crate) fn new(spec: CallSpec<'r>) -> Result<Self, Error> {
-        let upstream = spec.registry.upstream(spec.upstream)?;
+    /// Joins the enclosing operation scope (or prepares the call's own), fixes the deadline
+    /// and counts the call in the upstream's retry budget.
+    pub(crate) fn new(spec: CallSpec<'r>) -> Self {
+        let upstream = spec.upstream;
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
         let now = Instant::now();
@@ -379,7 +341,7 @@ impl<'r> Call<'r> {
             safety,
             spec.key.as_ref(),
         );
-        Ok(Call {
+        Call {
             registry: spec.registry,
             upstream,
             method: spec.method,
@@ -406,7 +368,7 @@ impl<'r> Call<'r> {
             stopped: None,
             failed_at: None,
             classified: None,
-        })
+        }
     }
 
     /// The registry the call runs in.
@@ -490,12 +452,10 @@ impl<'r> Call<'r> {
         let body = make(&attempt);
         self.attempt_started = attempt.started;
         self.attempt_timeout = attempt.timeout;
-        self.attempt_span = attempt.span.clone();
         let ends = attempt.ends();
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
-        let span = self.attempt_span.clone();
         let lent = self.sleep.as_mut().map(Pin::as_mut);
-        let ended = AttemptFuture::new(frame, span, ends, lent, body).await;
+        let ended = AttemptFuture::new(frame, ends, lent, body).await;
         self.end_attempt(ended, pass, self.attempt)
     }
 
@@ -584,7 +544,6 @@ impl<'r> Call<'r> {
             let copy = copies.swap_remove(i);
             self.attempt_started = copy.started;
             self.attempt_timeout = copy.timeout;
-            self.attempt_span = copy.span;
             self.local = Local::Nothing;
             if self.upstream.keeps_latency() {
                 let now = Instant::now();
@@ -637,7 +596,7 @@ impl<'r> Call<'r> {
         let ends = attempt.ends();
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
         InFlight {
-            future: Box::pin(AttemptFuture::new(frame, span.clone(), ends, None, body)),
+            future: Box::pin(AttemptFuture::new(frame, ends, None, body)),
             pass,
             number,
             started,
@@ -943,6 +902,7 @@ impl<'r> Call<'r> {
         (self.failed_at, self.classified) = (None, None);
         self.scope.adopt(ended.opened);
         self.replay = self.replay.min(ended.reported);
+        self.attempt_span = ended.span;
         let result = match ended.output {
             Ok(result) => result,
             Err(TimedOut) => {

@@ -107,6 +107,7 @@ mod observe;
 mod replay;
 mod retry;
 mod scope;
+mod site;
 mod window;
 
 pub mod backoff;
@@ -193,12 +194,13 @@ pub use ::http::Method;
 #[doc(hidden)]
 pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
-    pub use crate::call::{Call, CallSite, Reconciled, Step};
+    pub use crate::call::{Call, Reconciled, Step};
     pub use crate::key::IntoIdempotencyKey;
     pub use crate::macro_support::{
         AttemptArg, ForwardStop, NoStop, StopVia, attempt_arg, classify_ref, idempotency_key,
     };
     pub use crate::registry::{Registration, Registry};
+    pub use crate::site::CallSite;
     pub use crate::{Error, Method, Replayability};
     pub use ::core;
     pub use ::inventory;

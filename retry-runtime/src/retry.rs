@@ -141,15 +141,15 @@ impl<'r> RetryCall<'r> {
     /// The call: the upstream looked up, the scope joined or prepared, the key checked.
     fn into_call(self) -> Result<Call<'r>, Error> {
         let key = self.key.transpose().map_err(Error::InvalidIdempotencyKey)?;
-        Call::new(CallSpec {
+        Ok(Call::new(CallSpec {
             registry: self.registry,
-            upstream: self.upstream,
+            upstream: self.registry.upstream(self.upstream)?,
             method: self.method,
             key,
             replay: self.replay,
             operation: self.operation,
             reserve: Duration::ZERO,
-        })
+        }))
     }
 
     /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error

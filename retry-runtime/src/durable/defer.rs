@@ -29,7 +29,8 @@ use super::outcome::{DeferredCall, Durable};
 use super::queue::Deferred;
 use super::replay::ReplayContext;
 use super::task::TaskStatus;
-use crate::call::{Call, HAND_OFF_RESERVE};
+use crate::call::Call;
+use crate::site::HAND_OFF_RESERVE;
 use crate::{Ambiguous, Error};
 
 const TARGET: &str = "retry_runtime::durable";

@@ -146,7 +146,7 @@ mod store;
 pub(crate) mod task;
 mod worker;
 
-pub use crate::call::HAND_OFF_RESERVE;
+pub use crate::site::HAND_OFF_RESERVE;
 pub use backoff::{DurableBackoff, DurableJitter};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use defer::defer;

@@ -287,6 +287,12 @@ impl Upstream {
     }
 }
 
+/// The next snapshot's number, for any registry.
+fn next_snapshot_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 #[derive(Default)]
 struct Snapshot {
     upstreams: HashMap<Arc<str>, Arc<Upstream>, BuildHasherDefault<NameHasher>>,
@@ -330,6 +336,8 @@ impl Hasher for NameHasher {
 /// ```
 pub struct Registry {
     snapshot: ArcSwap<Snapshot>,
+    /// `snapshot`'s number (see [`Registry::snapshot_number`]).
+    snapshot_number: AtomicU64,
     /// The refresh hooks by upstream name, and the lock every writer of `snapshot` holds from
     /// reading the old snapshot to storing the new one ([`Registry::replace`],
     /// [`Registry::on_unauthorized`]): without it a reload and a hook registration racing each
@@ -364,6 +372,7 @@ impl Registry {
     pub fn new() -> Self {
         Registry {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            snapshot_number: AtomicU64::new(next_snapshot_number()),
             hooks: Mutex::new(HashMap::new()),
             drain: Drain::new(),
             engine: Arc::new(DefaultEngine),
@@ -376,6 +385,15 @@ impl Registry {
 
     fn swap_in(&self, snapshot: Snapshot) {
         self.snapshot.store(Arc::new(snapshot));
+        // After the store: whoever reads the new number then finds the new snapshot.
+        self.snapshot_number
+            .store(next_snapshot_number(), Ordering::Release);
+    }
+
+    /// The number of the snapshot this registry holds: unique across every registry of the
+    /// process and every reload, so a lookup kept with it is valid while it is unchanged.
+    pub(crate) fn snapshot_number(&self) -> u64 {
+        self.snapshot_number.load(Ordering::Acquire)
     }
 
     /// A builder for a registry configured in code.

@@ -286,14 +286,15 @@ where
     let (parts, body) = request.into_parts();
     let mut call = Call::new(CallSpec {
         registry,
-        upstream: &layer.upstream,
+        upstream: registry
+            .upstream(&layer.upstream)
+            .map_err(TowerError::Runtime)?,
         method: parts.method.clone(),
         key,
         replay,
         operation: None,
         reserve: Duration::ZERO,
-    })
-    .map_err(TowerError::Runtime)?;
+    });
     let mut body = Some(body);
     loop {
         // The original body goes out first; replays are copies made before it is sent.
