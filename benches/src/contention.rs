@@ -45,6 +45,22 @@ async fn attempt() -> Result<u64, BenchError> {
     Ok(black_box(spin()))
 }
 
+/// One call as [`run`] makes it, with an attempt that does no work: what the call itself costs
+/// each of the contending tasks (counted with callgrind on one thread).
+pub async fn call_alone(registry: Option<&Registry>) -> u64 {
+    let attempt = || async { Ok::<u64, BenchError>(black_box(1)) };
+    let result = match registry {
+        Some(r) => {
+            Retry::in_registry(r, "catalog")
+                .method(Method::GET)
+                .call(attempt)
+                .await
+        }
+        None => attempt().await,
+    };
+    result.expect("attempt")
+}
+
 /// Runs `calls` calls spread over [`TASKS`] tasks, bare (`None`) or through the builder's
 /// `call` in `registry`, and returns the wall time of all of them.
 pub fn run(rt: &tokio::runtime::Runtime, registry: Option<&Arc<Registry>>, calls: u64) -> Duration {

@@ -205,6 +205,11 @@ async fn probe_in_process(case: &str, warm: u64, n: u64) -> [f64; 3] {
         "wait/backon-timeout" => drive(warm, n, inproc::backon_timeout).await,
         "wait/tokio-retry" => drive(warm, n, inproc::tokio_retry).await,
         "wait/tower" => drive(warm, n, || inproc::tower(&tower_work)).await,
+        "alone/bare" => drive(warm, n, || contention::call_alone(None)).await,
+        "alone/call" => {
+            let registry = contention::registry();
+            drive(warm, n, || contention::call_alone(Some(&*registry))).await
+        }
         "fail/loop" => drive(warm, n, inproc::flaky_loop).await,
         "fail/macro" => drive(warm, n, || inproc::flaky_macro(&failing)).await,
         "fail/call" => drive(warm, n, || inproc::flaky_call(&failing)).await,
@@ -668,4 +673,15 @@ fn contention_wall(processes: usize) {
             reference: (0, "1"),
         },
     );
+    // What each call adds, in instructions (the attempt's spin left out): the stable figure
+    // behind the ratio.
+    if callgrind::available() {
+        let bare = crate::measure("alone/bare", "off").instructions;
+        let ours = crate::measure("alone/call", "off").instructions;
+        println!(
+            "\nOne call with an attempt that does no work, current-thread runtime (callgrind): \
+             bare {bare:.0} instructions, builder `call` {ours:.0} ({:.0} above bare).",
+            ours - bare
+        );
+    }
 }
