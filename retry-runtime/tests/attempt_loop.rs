@@ -1123,3 +1123,23 @@ async fn every_attempt_is_cut_at_its_own_timeout_after_backoffs_too() {
         }
     }
 }
+
+/// A call's future, and a scope's, can be spawned on a multi-thread runtime (what an attempt
+/// installs around its body lives in the future and moves with it).
+#[test]
+fn a_calls_future_is_send() {
+    fn send<T: Send>(_: &T) {}
+    let registry = Registry::builder()
+        .upstream("up", UpstreamConfig::new())
+        .build()
+        .unwrap();
+    let call = Retry::in_registry(&registry, "up")
+        .method(Method::GET)
+        .call(|| async { Ok::<u32, Fail>(1) });
+    send(&call);
+    let run = Retry::in_registry(&registry, "up")
+        .method(Method::GET)
+        .run(|attempt: Attempt| async move { Ok::<u32, Fail>(attempt.number()) });
+    send(&run);
+    send(&operation("op").run(call));
+}

@@ -291,3 +291,12 @@ async fn with_spans_enabled_a_call_makes_each_span_once() {
     assert_eq!(new_spans("retry.call"), 1, "{log}");
     assert_eq!(new_spans("retry.attempt"), 1, "{log}");
 }
+
+/// A `#[retry]` function's future can be spawned on a multi-thread runtime.
+#[test]
+fn a_retry_functions_future_is_send() {
+    fn send<T: Send>(_: &T) {}
+    let adapter = Adapter::new(config());
+    send(&adapter.fails_once());
+    send(&adapter.outer());
+}
