@@ -2,6 +2,7 @@
 //! upstream (one registry entry, one budget, one breaker window), each attempt [`ATTEMPT`] of
 //! CPU. Throughput ratio = the bare calls' wall time / ours for the same number of calls.
 
+use std::future::Future;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,10 +46,16 @@ async fn attempt() -> Result<u64, BenchError> {
     Ok(black_box(spin()))
 }
 
-/// One call as [`run`] makes it, with an attempt that does no work: what the call itself costs
-/// each of the contending tasks (counted with callgrind on one thread).
-pub async fn call_alone(registry: Option<&Registry>) -> u64 {
-    let attempt = || async { Ok::<u64, BenchError>(black_box(1)) };
+async fn no_work() -> Result<u64, BenchError> {
+    Ok(black_box(1))
+}
+
+/// One call of `attempt`: bare (`None`) or through the builder's `call` in `registry`.
+async fn one_call<F, Fut>(registry: Option<&Registry>, mut attempt: F) -> u64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, BenchError>>,
+{
     let result = match registry {
         Some(r) => {
             Retry::in_registry(r, "catalog")
@@ -61,6 +68,12 @@ pub async fn call_alone(registry: Option<&Registry>) -> u64 {
     result.expect("attempt")
 }
 
+/// One call as [`run`] makes it, with an attempt that does no work: what the call itself costs
+/// each of the contending tasks (counted with callgrind on one thread).
+pub async fn call_alone(registry: Option<&Registry>) -> u64 {
+    one_call(registry, no_work).await
+}
+
 /// Runs `calls` calls spread over [`TASKS`] tasks, bare (`None`) or through the builder's
 /// `call` in `registry`, and returns the wall time of all of them.
 pub fn run(rt: &tokio::runtime::Runtime, registry: Option<&Arc<Registry>>, calls: u64) -> Duration {
@@ -71,16 +84,7 @@ pub fn run(rt: &tokio::runtime::Runtime, registry: Option<&Arc<Registry>>, calls
             let registry = registry.cloned();
             rt.spawn(async move {
                 for _ in 0..per_task {
-                    let result = match &registry {
-                        Some(r) => {
-                            Retry::in_registry(r, "catalog")
-                                .method(Method::GET)
-                                .call(attempt)
-                                .await
-                        }
-                        None => attempt().await,
-                    };
-                    black_box(result.expect("attempt"));
+                    black_box(one_call(registry.as_deref(), attempt).await);
                 }
             })
         })

@@ -1129,10 +1129,7 @@ async fn every_attempt_is_cut_at_its_own_timeout_after_backoffs_too() {
 #[test]
 fn a_calls_future_is_send() {
     fn send<T: Send>(_: &T) {}
-    let registry = Registry::builder()
-        .upstream("up", UpstreamConfig::new())
-        .build()
-        .unwrap();
+    let registry = registry(UpstreamConfig::new());
     let call = Retry::in_registry(&registry, "up")
         .method(Method::GET)
         .call(|| async { Ok::<u32, Fail>(1) });
