@@ -20,7 +20,7 @@
 //! [`Attempt::current`], ...) live here, so `scope.rs` and `attempt.rs` need nothing from this
 //! file.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -32,7 +32,7 @@ use crate::scope::{Installs, OpName, Operation, OperationBuilder, Unopened};
 scoped_tls::scoped_thread_local!(static ATTEMPT: Frame);
 scoped_tls::scoped_thread_local!(static SCOPE: Entered);
 
-/// An attempt to install while its body is polled, with its call's own scope.
+/// An attempt to install while its body is polled, with its call's scope.
 #[derive(Debug)]
 pub(crate) struct Frame {
     attempt: Attempt,
@@ -47,13 +47,10 @@ pub(crate) struct Frame {
 enum FrameScope {
     Open(Operation),
     /// Opened the first time something asks for it (see [`CallScope`](crate::scope::CallScope)).
-    Unopened(RefCell<Lazy>),
-}
-
-#[derive(Debug)]
-enum Lazy {
-    Unopened(Unopened),
-    Opened(Operation),
+    Unopened {
+        unopened: Unopened,
+        opened: OnceCell<Operation>,
+    },
 }
 
 /// A scope entered with [`Operation::scope`] or [`Operation::sync_scope`].
@@ -80,12 +77,13 @@ impl Frame {
         Frame {
             attempt,
             reported: Cell::new(Replayability::Replayable),
-            scope: match scope {
-                Installs::Operation(op) => Some(FrameScope::Open(op)),
-                Installs::Unopened(u) => {
-                    Some(FrameScope::Unopened(RefCell::new(Lazy::Unopened(u))))
-                }
-            },
+            scope: Some(match scope {
+                Installs::Operation(op) => FrameScope::Open(op),
+                Installs::Unopened(unopened) => FrameScope::Unopened {
+                    unopened,
+                    opened: OnceCell::new(),
+                },
+            }),
         }
     }
 
@@ -94,10 +92,7 @@ impl Frame {
     pub(crate) fn take_operation(&mut self) -> Option<Operation> {
         match self.scope.take()? {
             FrameScope::Open(op) => Some(op),
-            FrameScope::Unopened(lazy) => match lazy.into_inner() {
-                Lazy::Opened(op) => Some(op),
-                Lazy::Unopened(_) => None,
-            },
+            FrameScope::Unopened { opened, .. } => opened.into_inner(),
         }
     }
 
@@ -122,28 +117,23 @@ impl Frame {
         ATTEMPT.set(self, f)
     }
 
-    /// The call's scope, opened now if it was not.
+    /// The call's scope, opened now if it was not: the first to ask opens it, for itself and
+    /// for the call (which takes it back when its attempt ends), named after the attempt's
+    /// upstream unless it has a name, and bounded by the attempt's deadline.
     fn call_scope(&self) -> Option<Operation> {
         match self.scope.as_ref()? {
             FrameScope::Open(op) => Some(op.clone()),
-            FrameScope::Unopened(lazy) => Some(self.open(&mut lazy.borrow_mut())),
-        }
-    }
-
-    /// Opens the call's own scope the first time something asks for it, for the caller and
-    /// for the call (which takes it back when its attempt ends), named after the attempt's
-    /// upstream unless it has a name and bounded by the attempt's deadline.
-    #[cold]
-    fn open(&self, lazy: &mut Lazy) -> Operation {
-        let opened = match lazy {
-            Lazy::Opened(op) => return op.clone(),
-            Lazy::Unopened(unopened) => unopened.clone().open(
-                || OpName::Shared(self.attempt.upstream.name_arc().clone()),
-                Some(self.attempt.deadline),
+            FrameScope::Unopened { unopened, opened } => Some(
+                opened
+                    .get_or_init(|| {
+                        unopened.clone().open(
+                            || OpName::Shared(self.attempt.upstream.name_arc().clone()),
+                            Some(self.attempt.deadline),
+                        )
+                    })
+                    .clone(),
             ),
-        };
-        *lazy = Lazy::Opened(opened.clone());
-        opened
+        }
     }
 }
 
