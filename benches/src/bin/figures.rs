@@ -633,7 +633,7 @@ fn http_wall(processes: usize) {
 fn contention_wall(processes: usize) {
     const ROUNDS: usize = 21;
     const CALLS: u64 = 6_400;
-    let measure = || -> [f64; 4] {
+    let rounds = || -> [f64; 4] {
         let rt = contention::runtime();
         let registry = contention::registry();
         let mut times: [Vec<f64>; 2] = Default::default();
@@ -654,7 +654,7 @@ fn contention_wall(processes: usize) {
             median_ratio(&times[0], &times[1]),
         ]
     };
-    let runs = processes::measure_in(CONTENTION_CHILD, processes, measure);
+    let runs = processes::measure_in(CONTENTION_CHILD, processes, rounds);
     println!(
         "\n### Contention: {} tasks, two-worker runtime, one upstream, {} µs attempts: {} \
          processes x {ROUNDS} interleaved rounds x {CALLS} calls (at {})\n",
@@ -676,8 +676,8 @@ fn contention_wall(processes: usize) {
     // What each call adds, in instructions (the attempt's spin left out): the stable figure
     // behind the ratio.
     if callgrind::available() {
-        let bare = crate::measure("alone/bare", "off").instructions;
-        let ours = crate::measure("alone/call", "off").instructions;
+        let bare = measure("alone/bare", "off").instructions;
+        let ours = measure("alone/call", "off").instructions;
         println!(
             "\nOne call with an attempt that does no work, current-thread runtime (callgrind): \
              bare {bare:.0} instructions, builder `call` {ours:.0} ({:.0} above bare).",
