@@ -17,7 +17,7 @@
 //!     P::inventory::submit! { P::Registration::new("sber", concat!(module_path!(), "::register"), file!(), line!()) }
 //!     let __retry_key = match P::idempotency_key(cmd.key()) { Ok(k) => k, Err(e) => return Err(From::from(e)) };
 //!     static __RETRY_SITE: P::CallSite = P::CallSite::new("sber", P::Method::POST, concat!(module_path!(), "::register"));
-//!     let mut __retry_call = match P::Call::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key)) { .. };
+//!     let mut __retry_call = P::Call::new(match P::CallSpec::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key)) { .. });
 //!     loop {
 //!         let __retry_result = {
 //!             let __retry_self = &mut *self;          // BODY's `self` is renamed
@@ -374,12 +374,14 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 #private::Method::#method,
                 ::core::concat!(::core::module_path!(), #function),
             )#durable_site;
-            let mut __retry_call = match #private::Call::at(#registry, &__RETRY_SITE, #key_value) {
-                ::core::result::Result::Ok(call) => call,
-                ::core::result::Result::Err(error) => {
-                    return ::core::result::Result::Err(::core::convert::From::from(error));
-                }
-            };
+            let mut __retry_call = #private::Call::new(
+                match #private::CallSpec::at(#registry, &__RETRY_SITE, #key_value) {
+                    ::core::result::Result::Ok(spec) => spec,
+                    ::core::result::Result::Err(error) => {
+                        return ::core::result::Result::Err(::core::convert::From::from(error));
+                    }
+                },
+            );
             loop {
                 let __retry_result = #attempt;
                 match __retry_call.settle(__retry_result).await {

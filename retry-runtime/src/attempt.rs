@@ -23,8 +23,8 @@ pub struct Attempt {
     pub(crate) key: Option<IdempotencyKey>,
     /// The operation's absolute deadline.
     pub(crate) deadline: Instant,
-    /// This attempt's timeout, counted from `started`, never past the deadline.
-    pub(crate) timeout: Duration,
+    /// When the attempt is cut: its timeout after `started`, never past the deadline.
+    pub(crate) ends: Instant,
     /// When the attempt was admitted (after any wait for a bulkhead slot).
     pub(crate) started: Instant,
     pub(crate) retries_left: Option<u32>,
@@ -38,7 +38,7 @@ impl fmt::Debug for Attempt {
             .field("number", &self.number)
             .field("method", &self.method)
             .field("key", &self.key)
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.timeout())
             .field("retries_left", &self.retries_left)
             .finish_non_exhaustive()
     }
@@ -86,11 +86,16 @@ impl Attempt {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// When an attempt started at `started` with `timeout` is cut: never past `deadline`.
+    pub(crate) fn ends_at(started: Instant, timeout: Duration, deadline: Instant) -> Instant {
+        started
+            .checked_add(timeout)
+            .map_or(deadline, |ends| ends.min(deadline))
+    }
+
     /// When this attempt is cut: its timeout after it was admitted, never past the deadline.
     pub(crate) fn ends(&self) -> Instant {
-        self.started
-            .checked_add(self.timeout)
-            .map_or(self.deadline, |ends| ends.min(self.deadline))
+        self.ends
     }
 
     /// Time left before this attempt is cut (its timeout, counted from when it was admitted,
@@ -108,7 +113,7 @@ impl Attempt {
 
     /// This attempt's timeout: the upstream's attempt timeout clamped to the remaining deadline.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.ends.saturating_duration_since(self.started)
     }
 
     /// The attempt's span (`retry.attempt`), to record OpenTelemetry attributes on
@@ -142,7 +147,7 @@ pub(crate) mod tests {
             method: http::Method::GET,
             key: None,
             deadline: now + Duration::from_secs(1),
-            timeout: Duration::from_millis(100),
+            ends: now + Duration::from_millis(100),
             started: now,
             retries_left: None,
             span: tracing::Span::none(),
@@ -156,10 +161,20 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_ends_at_its_timeout_or_the_deadline_whichever_is_first() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(1);
+        let ms = Duration::from_millis;
+        assert_eq!(Attempt::ends_at(now, ms(100), deadline), now + ms(100));
+        assert_eq!(Attempt::ends_at(now, ms(2000), deadline), deadline);
+        assert_eq!(
+            Attempt::ends_at(now, Duration::MAX, deadline),
+            deadline,
+            "no overflow, clamped to the deadline"
+        );
         let mut a = attempt();
-        assert_eq!(a.ends(), a.started + Duration::from_millis(100));
-        a.timeout = Duration::MAX;
-        assert_eq!(a.ends(), a.deadline, "no overflow, clamped to the deadline");
+        assert_eq!(a.timeout(), ms(100));
+        a.ends = a.deadline;
         assert_eq!(a.time_left(), Duration::from_secs(1));
+        assert_eq!(a.timeout(), Duration::from_secs(1));
     }
 }

@@ -4,7 +4,7 @@
 //! layer, is this loop:
 //!
 //! ```text
-//! let mut call = Call::new(spec)?;              // upstream, scope, deadline, budget deposit
+//! let mut call = Call::new(spec);               // upstream, scope, deadline, budget deposit
 //! loop {
 //!     let result = call.attempt(body).await;    // next attempt (deadline check), admit
 //!                                               // (breaker, bulkhead), run (scope, span,
@@ -82,7 +82,7 @@ use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]
-pub(crate) struct CallSpec<'r> {
+pub struct CallSpec<'r> {
     /// The registry the call runs in.
     pub(crate) registry: &'r Registry,
     /// The upstream's entry in it.
@@ -171,7 +171,7 @@ struct InFlight<F> {
     pass: Pass,
     number: u32,
     started: Instant,
-    timeout: Duration,
+    ends: Instant,
     span: tracing::Span,
 }
 
@@ -193,8 +193,8 @@ pub struct Call<'r> {
     attempt: u32,
     /// When the last attempt was admitted.
     attempt_started: Instant,
-    /// The last attempt's timeout (clamped to the deadline), for its timeout error.
-    attempt_timeout: Duration,
+    /// When the last attempt was to be cut (for its timeout error).
+    attempt_ends: Instant,
     previous_delay: Duration,
     auth_refresh_used: bool,
     /// The scope's count of failures retried below, when the last attempt started.
@@ -274,14 +274,15 @@ fn attempt_span(call: &tracing::Span, attempt: u32, method: &http::Method) -> tr
     )
 }
 
-impl<'r> Call<'r> {
-    /// A call from `#[retry]`'s `site` (with `key`) through `registry`.
+impl<'r> CallSpec<'r> {
+    /// The call `#[retry]`'s `site` makes (with `key`) through `registry`: fails only when
+    /// `registry` has no such upstream.
     pub fn at(
         registry: &'r Registry,
         site: &'static CallSite,
         key: Option<IdempotencyKey>,
     ) -> Result<Self, Error> {
-        Ok(Call::new(CallSpec {
+        Ok(CallSpec {
             registry,
             upstream: site.upstream_in(registry)?,
             method: site.method.clone(),
@@ -292,12 +293,18 @@ impl<'r> Call<'r> {
                 true => HAND_OFF_RESERVE,
                 false => Duration::ZERO,
             },
-        }))
+        })
     }
+}
 
+impl<'r> Call<'r> {
     /// Joins the enclosing operation scope (or prepares the call's own), fixes the deadline
     /// and counts the call in the upstream's retry budget.
-    pub(crate) fn new(spec: CallSpec<'r>) -> Self {
+    ///
+    /// It cannot fail: what can (finding the upstream) is done making the spec. A `Call` is
+    /// large, and returned bare it is built in place in the caller's future, not moved there
+    /// out of a `Result`.
+    pub fn new(spec: CallSpec<'r>) -> Self {
         let upstream = spec.upstream;
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
@@ -353,7 +360,7 @@ impl<'r> Call<'r> {
             created: now,
             attempt: 0,
             attempt_started: now,
-            attempt_timeout: Duration::ZERO,
+            attempt_ends: now,
             previous_delay: Duration::ZERO,
             auth_refresh_used: false,
             retried_mark: 0,
@@ -451,11 +458,11 @@ impl<'r> Call<'r> {
         };
         let body = make(&attempt);
         self.attempt_started = attempt.started;
-        self.attempt_timeout = attempt.timeout;
         let ends = attempt.ends();
-        let frame = Frame::attempt(attempt, self.scope.for_attempt());
+        self.attempt_ends = ends;
+        let scope = self.scope.for_attempt();
         let lent = self.sleep.as_mut().map(Pin::as_mut);
-        let ended = AttemptFuture::new(frame, ends, lent, body).await;
+        let ended = AttemptFuture::new(Frame::attempt(attempt, scope), ends, lent, body).await;
         self.end_attempt(ended, pass, self.attempt)
     }
 
@@ -543,7 +550,7 @@ impl<'r> Call<'r> {
             };
             let copy = copies.swap_remove(i);
             self.attempt_started = copy.started;
-            self.attempt_timeout = copy.timeout;
+            self.attempt_ends = copy.ends;
             self.local = Local::Nothing;
             if self.upstream.keeps_latency() {
                 let now = Instant::now();
@@ -591,16 +598,15 @@ impl<'r> Call<'r> {
         F: Future<Output = Result<T, E>>,
     {
         let body = make(&attempt);
-        let (number, started, timeout) = (attempt.number, attempt.started, attempt.timeout);
+        let (number, started, ends) = (attempt.number, attempt.started, attempt.ends());
         let span = attempt.span.clone();
-        let ends = attempt.ends();
         let frame = Frame::attempt(attempt, self.scope.for_attempt());
         InFlight {
             future: Box::pin(AttemptFuture::new(frame, ends, None, body)),
             pass,
             number,
             started,
-            timeout,
+            ends,
             span,
         }
     }
@@ -691,7 +697,7 @@ impl<'r> Call<'r> {
             method: self.method.clone(),
             key: self.key.clone(),
             deadline: self.deadline,
-            timeout: config.attempt_timeout.min(remaining),
+            ends: Attempt::ends_at(now, config.attempt_timeout, self.deadline),
             started: now,
             retries_left: self.scope.retries_left(),
             span,
@@ -765,9 +771,9 @@ impl<'r> Call<'r> {
             0 => self.created,
             _ => Instant::now(),
         };
-        let remaining = self.deadline.saturating_duration_since(now);
         let config = self.upstream.config();
-        if remaining < config.min_attempt_budget || remaining.is_zero() {
+        // Compared as instants: the common path computes no duration.
+        if now >= self.deadline || deadline_after(now, config.min_attempt_budget) > self.deadline {
             self.span.in_scope(|| {
                 tracing::info!(
                     target: "retry_runtime::decision",
@@ -793,7 +799,7 @@ impl<'r> Call<'r> {
             method: self.method.clone(),
             key: self.key.clone(),
             deadline: self.deadline,
-            timeout: config.attempt_timeout.min(remaining),
+            ends: Attempt::ends_at(now, config.attempt_timeout, self.deadline),
             started: now,
             retries_left: self.scope.retries_left(),
             span: attempt_span(&self.span, self.attempt, &self.method),
@@ -865,9 +871,8 @@ impl<'r> Call<'r> {
             Some(slot) => {
                 let now = Instant::now();
                 attempt.started = now;
-                attempt.timeout = attempt
-                    .timeout
-                    .min(self.deadline.saturating_duration_since(now));
+                attempt.ends =
+                    Attempt::ends_at(now, upstream.config().attempt_timeout, self.deadline);
                 Ok(Pass {
                     admission,
                     slot: Some(slot),
@@ -910,7 +915,9 @@ impl<'r> Call<'r> {
                 Err(E::from(Error::AttemptTimeout {
                     upstream: self.upstream.name_arc().clone(),
                     attempt: number,
-                    timeout: self.attempt_timeout,
+                    timeout: self
+                        .attempt_ends
+                        .saturating_duration_since(self.attempt_started),
                 }))
             }
         };

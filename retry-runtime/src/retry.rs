@@ -139,9 +139,9 @@ impl<'r> RetryCall<'r> {
     }
 
     /// The call: the upstream looked up, the scope joined or prepared, the key checked.
-    fn into_call(self) -> Result<Call<'r>, Error> {
+    fn into_spec(self) -> Result<CallSpec<'r>, Error> {
         let key = self.key.transpose().map_err(Error::InvalidIdempotencyKey)?;
-        Ok(Call::new(CallSpec {
+        Ok(CallSpec {
             registry: self.registry,
             upstream: self.registry.upstream(self.upstream)?,
             method: self.method,
@@ -149,7 +149,7 @@ impl<'r> RetryCall<'r> {
             replay: self.replay,
             operation: self.operation,
             reserve: Duration::ZERO,
-        }))
+        })
     }
 
     /// Runs `attempt` until it succeeds or the engine stops: returns the value, the last error
@@ -162,7 +162,7 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.into_call()?;
+        let mut call = Call::new(self.into_spec()?);
         loop {
             let result = call.attempt_with(|a| attempt(a.clone())).await;
             match call.settle(result).await {
@@ -198,7 +198,7 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.into_call()?;
+        let mut call = Call::new(self.into_spec()?);
         loop {
             let result = call.attempt_with(|_| attempt()).await;
             match call.settle(result).await {
@@ -225,7 +225,7 @@ impl<'r> RetryCall<'r> {
         RFut: Future<Output = Reconciled<T>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.into_call()?;
+        let mut call = Call::new(self.into_spec()?);
         loop {
             let result = call.attempt_with(|a| attempt(a.clone())).await;
             let mut step = call.settle(result).await;
@@ -261,7 +261,7 @@ impl HedgedCall<'_> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.call.into_call()?;
+        let mut call = Call::new(self.call.into_spec()?);
         loop {
             let result = call.attempt_hedged_with(|a| attempt(a.clone())).await;
             match call.settle(result).await {
@@ -279,7 +279,7 @@ impl HedgedCall<'_> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = self.call.into_call()?;
+        let mut call = Call::new(self.call.into_spec()?);
         loop {
             let result = call.attempt_hedged_with(|_| attempt()).await;
             match call.settle(result).await {
