@@ -5,18 +5,22 @@
 //! `cargo bench -p retry-benches --bench contention`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use retry_benches::contention;
+use retry_benches::contention::{self, Contender};
 
 fn contention(c: &mut Criterion) {
     let rt = contention::runtime();
     let registry = contention::registry();
     let mut g = c.benchmark_group("contention_64_tasks_10us");
-    g.bench_function("bare", |b| {
-        b.iter_custom(|iters| contention::run(&rt, None, iters))
-    });
-    g.bench_function("retry_runtime_builder_call", |b| {
-        b.iter_custom(|iters| contention::run(&rt, Some(&registry), iters))
-    });
+    let contenders = [
+        ("bare", Contender::Bare),
+        ("retry_runtime_macro", Contender::Macro),
+        ("retry_runtime_builder_call", Contender::Builder),
+    ];
+    for (name, who) in contenders {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| contention::run(&rt, who, &registry, iters))
+        });
+    }
     g.finish();
 }
 

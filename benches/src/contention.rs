@@ -1,6 +1,8 @@
 //! Contention: [`TASKS`] tasks on a two-worker multi-thread runtime, every call to the same
 //! upstream (one registry entry, one budget, one breaker window), each attempt [`ATTEMPT`] of
-//! CPU. Throughput ratio = the bare calls' wall time / ours for the same number of calls.
+//! CPU. Throughput ratio = the bare calls' wall time / ours for the same number of calls. Ours
+//! is measured twice: through a `#[retry]` method (the site keeps the upstream's entry) and
+//! through the builder (which looks the upstream up by name on every call).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -50,41 +52,76 @@ async fn no_work() -> Result<u64, BenchError> {
     Ok(black_box(1))
 }
 
-/// One call of `attempt`: bare (`None`) or through the builder's `call` in `registry`.
-async fn one_call<F, Fut>(registry: Option<&Registry>, mut attempt: F) -> u64
+/// Who makes the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contender {
+    /// The attempt alone.
+    Bare,
+    /// A `#[retry]` method.
+    Macro,
+    /// The builder's `call`.
+    Builder,
+}
+
+/// The upstream's adapter, as an application writes it.
+struct Catalog<'r> {
+    registry: &'r Registry,
+}
+
+impl Catalog<'_> {
+    #[retry_runtime::retry(upstream = "catalog", method = GET, registry = self.registry)]
+    async fn fetch(&self) -> Result<u64, BenchError> {
+        attempt().await
+    }
+
+    #[retry_runtime::retry(upstream = "catalog", method = GET, registry = self.registry)]
+    async fn fetch_no_work(&self) -> Result<u64, BenchError> {
+        no_work().await
+    }
+}
+
+/// One call of `attempt` by `who`; `work` picks the `#[retry]` method that runs it.
+async fn one_call<F, Fut>(who: Contender, registry: &Registry, work: bool, mut attempt: F) -> u64
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<u64, BenchError>>,
 {
-    let result = match registry {
-        Some(r) => {
-            Retry::in_registry(r, "catalog")
+    let result = match who {
+        Contender::Bare => attempt().await,
+        Contender::Macro if work => Catalog { registry }.fetch().await,
+        Contender::Macro => Catalog { registry }.fetch_no_work().await,
+        Contender::Builder => {
+            Retry::in_registry(registry, "catalog")
                 .method(Method::GET)
                 .call(attempt)
                 .await
         }
-        None => attempt().await,
     };
     result.expect("attempt")
 }
 
 /// One call as [`run`] makes it, with an attempt that does no work: what the call itself costs
 /// each of the contending tasks (counted with callgrind on one thread).
-pub async fn call_alone(registry: Option<&Registry>) -> u64 {
-    one_call(registry, no_work).await
+pub async fn call_alone(who: Contender, registry: &Registry) -> u64 {
+    one_call(who, registry, false, no_work).await
 }
 
-/// Runs `calls` calls spread over [`TASKS`] tasks, bare (`None`) or through the builder's
-/// `call` in `registry`, and returns the wall time of all of them.
-pub fn run(rt: &tokio::runtime::Runtime, registry: Option<&Arc<Registry>>, calls: u64) -> Duration {
+/// Runs `calls` calls by `who` spread over [`TASKS`] tasks, and returns the wall time of all of
+/// them.
+pub fn run(
+    rt: &tokio::runtime::Runtime,
+    who: Contender,
+    registry: &Arc<Registry>,
+    calls: u64,
+) -> Duration {
     let start = Instant::now();
     let handles: Vec<_> = (0..TASKS)
         .map(|task| {
             let per_task = calls / TASKS + u64::from(task < calls % TASKS);
-            let registry = registry.cloned();
+            let registry = registry.clone();
             rt.spawn(async move {
                 for _ in 0..per_task {
-                    black_box(one_call(registry.as_deref(), attempt).await);
+                    black_box(one_call(who, &registry, true, attempt).await);
                 }
             })
         })

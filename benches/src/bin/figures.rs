@@ -22,10 +22,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use retry_benches::alloc::{self, Counting};
+use retry_benches::contention::{self, Contender};
 use retry_benches::inproc::{self, UPSTREAM};
 use retry_benches::loopback::Loopback;
-use retry_benches::processes::{self, Columns, median, median_ratio};
-use retry_benches::{callgrind, contention, server};
+use retry_benches::processes::{self, Columns, median_ratio};
+use retry_benches::{callgrind, server};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -205,10 +206,14 @@ async fn probe_in_process(case: &str, warm: u64, n: u64) -> [f64; 3] {
         "wait/backon-timeout" => drive(warm, n, inproc::backon_timeout).await,
         "wait/tokio-retry" => drive(warm, n, inproc::tokio_retry).await,
         "wait/tower" => drive(warm, n, || inproc::tower(&tower_work)).await,
-        "alone/bare" => drive(warm, n, || contention::call_alone(None)).await,
-        "alone/call" => {
+        "alone/bare" | "alone/macro" | "alone/call" => {
+            let who = match case {
+                "alone/bare" => Contender::Bare,
+                "alone/macro" => Contender::Macro,
+                _ => Contender::Builder,
+            };
             let registry = contention::registry();
-            drive(warm, n, || contention::call_alone(Some(&*registry))).await
+            drive(warm, n, || contention::call_alone(who, &registry)).await
         }
         "fail/loop" => drive(warm, n, inproc::flaky_loop).await,
         "fail/macro" => drive(warm, n, || inproc::flaky_macro(&failing)).await,
@@ -628,31 +633,30 @@ fn http_wall(processes: usize) {
     );
 }
 
-/// Interleaved rounds of bare and ours (the order alternating), each `CALLS` calls over the
-/// tasks; per process, each one's median ns per call and ours's median throughput ratio.
+const CONTENTION_NAMES: [&str; 3] = ["bare", "`#[retry]`", "builder `call`"];
+
+/// Interleaved rounds of bare and ours (the order rotating every round), each `CALLS` calls
+/// over the tasks; per process, each one's median ns per call and its median throughput ratio
+/// to bare.
 fn contention_wall(processes: usize) {
     const ROUNDS: usize = 21;
     const CALLS: u64 = 6_400;
-    let rounds = || -> [f64; 4] {
+    const WHO: [Contender; 3] = [Contender::Bare, Contender::Macro, Contender::Builder];
+    let rounds = || -> [f64; 2 * WHO.len()] {
         let rt = contention::runtime();
         let registry = contention::registry();
-        let mut times: [Vec<f64>; 2] = Default::default();
+        let mut times: [Vec<f64>; WHO.len()] = Default::default();
         for round in 0..=ROUNDS {
-            for turn in 0..2 {
-                let who = (turn + round) % 2;
-                let elapsed = contention::run(&rt, (who == 1).then_some(&registry), CALLS);
+            for turn in 0..WHO.len() {
+                let who = (turn + round) % WHO.len();
+                let elapsed = contention::run(&rt, WHO[who], &registry, CALLS);
                 if round > 0 {
                     times[who].push(elapsed.as_nanos() as f64 / CALLS as f64);
                 }
             }
         }
         // Throughput ratio: bare's time / ours, round by round.
-        [
-            median(times[0].clone()),
-            f64::NAN,
-            median(times[1].clone()),
-            median_ratio(&times[0], &times[1]),
-        ]
+        processes::figures(&times, |who| median_ratio(&times[0], &times[who]))
     };
     let runs = processes::measure_in(CONTENTION_CHILD, processes, rounds);
     println!(
@@ -664,7 +668,7 @@ fn contention_wall(processes: usize) {
         commit()
     );
     processes::print_table(
-        &["bare", "builder `call`"],
+        &CONTENTION_NAMES,
         &runs,
         Columns {
             time: "ns / call (wall / calls)",
@@ -677,11 +681,14 @@ fn contention_wall(processes: usize) {
     // behind the ratio.
     if callgrind::available() {
         let bare = measure("alone/bare", "off").instructions;
-        let ours = measure("alone/call", "off").instructions;
+        let with_macro = measure("alone/macro", "off").instructions;
+        let call = measure("alone/call", "off").instructions;
         println!(
             "\nOne call with an attempt that does no work, current-thread runtime (callgrind): \
-             bare {bare:.0} instructions, builder `call` {ours:.0} ({:.0} above bare).",
-            ours - bare
+             bare {bare:.0} instructions, `#[retry]` {with_macro:.0} ({:.0} above bare), \
+             builder `call` {call:.0} ({:.0} above bare).",
+            with_macro - bare,
+            call - bare
         );
     }
 }
