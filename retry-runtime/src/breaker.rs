@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::window::{Clock, Counter};
+use crate::window::{Clock, Counter, Tick};
 use crate::{Evidence, Failure, PermanentCategory};
 
 /// Breaker settings of one upstream.
@@ -215,9 +215,14 @@ pub struct Admission {
 impl CircuitBreaker {
     /// A closed breaker. The config is validated by the registry.
     pub fn new(config: BreakerConfig) -> Self {
+        Self::counting_from(config, Instant::now())
+    }
+
+    /// A closed breaker whose window counts from `origin` (its registry's: see [`Tick`]).
+    pub(crate) fn counting_from(config: BreakerConfig, origin: Instant) -> Self {
         CircuitBreaker {
             config,
-            clock: Clock::new(config.window),
+            clock: Clock::new(config.window, origin),
             successes: Counter::default(),
             failures: Counter::default(),
             state: AtomicU8::new(CLOSED),
@@ -354,6 +359,11 @@ impl CircuitBreaker {
     /// resolution, so that saves a clock read). A failure is judged with the window ending
     /// at `at`, or later if a newer count moved it on.
     pub fn record_at(&self, admission: Admission, failed: bool, at: Instant) {
+        self.record_on(admission, failed, Tick::at(self.clock.origin(), at));
+    }
+
+    /// [`record_at`](Self::record_at) at `tick`, on the clock of the breaker's origin.
+    pub(crate) fn record_on(&self, admission: Admission, failed: bool, tick: Tick) {
         if admission.probe {
             if failed {
                 self.open();
@@ -370,7 +380,7 @@ impl CircuitBreaker {
             }
             return;
         }
-        let epoch = self.clock.epoch_at(at);
+        let epoch = self.clock.epoch_of(tick);
         if !failed {
             self.successes.add(epoch, 1);
             return;

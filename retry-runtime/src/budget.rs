@@ -33,7 +33,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::window::{Clock, Counter};
+use crate::window::{Clock, Counter, Tick};
 
 /// Budget settings of one upstream.
 ///
@@ -146,13 +146,21 @@ impl fmt::Debug for RetryBudget {
 impl RetryBudget {
     /// A budget with `config`, validated.
     pub fn new(config: BudgetConfig) -> Result<Self, BudgetConfigError> {
+        Self::counting_from(config, tokio::time::Instant::now())
+    }
+
+    /// A budget whose window counts from `origin` (its registry's: see [`Tick`]).
+    pub(crate) fn counting_from(
+        config: BudgetConfig,
+        origin: tokio::time::Instant,
+    ) -> Result<Self, BudgetConfigError> {
         config.validate()?;
         let reserve = u64::from(config.min_per_second).saturating_mul(config.window.as_secs());
         Ok(RetryBudget {
             config,
             ratio_milli: (config.ratio * 1000.0).round() as u64,
             reserve_milli: reserve.saturating_mul(1000),
-            clock: Clock::new(config.window),
+            clock: Clock::new(config.window, origin),
             deposits: Counter::default(),
             withdrawals: Counter::default(),
             progress: AtomicU64::new(0),
@@ -177,6 +185,11 @@ impl RetryBudget {
     /// Records one real call made at `now` (saves a clock read when the caller has one).
     pub fn deposit_at(&self, now: tokio::time::Instant) {
         self.deposits.add(self.clock.epoch_at(now), 1);
+    }
+
+    /// Records one real call made at `tick`, on the clock of the budget's origin.
+    pub(crate) fn deposit_on(&self, tick: Tick) {
+        self.deposits.add(self.clock.epoch_of(tick), 1);
     }
 
     fn balance_milli(&self, epoch: u64) -> i128 {

@@ -78,6 +78,7 @@ use crate::observe::{self, AttemptOutcome, CallKind};
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::site::{CallSite, HAND_OFF_RESERVE};
+use crate::window::Tick;
 use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
@@ -189,6 +190,9 @@ pub struct Call<'r> {
     deadline: Instant,
     /// When the call started; its first attempt starts then too (one clock read per call).
     created: Instant,
+    /// `created` on the clocks of the upstream's windows: the budget counts the call then, and
+    /// the breaker a first attempt that ended in its first poll.
+    created_tick: Tick,
     /// Attempts started so far.
     attempt: u32,
     /// When the last attempt was admitted.
@@ -309,7 +313,8 @@ impl<'r> Call<'r> {
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
         let now = Instant::now();
-        let own = deadline_after(now, config.deadline);
+        // The reserve (a durable call's hand-off) is kept back from whichever deadline binds.
+        let own = deadline_after(now, config.deadline.saturating_sub(spec.reserve));
         let (scope, deadline) = match Operation::current() {
             Some(op) => {
                 let allowed = op.init_allowance(retries);
@@ -325,7 +330,10 @@ impl<'r> Call<'r> {
                         "the operation allows fewer retries than the upstream's max_attempts"
                     );
                 }
-                let deadline = min_deadline(op.deadline(), Some(own)).unwrap_or(own);
+                let reserved = op
+                    .deadline()
+                    .map(|d| d.checked_sub(spec.reserve).unwrap_or(d));
+                let deadline = min_deadline(reserved, Some(own)).unwrap_or(own);
                 (CallScope::Joined(op), deadline)
             }
             None => {
@@ -333,9 +341,9 @@ impl<'r> Call<'r> {
                 (CallScope::Unopened(Unopened::new(name, retries)), own)
             }
         };
-        let deadline = deadline.checked_sub(spec.reserve).unwrap_or(deadline);
         // Calls earn retries: the budget sees this one as it starts.
-        upstream.budget().deposit_at(now);
+        let created_tick = upstream.tick(now);
+        upstream.budget().deposit_on(created_tick);
         let safety = Safety::of(
             &spec.method,
             spec.key.is_some(),
@@ -358,6 +366,7 @@ impl<'r> Call<'r> {
             scope,
             deadline,
             created: now,
+            created_tick,
             attempt: 0,
             attempt_started: now,
             attempt_ends: now,
@@ -949,15 +958,24 @@ impl<'r> Call<'r> {
                 }
             };
             // Counted when it ended: an attempt that completed in its first poll ended when it
-            // started (no clock read).
-            let at = match ended.waited || failed {
-                true => Instant::now(),
-                false => self.attempt_started,
+            // started (no clock read), which for the first attempt is when the call did.
+            let (at, tick) = match ended.waited || failed {
+                true => {
+                    let now = Instant::now();
+                    (now, self.upstream.tick(now))
+                }
+                false if self.attempt_started == self.created => {
+                    (self.attempt_started, self.created_tick)
+                }
+                false => (
+                    self.attempt_started,
+                    self.upstream.tick(self.attempt_started),
+                ),
             };
             if failed {
                 self.failed_at = Some(at);
             }
-            breaker.record_at(admission, failed, at);
+            breaker.record_on(admission, failed, tick);
         }
         result
     }

@@ -29,20 +29,54 @@ const COUNT_BITS: u32 = 64 - EPOCH_BITS;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
 
-/// The clock of a window: which slot epoch "now" falls in.
+/// A time on the windows' clocks: how long after their origin. Windows that share an origin
+/// (an upstream's budget and breaker share their registry's) place one reading each in its own
+/// slot, so a call turns the instant it read into a window time once, not once per window.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tick {
+    /// Nanoseconds since the origin (u64: 584 years, and the hot path stays off 128-bit
+    /// division).
+    nanos: u64,
+    /// The origin, to check in tests that a tick is only read by windows that share it.
+    #[cfg(debug_assertions)]
+    origin: Instant,
+}
+
+impl Tick {
+    /// `now` on the clocks that count from `origin` (an instant before it reads as the origin).
+    pub(crate) fn at(origin: Instant, now: Instant) -> Tick {
+        let elapsed = now.saturating_duration_since(origin);
+        Tick {
+            nanos: elapsed
+                .as_secs()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(elapsed.subsec_nanos())),
+            #[cfg(debug_assertions)]
+            origin,
+        }
+    }
+}
+
+/// The clock of a window: which slot epoch a time falls in.
 #[derive(Debug)]
 pub(crate) struct Clock {
-    start: Instant,
+    origin: Instant,
     slot_nanos: u64,
 }
 
 impl Clock {
-    pub(crate) fn new(window: Duration) -> Self {
+    /// A clock for `window`, counting from `origin`.
+    pub(crate) fn new(window: Duration, origin: Instant) -> Self {
         let slot = (window / SLOTS as u32).max(Duration::from_nanos(1));
         Clock {
-            start: Instant::now(),
+            origin,
             slot_nanos: u64::try_from(slot.as_nanos()).unwrap_or(u64::MAX),
         }
+    }
+
+    /// The instant its window times count from.
+    pub(crate) fn origin(&self) -> Instant {
+        self.origin
     }
 
     pub(crate) fn epoch(&self) -> u64 {
@@ -52,13 +86,14 @@ impl Clock {
     /// The epoch of `now` (callers that already read the clock pass it: clock reads are the
     /// largest cost of a call on some virtual machines).
     pub(crate) fn epoch_at(&self, now: Instant) -> u64 {
-        // u64 nanoseconds (584 years) keep the hot path off 128-bit division.
-        let elapsed = now.saturating_duration_since(self.start);
-        let nanos = elapsed
-            .as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(elapsed.subsec_nanos()));
-        nanos / self.slot_nanos
+        self.epoch_of(Tick::at(self.origin, now))
+    }
+
+    /// The epoch of `tick`, read on a clock with this one's origin.
+    pub(crate) fn epoch_of(&self, tick: Tick) -> u64 {
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(tick.origin, self.origin, "a tick from another origin");
+        tick.nanos / self.slot_nanos
     }
 }
 
@@ -227,8 +262,34 @@ mod tests {
     use proptest::prelude::*;
 
     #[tokio::test(start_paused = true)]
+    async fn one_tick_falls_in_each_clocks_own_epoch() {
+        let origin = Instant::now();
+        let ten = Clock::new(Duration::from_secs(10), origin);
+        let one = Clock::new(Duration::from_secs(1), origin);
+        tokio::time::advance(Duration::from_millis(2_345)).await;
+        let now = Instant::now();
+        let tick = Tick::at(origin, now);
+        assert_eq!(ten.epoch_of(tick), 2, "1 s slots");
+        assert_eq!(one.epoch_of(tick), 23, "100 ms slots");
+        assert_eq!(ten.epoch_of(tick), ten.epoch_at(now));
+        assert_eq!(one.epoch_of(tick), one.epoch_at(now));
+        // An instant before the origin reads as the origin (no panic, no wrap).
+        let early = Tick::at(origin, origin - Duration::from_secs(1));
+        assert_eq!(one.epoch_of(early), 0);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a tick from another origin")]
+    fn a_tick_read_from_another_origin_is_refused_in_tests() {
+        let origin = Instant::now();
+        let clock = Clock::new(Duration::from_secs(10), origin);
+        clock.epoch_of(Tick::at(origin + Duration::from_secs(1), origin));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn counts_expire_after_the_window() {
-        let clock = Clock::new(Duration::from_secs(10));
+        let clock = Clock::new(Duration::from_secs(10), Instant::now());
         let c = Counter::default();
         c.add(clock.epoch(), 3);
         tokio::time::advance(Duration::from_secs(5)).await;

@@ -163,6 +163,7 @@ use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
 use crate::latency::LatencyWindow;
+use crate::window::Tick;
 use crate::{Drain, Error};
 
 #[cfg(feature = "durable")]
@@ -207,6 +208,8 @@ pub struct Upstream {
     /// Recent attempt latencies, kept only for a hedge delay at a percentile.
     latency: Option<Arc<LatencyWindow>>,
     refresh: Option<Arc<dyn RefreshAuth>>,
+    /// What the windows of `budget` and `breaker` count from: the registry's origin.
+    origin: tokio::time::Instant,
 }
 
 impl fmt::Debug for Upstream {
@@ -236,6 +239,12 @@ impl Upstream {
     /// Its configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.config
+    }
+
+    /// `now` on the clocks of its budget's and breaker's windows: read once, it places a call
+    /// in both.
+    pub(crate) fn tick(&self, now: tokio::time::Instant) -> Tick {
+        Tick::at(self.origin, now)
     }
 
     /// Its retry budget (shared across reloads while the budget settings stay the same).
@@ -336,6 +345,9 @@ impl Hasher for NameHasher {
 /// ```
 pub struct Registry {
     snapshot: ArcSwap<Snapshot>,
+    /// What the windows of every budget and breaker it makes count from, so one reading of
+    /// the time serves an upstream's budget and breaker alike (see [`Upstream::tick`]).
+    origin: tokio::time::Instant,
     /// `snapshot`'s number (see [`Registry::snapshot_number`]).
     snapshot_number: AtomicU64,
     /// The refresh hooks by upstream name, and the lock every writer of `snapshot` holds from
@@ -372,6 +384,7 @@ impl Registry {
     pub fn new() -> Self {
         Registry {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            origin: tokio::time::Instant::now(),
             snapshot_number: AtomicU64::new(next_snapshot_number()),
             hooks: Mutex::new(HashMap::new()),
             drain: Drain::new(),
@@ -494,12 +507,15 @@ impl Registry {
             let previous = old.upstreams.get(name.as_str());
             let budget = match previous {
                 Some(u) if u.config.budget == config.budget => u.budget.clone(),
-                _ => Arc::new(RetryBudget::new(config.budget).expect("validated above")),
+                _ => Arc::new(
+                    RetryBudget::counting_from(config.budget, self.origin)
+                        .expect("validated above"),
+                ),
             };
             let breaker = match (previous, config.breaker) {
                 (Some(u), Some(b)) if u.config.breaker == Some(b) => u.breaker.clone(),
                 (_, Some(b)) => Some(Arc::new(
-                    CircuitBreaker::new(b).named(Arc::from(name.as_str())),
+                    CircuitBreaker::counting_from(b, self.origin).named(Arc::from(name.as_str())),
                 )),
                 (_, None) => None,
             };
@@ -528,6 +544,7 @@ impl Registry {
                     bulkhead,
                     latency,
                     refresh,
+                    origin: self.origin,
                 }),
             );
         }
@@ -586,6 +603,7 @@ impl Registry {
                 bulkhead: u.bulkhead.clone(),
                 latency: u.latency.clone(),
                 refresh: Some(hook),
+                origin: u.origin,
             });
             self.swap_in(Snapshot { upstreams });
         }
@@ -846,6 +864,38 @@ mod tests {
         assert_eq!(now.config().deadline, Duration::from_secs(3));
         // The budget settings did not change, so the budget carried over.
         assert!(std::ptr::eq(in_flight.budget(), now.budget()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upstreams_budget_and_breaker_count_from_one_origin_across_reloads() {
+        let registry = Registry::new();
+        registry
+            .replace([("a".to_owned(), UpstreamConfig::new())])
+            .unwrap();
+        let before = registry.upstream("a").unwrap();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        // The breaker's settings change, the budget's do not: a new breaker beside the old
+        // budget, made seconds later, still counts from the same origin.
+        let breaker = crate::breaker::BreakerConfig {
+            min_attempts: 7,
+            ..crate::breaker::BreakerConfig::new()
+        };
+        registry
+            .replace([(
+                "a".to_owned(),
+                UpstreamConfig::new().with_breaker(Some(breaker)),
+            )])
+            .unwrap();
+        let after = registry.upstream("a").unwrap();
+        assert!(std::ptr::eq(before.budget(), after.budget()));
+        let breaker = after.breaker().expect("a breaker");
+        assert!(!std::ptr::eq(before.breaker().unwrap(), breaker));
+        // One reading serves both (a tick from another origin fails a debug assertion).
+        let tick = after.tick(tokio::time::Instant::now());
+        let available = after.budget().available();
+        after.budget().deposit_on(tick);
+        breaker.record_on(breaker.admit().expect("closed"), false, tick);
+        assert!(after.budget().available() >= available);
     }
 
     #[test]
