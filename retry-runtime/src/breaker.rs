@@ -191,7 +191,6 @@ pub struct CircuitBreaker {
     opened_at_nanos: AtomicU64,
     probes_started: AtomicU32,
     probes_succeeded: AtomicU32,
-    start: Instant,
     /// The upstream's name, for the transition events and metrics.
     name: Arc<str>,
 }
@@ -229,7 +228,6 @@ impl CircuitBreaker {
             opened_at_nanos: AtomicU64::new(0),
             probes_started: AtomicU32::new(0),
             probes_succeeded: AtomicU32::new(0),
-            start: Instant::now(),
             name: Arc::from(""),
         }
     }
@@ -272,7 +270,7 @@ impl CircuitBreaker {
 
     fn now_nanos(&self) -> u64 {
         Instant::now()
-            .saturating_duration_since(self.start)
+            .saturating_duration_since(self.clock.origin())
             .as_nanos() as u64
     }
 

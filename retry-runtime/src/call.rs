@@ -627,10 +627,9 @@ impl<'r> Call<'r> {
         let upstream = self.upstream.clone();
         let config = upstream.config();
         let now = Instant::now();
-        let remaining = self.deadline.saturating_duration_since(now);
         let refused = if self.attempt - self.rotations >= config.max_attempts {
             Some("max_attempts")
-        } else if remaining < config.min_attempt_budget || remaining.is_zero() {
+        } else if !self.has_time_at(now) {
             Some("deadline")
         } else if self.registry.drain().is_draining() {
             Some("draining")
@@ -706,7 +705,7 @@ impl<'r> Call<'r> {
             method: self.method.clone(),
             key: self.key.clone(),
             deadline: self.deadline,
-            ends: Attempt::ends_at(now, config.attempt_timeout, self.deadline),
+            ends: self.attempt_ends(now),
             started: now,
             retries_left: self.scope.retries_left(),
             span,
@@ -774,15 +773,30 @@ impl<'r> Call<'r> {
         }
     }
 
+    /// Whether an attempt starting at `now` has time: the minimum attempt budget fits before
+    /// the deadline (compared as instants: no duration is computed).
+    fn has_time_at(&self, now: Instant) -> bool {
+        now < self.deadline
+            && deadline_after(now, self.upstream.config().min_attempt_budget) <= self.deadline
+    }
+
+    /// When an attempt admitted at `started` is cut: the upstream's attempt timeout later,
+    /// never past the deadline.
+    fn attempt_ends(&self, started: Instant) -> Instant {
+        Attempt::ends_at(
+            started,
+            self.upstream.config().attempt_timeout,
+            self.deadline,
+        )
+    }
+
     /// The next attempt, if time is left for one.
     fn next_attempt(&mut self) -> Result<Attempt, Error> {
         let now = match self.attempt {
             0 => self.created,
             _ => Instant::now(),
         };
-        let config = self.upstream.config();
-        // Compared as instants: the common path computes no duration.
-        if now >= self.deadline || deadline_after(now, config.min_attempt_budget) > self.deadline {
+        if !self.has_time_at(now) {
             self.span.in_scope(|| {
                 tracing::info!(
                     target: "retry_runtime::decision",
@@ -808,7 +822,7 @@ impl<'r> Call<'r> {
             method: self.method.clone(),
             key: self.key.clone(),
             deadline: self.deadline,
-            ends: Attempt::ends_at(now, config.attempt_timeout, self.deadline),
+            ends: self.attempt_ends(now),
             started: now,
             retries_left: self.scope.retries_left(),
             span: attempt_span(&self.span, self.attempt, &self.method),
@@ -880,8 +894,7 @@ impl<'r> Call<'r> {
             Some(slot) => {
                 let now = Instant::now();
                 attempt.started = now;
-                attempt.ends =
-                    Attempt::ends_at(now, upstream.config().attempt_timeout, self.deadline);
+                attempt.ends = self.attempt_ends(now);
                 Ok(Pass {
                     admission,
                     slot: Some(slot),
