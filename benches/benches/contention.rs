@@ -8,7 +8,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use retry_benches::contention::{self, Contender};
 
 fn contention(c: &mut Criterion) {
-    let rt = contention::runtime();
+    let rt = contention::runtime(contention::WORKERS);
     let registry = contention::registry();
     let mut g = c.benchmark_group("contention_64_tasks_10us");
     let contenders = [

@@ -19,10 +19,13 @@ pub const TASKS: u64 = 64;
 /// The CPU time of one attempt.
 pub const ATTEMPT: Duration = Duration::from_micros(10);
 
-/// The runtime the tasks run on: two workers, time enabled.
-pub fn runtime() -> tokio::runtime::Runtime {
+/// The workers the tasks run on, unless told otherwise.
+pub const WORKERS: usize = 2;
+
+/// The runtime the tasks run on: `workers` workers, time enabled.
+pub fn runtime(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_time()
         .build()
         .expect("runtime")

@@ -13,6 +13,9 @@
 //! probe. Wall-clock figures (`http-wall`, `contention`) are interleaved rounds, reported as the
 //! median of several processes (`retry_benches::processes`).
 //!
+//! `FIGURES_WORKERS=N` runs `contention` on `N` workers instead of two (on one, the workers'
+//! sharing of the upstream drops out of the ratio).
+//!
 //! `figures probe CASE N [off|info|debug]` runs one contender `N` times (after its warm-up),
 //! with a `tracing_subscriber::fmt` subscriber at that level writing to a sink, and prints its
 //! allocations, bytes and nanoseconds per operation.
@@ -639,11 +642,16 @@ const CONTENTION_NAMES: [&str; 3] = ["bare", "`#[retry]`", "builder `call`"];
 /// over the tasks; per process, each one's median ns per call and its median throughput ratio
 /// to bare.
 fn contention_wall(processes: usize) {
+    let workers = std::env::var("FIGURES_WORKERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(contention::WORKERS);
     const ROUNDS: usize = 21;
     const CALLS: u64 = 6_400;
     const WHO: [Contender; 3] = [Contender::Bare, Contender::Macro, Contender::Builder];
     let rounds = || -> [f64; 2 * WHO.len()] {
-        let rt = contention::runtime();
+        let rt = contention::runtime(workers);
         let registry = contention::registry();
         let mut times: [Vec<f64>; WHO.len()] = Default::default();
         for round in 0..=ROUNDS {
@@ -660,7 +668,7 @@ fn contention_wall(processes: usize) {
     };
     let runs = processes::measure_in(CONTENTION_CHILD, processes, rounds);
     println!(
-        "\n### Contention: {} tasks, two-worker runtime, one upstream, {} µs attempts: {} \
+        "\n### Contention: {} tasks, {workers}-worker runtime, one upstream, {} µs attempts: {} \
          processes x {ROUNDS} interleaved rounds x {CALLS} calls (at {})\n",
         contention::TASKS,
         contention::ATTEMPT.as_micros(),
