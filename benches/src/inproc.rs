@@ -7,6 +7,8 @@
 //! or a constant 1 µs delay and 2 retries (failure), alone and with `tokio::time::timeout`
 //! around each attempt (the fair peer: ours enforces an attempt timeout too); tokio-retry a
 //! fixed 1 µs interval, 2 retries; tower a `Retry` with a `TpsBudget` policy, cloned per call.
+//! [`floor`] is no library: backon + timeout with the upstream's budget and breaker counted by
+//! hand, the least a call that keeps them can cost.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +17,7 @@ use backon::{ConstantBuilder, ExponentialBuilder, Retryable};
 use retry_runtime::backoff::Backoff;
 use retry_runtime::breaker::BreakerConfig;
 use retry_runtime::budget::BudgetConfig;
-use retry_runtime::{Method, Registry, Retry, UpstreamConfig};
+use retry_runtime::{Method, Registry, Retry, Upstream, UpstreamConfig};
 use tower::ServiceExt;
 use tower::retry::budget::{Budget, TpsBudget};
 
@@ -136,6 +138,25 @@ pub async fn backon_timeout() -> u64 {
         .retry(ExponentialBuilder::default())
         .await
         .expect("backon + timeout")
+}
+
+/// backon + timeout, plus by hand the bookkeeping every call through an upstream owes it: find
+/// the upstream (an `Arc` clone, as a `#[retry]` site's kept entry), read the clock, ask the
+/// breaker, and count the outcome in the budget and the breaker when it happens. No deadline,
+/// attempt, evidence or decision: a floor under what any call doing that bookkeeping costs.
+pub async fn floor(upstream: &Arc<Upstream>) -> u64 {
+    let upstream = Arc::clone(upstream);
+    let started = tokio::time::Instant::now();
+    let breaker = upstream
+        .breaker()
+        .expect("the default config has a breaker");
+    let admission = breaker.admit().expect("a closed breaker admits");
+    let result = (|| timed(work()))
+        .retry(ExponentialBuilder::default())
+        .await;
+    upstream.budget().deposit_at(started);
+    breaker.record_at(admission, result.is_err(), tokio::time::Instant::now());
+    result.expect("floor")
 }
 
 /// Through tokio-retry, 2 retries.

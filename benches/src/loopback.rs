@@ -5,17 +5,20 @@
 //!
 //! Two endpoints: one always answering 200 (one request per call), and one answering 503, 503,
 //! 200 in turn (three requests per call, 1 µs backoff between them).
+//!
+//! Beside the libraries, plain reqwest with one part of ours at a time and no retry layer (a
+//! timer per request; the propagation headers): what that part costs on its own.
 
 use std::time::Duration;
 
 use backon::{ConstantBuilder, ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
-use retry_runtime::{Error, Method, Registry, Retry, UpstreamConfig, retry};
+use retry_runtime::{Error, Method, Registry, Retry, UpstreamConfig, propagation, retry};
 
-use crate::get;
-use crate::inproc::{BACKOFF, failing_config};
+use crate::inproc::{ATTEMPT_TIMEOUT, BACKOFF, failing_config};
 use crate::server::Endpoint;
+use crate::{BenchError, get};
 
 /// The servers' URLs and every contender's client.
 pub struct Loopback {
@@ -82,6 +85,26 @@ impl Loopback {
         get(&self.client, &self.url).await.expect("plain")
     }
 
+    /// Plain reqwest inside `tokio::time::timeout`: the one timer per attempt that ours keeps
+    /// (what `backon + timeout` is in process).
+    pub async fn plain_timeout(&self) -> Bytes {
+        tokio::time::timeout(Duration::from_secs(1), get(&self.client, &self.url))
+            .await
+            .expect("in time")
+            .expect("plain + timeout")
+    }
+
+    /// Plain reqwest carrying the propagation headers ours sends on a first attempt, written by
+    /// hand: what the headers alone cost, with no retry layer.
+    pub async fn plain_headers(&self) -> Bytes {
+        let mut request = self.client.get(&self.url).build().expect("request");
+        let headers = request.headers_mut();
+        propagation::write_headers(headers, Duration::from_millis(1_000), 1, Some(2));
+        let response = self.client.execute(request).await.expect("plain + headers");
+        assert!(response.status().is_success(), "plain + headers");
+        response.bytes().await.expect("plain + headers")
+    }
+
     /// The builder's `call` around the send path.
     pub async fn builder(&self) -> Bytes {
         self.send(&self.url, "catalog").await.expect("builder")
@@ -140,6 +163,21 @@ impl Loopback {
             .retry(constant)
             .await
             .expect("backon")
+    }
+
+    /// The failure path through backon with each request inside `tokio::time::timeout` (ours
+    /// cuts every attempt at its timeout too).
+    pub async fn flaky_backon_timeout(&self) -> Bytes {
+        let constant = ConstantBuilder::default()
+            .with_delay(BACKOFF)
+            .with_max_times(2);
+        let timed = || async {
+            match tokio::time::timeout(ATTEMPT_TIMEOUT, get(&self.client, &self.flaky_url)).await {
+                Ok(result) => result,
+                Err(_) => Err(BenchError::TimedOut),
+            }
+        };
+        timed.retry(constant).await.expect("backon + timeout")
     }
 
     /// The failure path through the builder's `call` and the send path.

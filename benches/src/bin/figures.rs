@@ -166,6 +166,8 @@ fn probe(args: &[String]) {
                 let connections = server::connections();
                 let figures = match case {
                     "http/plain" => drive(warm, n, || lo.plain()).await,
+                    "http/plain-timeout" => drive(warm, n, || lo.plain_timeout()).await,
+                    "http/plain-headers" => drive(warm, n, || lo.plain_headers()).await,
                     "http/builder" => drive(warm, n, || lo.builder()).await,
                     "http/builder-quiet" => drive(warm, n, || lo.builder_quiet()).await,
                     "http/macro" => drive(warm, n, || lo.adapter()).await,
@@ -173,6 +175,9 @@ fn probe(args: &[String]) {
                     "http/reqwest-retry" => drive(warm, n, || lo.reqwest_retry()).await,
                     "http-fail/loop" => drive(warm, n, || lo.flaky_loop()).await,
                     "http-fail/backon" => drive(warm, n, || lo.flaky_backon()).await,
+                    "http-fail/backon-timeout" => {
+                        drive(warm, n, || lo.flaky_backon_timeout()).await
+                    }
                     "http-fail/builder" => drive(warm, n, || lo.flaky_builder()).await,
                     "http-fail/builder-quiet" => drive(warm, n, || lo.flaky_builder_quiet()).await,
                     "http-fail/macro" => drive(warm, n, || lo.flaky_adapter()).await,
@@ -207,6 +212,10 @@ async fn probe_in_process(case: &str, warm: u64, n: u64) -> [f64; 3] {
         "wait/run" => drive(warm, n, || inproc::ours_run(&registry)).await,
         "wait/backon" => drive(warm, n, inproc::backon).await,
         "wait/backon-timeout" => drive(warm, n, inproc::backon_timeout).await,
+        "wait/floor" => {
+            let upstream = registry.upstream(UPSTREAM).expect("registered");
+            drive(warm, n, || inproc::floor(&upstream)).await
+        }
         "wait/tokio-retry" => drive(warm, n, inproc::tokio_retry).await,
         "wait/tower" => drive(warm, n, || inproc::tower(&tower_work)).await,
         "alone/bare" | "alone/macro" | "alone/call" => {
@@ -351,6 +360,14 @@ fn http() {
     );
     let rows = [
         ("plain reqwest", "http/plain"),
+        (
+            "plain reqwest in `tokio::time::timeout`",
+            "http/plain-timeout",
+        ),
+        (
+            "plain reqwest + the propagation headers, by hand",
+            "http/plain-headers",
+        ),
         ("builder `call` + `send_attempt`", "http/builder"),
         ("`#[retry]` adapter + `send_attempt`", "http/macro"),
         (
@@ -396,6 +413,10 @@ fn wait() {
         ("backon + `tokio::time::timeout`", "wait/backon-timeout"),
         ("tokio-retry", "wait/tokio-retry"),
         ("tower `Retry` + `TpsBudget`", "wait/tower"),
+        (
+            "backon + timeout + the upstream's budget and breaker, by hand",
+            "wait/floor",
+        ),
     ];
     let probed: Vec<Probed> = rows.iter().map(|(_, case)| measure(case, "off")).collect();
     let bare = probed[0].instructions;
@@ -541,6 +562,10 @@ fn failure_http() {
             "http-fail/loop",
         ),
         ("backon + plain reqwest", "http-fail/backon"),
+        (
+            "backon + `tokio::time::timeout` + plain reqwest",
+            "http-fail/backon-timeout",
+        ),
         ("builder `call` + `send_attempt`", "http-fail/builder"),
         ("`#[retry]` adapter + `send_attempt`", "http-fail/macro"),
         (
@@ -570,8 +595,10 @@ fn failure_http() {
 // ---------------------------------------------------------------------------------------------
 // Wall-clock sections: interleaved rounds, several processes.
 
-const HTTP_NAMES: [&str; 5] = [
+const HTTP_NAMES: [&str; 7] = [
     "plain reqwest",
+    "plain reqwest in `tokio::time::timeout`",
+    "plain reqwest + the propagation headers",
     "builder `call` + `send_attempt`",
     "`#[retry]` adapter + `send_attempt`",
     "backon + plain reqwest",
@@ -600,9 +627,11 @@ fn http_wall(processes: usize) {
                     for _ in 0..PER_ROUND {
                         match who {
                             0 => drop(lo.plain().await),
-                            1 => drop(lo.builder().await),
-                            2 => drop(lo.adapter().await),
-                            3 => drop(lo.backon().await),
+                            1 => drop(lo.plain_timeout().await),
+                            2 => drop(lo.plain_headers().await),
+                            3 => drop(lo.builder().await),
+                            4 => drop(lo.adapter().await),
+                            5 => drop(lo.backon().await),
                             _ => drop(lo.reqwest_retry().await),
                         }
                     }
