@@ -6,8 +6,8 @@
 //! Two endpoints: one always answering 200 (one request per call), and one answering 503, 503,
 //! 200 in turn (three requests per call, 1 µs backoff between them).
 //!
-//! Beside the libraries, plain reqwest with one part of ours at a time and no retry layer (a
-//! timer per request; the propagation headers): what that part costs on its own.
+//! Beside the libraries, plain reqwest with parts of ours and no retry layer (a timer per
+//! request; the timer and the propagation headers): what those parts cost on their own.
 
 use std::time::Duration;
 
@@ -94,13 +94,15 @@ impl Loopback {
             .expect("plain + timeout")
     }
 
-    /// Plain reqwest carrying the propagation headers ours sends on a first attempt, written by
-    /// hand: what the headers alone cost, with no retry layer.
+    /// [`plain_timeout`](Self::plain_timeout) carrying the propagation headers ours sends on a
+    /// first attempt, written by hand: the least a layer that propagates can cost.
     pub async fn plain_headers(&self) -> Bytes {
         let mut request = self.client.get(&self.url).build().expect("request");
         let headers = request.headers_mut();
         propagation::write_headers(headers, Duration::from_millis(1_000), 1, Some(2));
-        let response = self.client.execute(request).await.expect("plain + headers");
+        let send = self.client.execute(request);
+        let response = tokio::time::timeout(Duration::from_secs(1), send).await;
+        let response = response.expect("in time").expect("plain + headers");
         assert!(response.status().is_success(), "plain + headers");
         response.bytes().await.expect("plain + headers")
     }

@@ -365,7 +365,7 @@ fn http() {
             "http/plain-timeout",
         ),
         (
-            "plain reqwest + the propagation headers, by hand",
+            "plain reqwest in `timeout` + the propagation headers, by hand",
             "http/plain-headers",
         ),
         ("builder `call` + `send_attempt`", "http/builder"),
@@ -598,7 +598,7 @@ fn failure_http() {
 const HTTP_NAMES: [&str; 7] = [
     "plain reqwest",
     "plain reqwest in `tokio::time::timeout`",
-    "plain reqwest + the propagation headers",
+    "plain reqwest in `timeout` + the propagation headers",
     "builder `call` + `send_attempt`",
     "`#[retry]` adapter + `send_attempt`",
     "backon + plain reqwest",
