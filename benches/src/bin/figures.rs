@@ -18,7 +18,9 @@
 //!
 //! `figures probe CASE N [off|info|debug]` runs one contender `N` times (after its warm-up),
 //! with a `tracing_subscriber::fmt` subscriber at that level writing to a sink, and prints its
-//! allocations, bytes and nanoseconds per operation.
+//! allocations, bytes and nanoseconds per operation. `figures check` runs every case a few
+//! times that way (no valgrind needed): the test suite runs it, so a contender that breaks
+//! shows before the next measurement.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -59,6 +61,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("probe") => probe(&args[1..]),
+        Some("check") => check(),
         Some(_) => {
             let all = args.iter().any(|a| a == "all");
             for section in SECTIONS {
@@ -80,7 +83,7 @@ fn main() {
 fn usage(problem: &str) -> ! {
     eprintln!(
         "figures: {problem}\nusage: figures all | figures SECTION... ({})\n       figures probe \
-         CASE N [off|info|debug]",
+         CASE N [off|info|debug]\n       figures check",
         SECTIONS.join(", ")
     );
     std::process::exit(2);
@@ -290,38 +293,95 @@ fn this_program() -> PathBuf {
     std::env::current_exe().expect("this program's path")
 }
 
-fn measure(case: &str, level: &str) -> Probed {
-    let program = this_program();
-    let args = |n: u64| vec!["probe".into(), case.into(), n.to_string(), level.into()];
-    eprint!("  {case} ({level}) ...");
-    let instructions = callgrind::per_op(&program, args, counts(case), &format!("{case}-{level}"))
-        .unwrap_or_else(|e| {
-            eprintln!("\n{e}");
-            std::process::exit(1);
-        });
-    let out = std::process::Command::new(&program)
-        .args(args(counts(case).1))
+fn probe_args(case: &str, n: u64, level: &str) -> Vec<String> {
+    vec!["probe".into(), case.into(), n.to_string(), level.into()]
+}
+
+/// Runs `case` `n` times natively in its own process: allocations, bytes, nanoseconds per
+/// operation and connections opened, or what the probe wrote when it failed.
+fn run_probe(case: &str, n: u64, level: &str) -> Result<[f64; 4], String> {
+    let out = std::process::Command::new(this_program())
+        .args(probe_args(case, n, level))
         .output()
-        .expect("run a probe");
+        .map_err(|e| format!("could not start a probe: {e}"))?;
     let line = String::from_utf8_lossy(&out.stdout);
     let numbers: Vec<f64> = line
         .split_whitespace()
         .filter_map(|n| n.parse().ok())
         .collect();
-    if !out.status.success() || numbers.len() != 4 {
-        eprintln!(
-            "\nthe probe {case} failed: {}",
+    match (out.status.success(), <[f64; 4]>::try_from(numbers)) {
+        (true, Ok(numbers)) => Ok(numbers),
+        _ => Err(format!(
+            "the probe {case} ({level}) failed: {}{}",
+            line.trim(),
             String::from_utf8_lossy(&out.stderr)
-        );
-        std::process::exit(1);
+        )),
     }
+}
+
+fn measure(case: &str, level: &str) -> Probed {
+    let args = |n: u64| probe_args(case, n, level);
+    eprint!("  {case} ({level}) ...");
+    let instructions = callgrind::per_op(
+        &this_program(),
+        args,
+        counts(case),
+        &format!("{case}-{level}"),
+    )
+    .unwrap_or_else(|e| {
+        eprintln!("\n{e}");
+        std::process::exit(1);
+    });
+    let [allocations, bytes, ns, connections] = run_probe(case, counts(case).1, level)
+        .unwrap_or_else(|e| {
+            eprintln!("\n{e}");
+            std::process::exit(1);
+        });
     eprintln!(" {instructions:.0}");
     Probed {
         instructions,
-        allocations: numbers[0],
-        bytes: numbers[1],
-        ns: numbers[2],
-        connections: numbers[3],
+        allocations,
+        bytes,
+        ns,
+        connections,
+    }
+}
+
+/// Every case of the instruction-count sections, once for each level it is measured at.
+fn every_case() -> Vec<(String, &'static str)> {
+    let plain = [&HTTP[..], &WAIT, &TRACING, &FAILURE, &FAILURE_HTTP]
+        .into_iter()
+        .flatten()
+        .map(|(_, case)| (*case).to_owned())
+        .chain(UPSTREAMS.iter().map(|k| format!("upstreams/{k}")))
+        .chain(ALONE.iter().map(|case| (*case).to_owned()))
+        .map(|case| (case, "off"));
+    let traced = TRACING
+        .iter()
+        .flat_map(|(_, case)| ["info", "debug"].map(|level| ((*case).to_owned(), level)));
+    let mut cases: Vec<_> = plain.chain(traced).collect();
+    cases.sort();
+    cases.dedup();
+    cases
+}
+
+/// `figures check`: runs every case a few times, natively (no valgrind), so that a contender
+/// that fails, or a case a section names and the probe does not know, shows before anyone
+/// measures.
+fn check() {
+    let mut failed = 0;
+    for (case, level) in every_case() {
+        match run_probe(&case, 3, level) {
+            Ok(_) => println!("ok {case} ({level})"),
+            Err(e) => {
+                eprintln!("{e}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        eprintln!("figures check: {failed} case(s) failed");
+        std::process::exit(1);
     }
 }
 
@@ -342,6 +402,88 @@ fn commit() -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The cases of the instruction-count sections: (what the table calls it, the probe's case).
+
+const HTTP: [(&str, &str); 8] = [
+    ("plain reqwest", "http/plain"),
+    (
+        "plain reqwest in `tokio::time::timeout`",
+        "http/plain-timeout",
+    ),
+    (
+        "plain reqwest in `timeout` + the propagation headers, by hand",
+        "http/plain-headers",
+    ),
+    ("builder `call` + `send_attempt`", "http/builder"),
+    ("`#[retry]` adapter + `send_attempt`", "http/macro"),
+    (
+        "builder `call` + `send_attempt`, propagation off",
+        "http/builder-quiet",
+    ),
+    ("backon + plain reqwest", "http/backon"),
+    ("reqwest-middleware + reqwest-retry", "http/reqwest-retry"),
+];
+
+const WAIT: [(&str, &str); 9] = [
+    ("bare call", "wait/bare"),
+    ("`#[retry]`", "wait/macro"),
+    ("builder `call`", "wait/call"),
+    ("builder `run`", "wait/run"),
+    ("backon", "wait/backon"),
+    ("backon + `tokio::time::timeout`", "wait/backon-timeout"),
+    ("tokio-retry", "wait/tokio-retry"),
+    ("tower `Retry` + `TpsBudget`", "wait/tower"),
+    (
+        "backon + timeout + the upstream's budget and breaker, by hand",
+        "wait/floor",
+    ),
+];
+
+const TRACING: [(&str, &str); 3] = [
+    ("`#[retry]`, succeeds (waits once)", "wait/macro"),
+    ("builder `call`, succeeds (waits once)", "wait/call"),
+    ("`#[retry]`, fails twice then succeeds", "fail/macro"),
+];
+
+/// Upstream names in use, for the `upstreams` section's cases (`upstreams/K`).
+const UPSTREAMS: [u64; 5] = [1, 10, 100, 1_000, 10_000];
+
+const FAILURE: [(&str, &str); 7] = [
+    ("plain loop (3 tries, `sleep(1 µs)`)", "fail/loop"),
+    ("`#[retry]`", "fail/macro"),
+    ("builder `call`", "fail/call"),
+    ("backon", "fail/backon"),
+    ("backon + `tokio::time::timeout`", "fail/backon-timeout"),
+    ("tokio-retry", "fail/tokio-retry"),
+    ("tower `Retry` + `TpsBudget`", "fail/tower"),
+];
+
+const FAILURE_HTTP: [(&str, &str); 7] = [
+    (
+        "plain 3-try loop (reqwest, `sleep(1 µs)`)",
+        "http-fail/loop",
+    ),
+    ("backon + plain reqwest", "http-fail/backon"),
+    (
+        "backon + `tokio::time::timeout` + plain reqwest",
+        "http-fail/backon-timeout",
+    ),
+    ("builder `call` + `send_attempt`", "http-fail/builder"),
+    ("`#[retry]` adapter + `send_attempt`", "http-fail/macro"),
+    (
+        "builder `call` + `send_attempt`, propagation off",
+        "http-fail/builder-quiet",
+    ),
+    (
+        "reqwest-middleware + reqwest-retry",
+        "http-fail/reqwest-retry",
+    ),
+];
+
+/// One call with an attempt that does no work, in `contention`'s callgrind line.
+const ALONE: [&str; 3] = ["alone/bare", "alone/macro", "alone/call"];
+
+// ---------------------------------------------------------------------------------------------
 // Sections.
 
 fn http() {
@@ -358,28 +500,9 @@ fn http() {
             "connections opened (whole run)",
         ],
     );
-    let rows = [
-        ("plain reqwest", "http/plain"),
-        (
-            "plain reqwest in `tokio::time::timeout`",
-            "http/plain-timeout",
-        ),
-        (
-            "plain reqwest in `timeout` + the propagation headers, by hand",
-            "http/plain-headers",
-        ),
-        ("builder `call` + `send_attempt`", "http/builder"),
-        ("`#[retry]` adapter + `send_attempt`", "http/macro"),
-        (
-            "builder `call` + `send_attempt`, propagation off",
-            "http/builder-quiet",
-        ),
-        ("backon + plain reqwest", "http/backon"),
-        ("reqwest-middleware + reqwest-retry", "http/reqwest-retry"),
-    ];
-    let probed: Vec<Probed> = rows.iter().map(|(_, case)| measure(case, "off")).collect();
+    let probed: Vec<Probed> = HTTP.iter().map(|(_, case)| measure(case, "off")).collect();
     let plain = probed[0].instructions;
-    for ((name, _), p) in rows.iter().zip(&probed) {
+    for ((name, _), p) in HTTP.iter().zip(&probed) {
         println!(
             "| {name} | {:.0} | {:.3} | {:.1} | {} |",
             p.instructions,
@@ -404,24 +527,10 @@ fn wait() {
             "allocations / call",
         ],
     );
-    let rows = [
-        ("bare call", "wait/bare"),
-        ("`#[retry]`", "wait/macro"),
-        ("builder `call`", "wait/call"),
-        ("builder `run`", "wait/run"),
-        ("backon", "wait/backon"),
-        ("backon + `tokio::time::timeout`", "wait/backon-timeout"),
-        ("tokio-retry", "wait/tokio-retry"),
-        ("tower `Retry` + `TpsBudget`", "wait/tower"),
-        (
-            "backon + timeout + the upstream's budget and breaker, by hand",
-            "wait/floor",
-        ),
-    ];
-    let probed: Vec<Probed> = rows.iter().map(|(_, case)| measure(case, "off")).collect();
+    let probed: Vec<Probed> = WAIT.iter().map(|(_, case)| measure(case, "off")).collect();
     let bare = probed[0].instructions;
     let peer = probed[5].instructions - bare;
-    for ((name, _), p) in rows.iter().zip(&probed) {
+    for ((name, _), p) in WAIT.iter().zip(&probed) {
         let over = p.instructions - bare;
         println!(
             "| {name} | {:.0} | {over:.0} | {:.2} | {:.2} ({:.0} B) |",
@@ -447,12 +556,7 @@ fn tracing_levels() {
             "allocations / call",
         ],
     );
-    let rows = [
-        ("`#[retry]`, succeeds (waits once)", "wait/macro"),
-        ("builder `call`, succeeds (waits once)", "wait/call"),
-        ("`#[retry]`, fails twice then succeeds", "fail/macro"),
-    ];
-    for (name, case) in rows {
+    for (name, case) in TRACING {
         let off = measure(case, "off");
         for level in ["off", "info", "debug"] {
             let p = match level {
@@ -489,7 +593,7 @@ fn upstreams() {
         ],
     );
     let mut one = f64::NAN;
-    for k in [1, 10, 100, 1_000, 10_000] {
+    for k in UPSTREAMS {
         let p = measure(&format!("upstreams/{k}"), "off");
         if k == 1 {
             one = p.instructions;
@@ -519,18 +623,12 @@ fn failure() {
             "allocations / operation",
         ],
     );
-    let rows = [
-        ("plain loop (3 tries, `sleep(1 µs)`)", "fail/loop"),
-        ("`#[retry]`", "fail/macro"),
-        ("builder `call`", "fail/call"),
-        ("backon", "fail/backon"),
-        ("backon + `tokio::time::timeout`", "fail/backon-timeout"),
-        ("tokio-retry", "fail/tokio-retry"),
-        ("tower `Retry` + `TpsBudget`", "fail/tower"),
-    ];
-    let probed: Vec<Probed> = rows.iter().map(|(_, case)| measure(case, "off")).collect();
+    let probed: Vec<Probed> = FAILURE
+        .iter()
+        .map(|(_, case)| measure(case, "off"))
+        .collect();
     let (plain, backon) = (probed[0].instructions, probed[3].instructions);
-    for ((name, _), p) in rows.iter().zip(&probed) {
+    for ((name, _), p) in FAILURE.iter().zip(&probed) {
         println!(
             "| {name} | {:.0} | {:.2} | {:.0} | {:.1} |",
             p.instructions,
@@ -556,31 +654,13 @@ fn failure_http() {
             "connections opened (whole run)",
         ],
     );
-    let rows = [
-        (
-            "plain 3-try loop (reqwest, `sleep(1 µs)`)",
-            "http-fail/loop",
-        ),
-        ("backon + plain reqwest", "http-fail/backon"),
-        (
-            "backon + `tokio::time::timeout` + plain reqwest",
-            "http-fail/backon-timeout",
-        ),
-        ("builder `call` + `send_attempt`", "http-fail/builder"),
-        ("`#[retry]` adapter + `send_attempt`", "http-fail/macro"),
-        (
-            "builder `call` + `send_attempt`, propagation off",
-            "http-fail/builder-quiet",
-        ),
-        (
-            "reqwest-middleware + reqwest-retry",
-            "http-fail/reqwest-retry",
-        ),
-    ];
-    let probed: Vec<Probed> = rows.iter().map(|(_, case)| measure(case, "off")).collect();
+    let probed: Vec<Probed> = FAILURE_HTTP
+        .iter()
+        .map(|(_, case)| measure(case, "off"))
+        .collect();
     let plain = probed[0].instructions;
     let backon = probed[1].instructions - plain;
-    for ((name, _), p) in rows.iter().zip(&probed) {
+    for ((name, _), p) in FAILURE_HTTP.iter().zip(&probed) {
         let added = p.instructions - plain;
         println!(
             "| {name} | {:.0} | {added:.0} | {:.2} | {:.1} | {} |",
@@ -717,9 +797,7 @@ fn contention_wall(processes: usize) {
     // What each call adds, in instructions (the attempt's spin left out): the stable figure
     // behind the ratio.
     if callgrind::available() {
-        let bare = measure("alone/bare", "off").instructions;
-        let with_macro = measure("alone/macro", "off").instructions;
-        let call = measure("alone/call", "off").instructions;
+        let [bare, with_macro, call] = ALONE.map(|case| measure(case, "off").instructions);
         println!(
             "\nOne call with an attempt that does no work, current-thread runtime (callgrind): \
              bare {bare:.0} instructions, `#[retry]` {with_macro:.0} ({:.0} above bare), \
