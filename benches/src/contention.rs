@@ -1,8 +1,9 @@
 //! Contention: [`TASKS`] tasks on a multi-thread runtime ([`WORKERS`] workers unless told
 //! otherwise), every call to the same upstream (one registry entry, one budget, one breaker
-//! window), each attempt [`ATTEMPT`] of CPU. Throughput ratio = the bare calls' wall time / ours for the same number of calls. Ours
-//! is measured twice: through a `#[retry]` method (the site keeps the upstream's entry) and
-//! through the builder (which looks the upstream up by name on every call).
+//! window), each attempt [`ATTEMPT`] of CPU. Throughput ratio = the bare calls' wall time /
+//! ours for the same number of calls. Ours is measured twice: through a `#[retry]` method (the
+//! site keeps the upstream's entry) and through the builder (which looks the upstream up by
+//! name on every call).
 
 use std::future::Future;
 use std::hint::black_box;

@@ -88,7 +88,7 @@ impl Loopback {
     /// Plain reqwest inside `tokio::time::timeout`: the one timer per attempt that ours keeps
     /// (what `backon + timeout` is in process).
     pub async fn plain_timeout(&self) -> Bytes {
-        tokio::time::timeout(Duration::from_secs(1), get(&self.client, &self.url))
+        tokio::time::timeout(ATTEMPT_TIMEOUT, get(&self.client, &self.url))
             .await
             .expect("in time")
             .expect("plain + timeout")
@@ -101,7 +101,7 @@ impl Loopback {
         let headers = request.headers_mut();
         propagation::write_headers(headers, Duration::from_millis(1_000), 1, Some(2));
         let send = self.client.execute(request);
-        let response = tokio::time::timeout(Duration::from_secs(1), send).await;
+        let response = tokio::time::timeout(ATTEMPT_TIMEOUT, send).await;
         let response = response.expect("in time").expect("plain + headers");
         assert!(response.status().is_success(), "plain + headers");
         response.bytes().await.expect("plain + headers")
@@ -173,6 +173,8 @@ impl Loopback {
         let constant = ConstantBuilder::default()
             .with_delay(BACKOFF)
             .with_max_times(2);
+        // Written out rather than through `inproc::timed`: a floor is the cheapest form, and
+        // that helper's extra future costs a few hundred instructions per request.
         let timed = || async {
             match tokio::time::timeout(ATTEMPT_TIMEOUT, get(&self.client, &self.flaky_url)).await {
                 Ok(result) => result,

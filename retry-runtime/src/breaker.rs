@@ -269,9 +269,7 @@ impl CircuitBreaker {
     }
 
     fn now_nanos(&self) -> u64 {
-        Instant::now()
-            .saturating_duration_since(self.clock.origin())
-            .as_nanos() as u64
+        Tick::at(self.clock.origin(), Instant::now()).nanos()
     }
 
     /// The current state (an open breaker whose wait is over reads as half-open).

@@ -138,7 +138,8 @@ impl<'r> RetryCall<'r> {
         HedgedCall { call: self }
     }
 
-    /// The call: the upstream looked up, the scope joined or prepared, the key checked.
+    /// What the call is: the upstream looked up and the key checked (the two things that can
+    /// fail before it starts).
     fn into_spec(self) -> Result<CallSpec<'r>, Error> {
         let key = self.key.transpose().map_err(Error::InvalidIdempotencyKey)?;
         Ok(CallSpec {

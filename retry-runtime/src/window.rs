@@ -55,6 +55,11 @@ impl Tick {
             origin,
         }
     }
+
+    /// Nanoseconds since the origin.
+    pub(crate) fn nanos(self) -> u64 {
+        self.nanos
+    }
 }
 
 /// The clock of a window: which slot epoch a time falls in.
