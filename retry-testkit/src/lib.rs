@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod assert;
+mod error;
 pub mod fault;
 mod kit;
 mod record;
@@ -39,6 +40,7 @@ mod script;
 mod trace;
 mod upstream;
 
+pub use error::CallError;
 pub use kit::{DEFAULT_SEED, Kit, KitBuilder, Run};
 pub use record::Request;
 pub use script::{Reply, Step};

@@ -85,14 +85,16 @@ impl From<Reply> for Step {
 /// Each step says whether the request was *processed* (read whole, so a real server could have
 /// executed it): that is the ground truth an `Ambiguous` outcome is about.
 ///
-/// | step | HTTP/1.1 | h2c | processed |
-/// |---|---|---|---|
-/// | [`Respond`](Step::Respond) | the reply | the reply | yes |
-/// | [`RefuseBeforeRead`](Step::RefuseBeforeRead) | connection reset before reading | `RST_STREAM(REFUSED_STREAM)` | no |
-/// | [`CloseBeforeRead`](Step::CloseBeforeRead) | connection closed (FIN) before reading | `GOAWAY` naming an earlier stream, then close | no |
-/// | [`ResetAfterRead`](Step::ResetAfterRead) | request read, connection reset | request read, `RST_STREAM(INTERNAL_ERROR)` | yes |
-/// | [`CloseAfterRead`](Step::CloseAfterRead) | request read, connection closed before any response | request read, connection dropped | yes |
-/// | [`TruncatedBody`](Step::TruncatedBody) | headers and part of the body, then reset | headers and part of the body, then `RST_STREAM(INTERNAL_ERROR)` | yes |
+/// | step | HTTP/1.1 | h2c | processed | the client's evidence |
+/// |---|---|---|---|---|
+/// | [`Respond`](Step::Respond) | the reply | the reply | yes | `response_received` |
+/// | [`RefuseBeforeRead`](Step::RefuseBeforeRead) | connection reset before reading | `RST_STREAM(REFUSED_STREAM)` | no | h2c: `not_sent`; HTTP/1.1: `not_sent` or `sent_no_response` (the reset races the client's write) |
+/// | [`CloseBeforeRead`](Step::CloseBeforeRead) | connection closed (FIN) before reading | `GOAWAY`, then close | no | HTTP/1.1: `not_sent` or `sent_no_response`; h2c: `sent_no_response` (a GOAWAY proves nothing) |
+/// | [`ResetAfterRead`](Step::ResetAfterRead) | request read, connection reset | request read, `RST_STREAM(INTERNAL_ERROR)` | yes | `sent_no_response` |
+/// | [`CloseAfterRead`](Step::CloseAfterRead) | request read, connection closed before any response | request read, connection dropped | yes | `sent_no_response` |
+/// | [`TruncatedBody`](Step::TruncatedBody) | a `200` head and part of the body, then reset | the same, then `RST_STREAM(INTERNAL_ERROR)` | yes | `partial_response` |
+///
+/// A [`Reply`] delayed past the attempt timeout is `sent_no_response` too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Read the request and answer.
