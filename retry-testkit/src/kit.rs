@@ -85,7 +85,7 @@ impl KitBuilder {
     }
 
     /// Divides every upstream's backoff (initial delay and cap) by `factor`, so a production
-    /// configuration (100 ms doubling to 1 s) retries in milliseconds and the test stays fast.
+    /// configuration (500 ms doubling to a 1 s cap) retries in milliseconds and the test stays fast.
     /// The shape (multiplier, jitter) is kept; `0` is read as 1.
     pub const fn shrink_backoff(mut self, factor: u32) -> Self {
         self.shrink = factor;

@@ -49,3 +49,8 @@ pub use upstream::{Protocol, Upstream};
 
 #[doc = include_str!("guide.md")]
 pub mod guide {}
+
+/// The README's example, compiled and run as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
