@@ -124,7 +124,7 @@ where
                 future: self.inner.call(request),
             },
             Some(Fault::Latency(delay)) => State::Delayed {
-                sleep: tokio::time::sleep(delay),
+                sleep: Box::pin(tokio::time::sleep(delay)),
                 future: self.inner.call(request),
             },
             Some(Fault::Status {
@@ -166,8 +166,9 @@ pin_project! {
     enum State<F> {
         // The inner service's answer, untouched.
         Inner { #[pin] future: F },
-        // The inner service's answer, polled once the injected latency has passed.
-        Delayed { #[pin] sleep: tokio::time::Sleep, #[pin] future: F },
+        // The inner service's answer, polled once the injected latency has passed (the timer
+        // boxed, so that the future of a request with no fault stays small).
+        Delayed { sleep: Pin<Box<tokio::time::Sleep>>, #[pin] future: F },
         // An injected answer.
         Injected { result: Option<Result<http::Response<()>, BoxError>> },
     }
@@ -200,7 +201,7 @@ where
         let future = match self.project().state.project() {
             StateProj::Inner { future } => future,
             StateProj::Delayed { sleep, future } => {
-                if sleep.poll(cx).is_pending() {
+                if sleep.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
                 future
