@@ -57,21 +57,26 @@ impl<T> Run<T> {
         }
     }
 
-    /// Asserts that no write without an idempotency key reached the upstream twice (the same
-    /// method and target): the double charge a retry library must never cause.
+    /// Asserts that no write without an idempotency key was processed twice by the upstream
+    /// (the same method and target): the double charge a retry library must never cause. A
+    /// request the upstream turned away before reading it ([`Step::RefuseBeforeRead`] over
+    /// h2c) is not counted: the client can prove it was not processed, and sending it again
+    /// is safe.
+    ///
+    /// [`Step::RefuseBeforeRead`]: crate::Step::RefuseBeforeRead
     #[track_caller]
     pub fn assert_no_unkeyed_write_twice(&self) -> &Self {
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
         for request in self
             .requests
             .iter()
-            .filter(|r| r.is_write() && r.key().is_none())
+            .filter(|r| r.processed && r.is_write() && r.key().is_none())
         {
             let count = seen.entry((&request.method, &request.path)).or_default();
             *count += 1;
             assert!(
                 *count < 2,
-                "{} {} was sent {} times without an idempotency key\n{self}",
+                "{} {} was processed {} times without an idempotency key\n{self}",
                 request.method,
                 request.path,
                 count
@@ -87,7 +92,7 @@ impl<T> Run<T> {
     ///
     /// A `Retry-After` the upstream sends overrides the backoff (the runtime honours it), so
     /// script no `Retry-After` for this assertion, or check [`Trace::delays`](crate::Trace::delays)
-    /// yourself. Rotation retries (reason `connection rotated`) are sent at once and skipped.
+    /// yourself. Rotation retries (reason `connection_rotated`) are sent at once and skipped.
     #[track_caller]
     pub fn assert_delays_within_backoff(&self) -> &Self {
         for call in &self.trace.calls {
@@ -103,7 +108,7 @@ impl<T> Run<T> {
                 .iter()
                 .flat_map(|a| a.decisions.iter())
                 .filter(|d| d.decision == "retry")
-                .filter(|d| d.reason.as_deref() != Some("connection rotated"));
+                .filter(|d| !is_rotation(d.reason.as_deref()));
             for (n, decision) in retries.enumerate() {
                 let Some(delay) = decision.delay else {
                     panic!("retry {} logged no delay\n{self}", n + 1);
@@ -155,6 +160,12 @@ impl<T> Run<T> {
         );
         self
     }
+}
+
+/// A rotation retry's reason, as the runtime logs it (`connection_rotated`; the Display form
+/// `connection rotated` accepted too).
+fn is_rotation(reason: Option<&str>) -> bool {
+    matches!(reason, Some("connection_rotated" | "connection rotated"))
 }
 
 /// The range a delay before retry `retry` (1-based) falls in, at the millisecond resolution

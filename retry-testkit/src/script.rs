@@ -101,8 +101,9 @@ pub enum Step {
     Respond(Reply),
     /// Turn the request away before reading it: the client can prove it was not processed.
     RefuseBeforeRead,
-    /// Close the connection before reading the request (HTTP/1.1: a FIN; h2c: a GOAWAY whose
-    /// last stream id is below this request's).
+    /// Close the connection before reading the request (HTTP/1.1: a FIN; h2c: a `GOAWAY`
+    /// with `NO_ERROR`, then the close; the h2 crate names this stream as the last it may have
+    /// processed, so the client cannot tell either way).
     CloseBeforeRead,
     /// Read the whole request, then reset: the request may have been executed and no answer
     /// comes.
