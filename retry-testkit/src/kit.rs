@@ -155,9 +155,11 @@ impl Kit {
     /// Runs `calls` (any future: one adapter call, or several) and returns its output with the
     /// trace of every retrying call it made and the requests `upstream` received meanwhile.
     ///
-    /// The trace is collected by a `tracing` subscriber installed around `calls` only: a
-    /// global subscriber the test installed keeps its own output, and tasks `calls` spawns are
-    /// not traced (a retrying call's own attempts are polled in the calling task).
+    /// The trace is collected by a `tracing` subscriber that is the current one while `calls`
+    /// is polled, and only then: a subscriber the test installed sees everything else, but not
+    /// the events of `calls` itself. Tasks `calls` spawns are not traced (a retrying call's
+    /// attempts, hedged copies included, are polled in the calling task). Runs of one kit
+    /// take turns: two at once would share one trace.
     pub async fn run<F: Future>(&self, upstream: &Upstream, calls: F) -> Run<F::Output> {
         let before = upstream.requests().len();
         let (output, trace) = self.trace(calls).await;

@@ -48,6 +48,49 @@
 //! assert!(faults.is_on());
 //! faults.clear();
 //! ```
+//!
+//! On the client side, under the runtime's retry layer, a drill shows what the retries make of
+//! the faults (here over an in-process service standing in for the network):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use std::convert::Infallible;
+//! use retry_runtime::tower::RetryLayer;
+//! use retry_runtime::{Registry, UpstreamConfig};
+//! use retry_testkit::fault::{Fault, FaultPlan, Faults};
+//! use tower_layer::Layer;
+//! use tower_service::Service;
+//!
+//! #[derive(Clone)]
+//! struct Network;
+//! impl Service<http::Request<String>> for Network {
+//!     type Response = http::Response<String>;
+//!     type Error = Infallible;
+//!     type Future = std::future::Ready<Result<http::Response<String>, Infallible>>;
+//!     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+//!         std::task::Poll::Ready(Ok(()))
+//!     }
+//!     fn call(&mut self, _: http::Request<String>) -> Self::Future {
+//!         std::future::ready(Ok(http::Response::new("ok".to_owned())))
+//!     }
+//! }
+//!
+//! let registry = std::sync::Arc::new(
+//!     Registry::builder().upstream("catalog", UpstreamConfig::new()).build().unwrap(),
+//! );
+//! let faults = Faults::new(7);
+//! let mut client = RetryLayer::with_registry(registry, "catalog")
+//!     .layer(faults.layer().layer(Network));
+//!
+//! // One refusal: the request was provably not processed, so even a write without a key is
+//! // sent again, and the caller sees the second attempt's answer.
+//! faults.set(FaultPlan::new().rule("/", Fault::Refuse, 1.0).at_most(1));
+//! let request = http::Request::post("http://catalog/orders").body(String::new()).unwrap();
+//! let response = client.call(request).await.unwrap();
+//! assert_eq!(response.status(), 200);
+//! assert_eq!(faults.injected(), 1);
+//! # }
+//! ```
 
 mod body;
 mod layer;
