@@ -1033,14 +1033,19 @@ impl<'r> Call<'r> {
             .classified
             .take()
             .unwrap_or_else(|| Failure::of(&error));
-        if failure.evidence == Evidence::ResponseReceived && failure.status.is_none() {
-            // A programming error in the adapter, not a fact about the upstream: say where.
+        if failure.evidence == Evidence::ResponseReceived
+            && failure.status.is_none()
+            && failure.permanent.is_none()
+        {
+            // A programming error in the adapter, not a fact about the upstream: say where. (A
+            // failure permanent by declaration needs no status: nothing is retried.)
             self.span.in_scope(|| {
                 tracing::warn!(
                     target: "retry_runtime::decision",
                     error_type = std::any::type_name::<E>(),
-                    "the error reports that a response arrived but not its status: \
-                     delegate `Classify` to the HTTP error (`via`, or `#[derive(Classify)]`)"
+                    "the error reports that a response arrived but neither its status nor a \
+                     permanent category: state them (`#[classify(status = .., permanent = ..)]`) \
+                     or delegate `Classify` to the HTTP error (`via`)"
                 )
             });
         }
