@@ -23,6 +23,10 @@ pub enum PermanentCategory {
     Cancelled,
     /// Any other failure the application marks as permanent.
     Other,
+    /// A retrying call below ended [ambiguous](crate::Ambiguous): the write may have happened,
+    /// and only that call's key (or a reconcile check) can settle it; retrying above it could
+    /// repeat it.
+    OutcomeUnknown,
 }
 
 impl PermanentCategory {
@@ -36,6 +40,7 @@ impl PermanentCategory {
             PermanentCategory::Configuration => "configuration",
             PermanentCategory::Cancelled => "cancelled",
             PermanentCategory::Other => "other",
+            PermanentCategory::OutcomeUnknown => "outcome_unknown",
         }
     }
 }

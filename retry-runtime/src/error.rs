@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::decision::AmbiguityReason;
 use crate::key::{IdempotencyKey, KeyError};
+use crate::registry::duration::Readable;
 use crate::{Classify, Evidence, PermanentCategory};
 
 /// The outcome of a write whose fate is unknown: it may or may not have happened.
@@ -162,7 +163,8 @@ impl fmt::Display for Error {
             } => {
                 write!(
                     f,
-                    "attempt {attempt} to `{upstream}` timed out after {timeout:?}"
+                    "attempt {attempt} to `{upstream}` timed out after {}",
+                    Readable(*timeout)
                 )
             }
             Error::DeadlineExceeded {
@@ -294,7 +296,7 @@ impl Classify for Error {
             Error::RefreshFailed(_) => Some(PermanentCategory::Auth),
             // An ambiguous outcome below must not be retried above: that is how one layer's
             // uncertainty becomes another layer's duplicate.
-            Error::Ambiguous(_) => Some(PermanentCategory::Other),
+            Error::Ambiguous(_) => Some(PermanentCategory::OutcomeUnknown),
             Error::AttemptTimeout { .. }
             | Error::DeadlineExceeded { .. }
             | Error::CircuitOpen { .. }
@@ -347,5 +349,36 @@ impl Classify for Error {
             e.stopped(stop);
         }
         let _ = (self, stop);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_attempt_names_its_timeout_readably() {
+        let e = Error::AttemptTimeout {
+            upstream: "sber".into(),
+            attempt: 2,
+            timeout: Duration::from_nanos(259_447_999),
+        };
+        assert_eq!(e.to_string(), "attempt 2 to `sber` timed out after 259ms");
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_not_reported_as_some_other_failure() {
+        let e = Error::Ambiguous(Box::new(Ambiguous {
+            upstream: "sber".into(),
+            operation: "pay".into(),
+            attempts: 2,
+            evidence: Evidence::SentNoResponse,
+            status: None,
+            reason: AmbiguityReason::SentNoResponse,
+            idempotency_key: None,
+            last_error: "reset".into(),
+        }));
+        assert_eq!(e.permanent(), Some(PermanentCategory::OutcomeUnknown));
+        assert_eq!(PermanentCategory::OutcomeUnknown.as_str(), "outcome_unknown");
     }
 }

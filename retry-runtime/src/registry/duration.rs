@@ -73,6 +73,37 @@ impl fmt::Display for DurationError {
 
 impl std::error::Error for DurationError {}
 
+/// A duration as a person reads it and the configuration accepts it: `259ms`, `1.25s`, `80us`
+/// (where `Debug` prints `259.447999ms`). Rounded to three significant digits, which is what a
+/// message needs; the exact value stays in the fields of the error that carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Readable(pub(crate) Duration);
+
+impl fmt::Display for Readable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nanos = self.0.as_nanos();
+        let (value, unit) = match nanos {
+            0 => return f.write_str("0s"),
+            ..1_000 => return write!(f, "{nanos}ns"),
+            ..1_000_000 => (nanos as f64 / 1e3, "us"),
+            ..1_000_000_000 => (nanos as f64 / 1e6, "ms"),
+            _ => (self.0.as_secs_f64(), "s"),
+        };
+        // Three significant digits, trailing zeros dropped: 1.25, 12.5, 259, 3600.
+        let decimals = match value {
+            v if v < 10.0 => 2,
+            v if v < 100.0 => 1,
+            _ => 0,
+        };
+        let text = format!("{value:.decimals$}");
+        let text = match text.contains('.') {
+            true => text.trim_end_matches('0').trim_end_matches('.'),
+            false => &text,
+        };
+        write!(f, "{text}{unit}")
+    }
+}
+
 /// Parses `"<digits>[.<digits>]<unit>"` into a [`Duration`].
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     if s.is_empty() {
@@ -194,6 +225,24 @@ mod tests {
             parse_duration("18446744073709551615ns"),
             Ok(Duration::from_nanos(u64::MAX))
         );
+    }
+
+    #[test]
+    fn durations_print_readably_and_parse_back() {
+        for (duration, text) in [
+            (Duration::from_nanos(259_447_999), "259ms"),
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_micros(1_500), "1.5ms"),
+            (Duration::from_micros(80), "80us"),
+            (Duration::from_nanos(7), "7ns"),
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(1_250), "1.25s"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::from_secs(3_600), "3600s"),
+        ] {
+            assert_eq!(Readable(duration).to_string(), text, "{duration:?}");
+            assert!(parse_duration(text).is_ok(), "{text} parses back");
+        }
     }
 
     #[test]

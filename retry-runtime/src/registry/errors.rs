@@ -102,7 +102,17 @@ impl fmt::Display for ConfigError {
 }
 
 /// Every mistake found in one configuration, reported together.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` prints the same located list as `Display`, so `?` in a `main` that returns
+/// `Result<(), Box<dyn Error>>` shows it as a person reads it (the fields are public for code
+/// that wants them):
+///
+/// ```text
+/// Error: 2 configuration error(s):
+///   - upstreams.toml:2:16: upstream `payments`: max_attempts = 9 is outside 1..=5: ...
+///   - upstreams.toml:3:1: upstream `payments`: unknown key `timeout`; did you mean `attempt_timeout`?
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl ConfigErrors {
@@ -114,11 +124,17 @@ impl ConfigErrors {
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} configuration error(s):", self.0.len())?;
+        write!(f, "{} configuration error(s):", self.0.len())?;
         for e in &self.0 {
-            writeln!(f, "  - {e}")?;
+            write!(f, "\n  - {e}")?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

@@ -576,9 +576,10 @@ failure_rate = 1.5
   - upstreams.toml:16:12: upstream `catalog`: `deadline` needs a unit: write `deadline = "5s"`
   - upstreams.toml:17:12: upstream `catalog`: bulkhead = 0 would refuse every attempt: use the upstream's capacity, or remove the key for no limit
   - upstreams.toml:19:1: upstream `catalog`: unknown key `widnow` in [upstreams.catalog.budget]: did you mean `window`? valid keys: ratio, min_per_second, window
-  - upstreams.toml:21:16: upstream `catalog`: breaker failure_rate 1.5 is outside (0, 1]: use 0.8
-"#;
+  - upstreams.toml:21:16: upstream `catalog`: breaker failure_rate 1.5 is outside (0, 1]: use 0.8"#;
         assert_eq!(errors.to_string(), expected);
+        // `?` in `main` prints `Debug`: the same list, not the struct.
+        assert_eq!(format!("{errors:?}"), expected);
     }
 
     #[test]
@@ -666,8 +667,7 @@ failure_rate = 1.5
   - environment: RETRY__SBER__BACKOFF: upstream `sber`: backoff = \"fixed\" is refused: fixed retry piles load onto a failing upstream; use \"exponential\" with a multiplier such as 2.0
   - environment: RETRY__SBER__BUDGET__WINDOW: upstream `sber`: budget window 120s is outside 1s..=60s: use 10s
   - environment: RETRY__SBER__DEADLINE: upstream `sber`: `deadline` = \"soon\" is not a valid duration: expected one number and one unit, such as \"500ms\" or \"1.5s\" (units: ns, us, ms, s, m, h)
-  - environment: RETRY__SBER__MAX_ATTEMPTS: upstream `sber`: max_attempts = 8 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
-"
+  - environment: RETRY__SBER__MAX_ATTEMPTS: upstream `sber`: max_attempts = 8 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue"
         );
     }
 

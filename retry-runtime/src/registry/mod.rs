@@ -168,7 +168,7 @@ use crate::{Drain, Error};
 
 #[cfg(feature = "durable")]
 mod durable;
-mod duration;
+pub(crate) mod duration;
 mod env;
 mod errors;
 mod file;

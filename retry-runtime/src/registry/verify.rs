@@ -159,7 +159,9 @@ pub struct MissingUpstream {
 }
 
 /// Every upstream used by a `#[retry]` function in the binary but missing from the registry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` prints the same list as `Display`, so `?` in `main` shows it as a person reads it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct MissingUpstreams {
     /// The missing upstreams, sorted by name.
     pub missing: Vec<MissingUpstream>,
@@ -176,7 +178,8 @@ impl fmt::Display for MissingUpstreams {
             write!(
                 f,
                 "{} #[retry(durable = ...)] function(s) have no durable queue to defer to; register \
-                 one at start-up with `Registry::set_durable_queue`: ",
+                 one at start-up with `Registry::set_durable_queue` (in a binary that never calls \
+                 them, check with `Registry::verify_without_durable` instead): ",
                 self.no_durable_queue.len()
             )?;
             for (i, r) in self.no_durable_queue.iter().enumerate() {
@@ -185,12 +188,12 @@ impl fmt::Display for MissingUpstreams {
                 }
                 write!(f, "{r}")?;
             }
-            writeln!(f)?;
             if self.missing.is_empty() {
                 return Ok(());
             }
+            writeln!(f)?;
         }
-        writeln!(
+        write!(
             f,
             "{} upstream(s) named by #[retry] functions are missing from the retry registry \
              (configured: {}); add them to the configuration, or fix the name in the attribute:",
@@ -202,7 +205,7 @@ impl fmt::Display for MissingUpstreams {
             }
         )?;
         for m in &self.missing {
-            write!(f, "  - `{}`", m.upstream)?;
+            write!(f, "\n  - `{}`", m.upstream)?;
             if let Some(close) = closest(m.upstream, self.known.iter().map(String::as_str)) {
                 write!(f, " (did you mean `{close}`?)")?;
             }
@@ -213,9 +216,14 @@ impl fmt::Display for MissingUpstreams {
                 }
                 write!(f, "{r}")?;
             }
-            writeln!(f)?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for MissingUpstreams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -249,8 +257,24 @@ impl Registry {
     /// // No `#[retry]` function in this doctest, so nothing is missing.
     /// registry.verify().unwrap();
     /// ```
+    ///
+    /// # Durable functions
+    /// A `#[retry(durable = ...)]` function without a queue fails its call only when the
+    /// upstream is already failing (that is when it defers), so `verify` reports it at start-up
+    /// rather than in the middle of an outage. The registrations are per binary, not per use:
+    /// a binary that links such functions but never calls them (a CLI, a read-only service
+    /// sharing the adapter crate) checks with
+    /// [`verify_without_durable`](Registry::verify_without_durable) instead.
     pub fn verify(&self) -> Result<(), MissingUpstreams> {
         self.verify_where(|r| r.registry().is_none())
+    }
+
+    /// Like [`verify`](Registry::verify), without the durable queue check: for a binary that
+    /// links `#[retry(durable = ...)]` functions it never calls. Every upstream is still
+    /// checked; a durable call made anyway fails with
+    /// [`Error::NoDurableQueue`](crate::Error::NoDurableQueue).
+    pub fn verify_without_durable(&self) -> Result<(), MissingUpstreams> {
+        self.check(|r| r.registry().is_none(), false)
     }
 
     /// Like [`verify`](Registry::verify), for the `#[retry]` functions `select` picks, e.g. those
@@ -261,6 +285,14 @@ impl Registry {
         &self,
         select: impl Fn(&Registration) -> bool,
     ) -> Result<(), MissingUpstreams> {
+        self.check(select, true)
+    }
+
+    fn check(
+        &self,
+        select: impl Fn(&Registration) -> bool,
+        durable: bool,
+    ) -> Result<(), MissingUpstreams> {
         let known = self.names();
         let mut missing: BTreeMap<&'static str, Vec<Registration>> = BTreeMap::new();
         let mut no_durable_queue = Vec::new();
@@ -268,7 +300,7 @@ impl Registry {
             .into_iter()
             .filter(|r| select(r))
         {
-            if r.durable.is_some() && !self.has_queue() {
+            if durable && r.durable.is_some() && !self.has_queue() {
                 no_durable_queue.push(r);
             }
             if known
