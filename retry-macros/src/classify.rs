@@ -4,8 +4,10 @@
 //! Every variant says what it knows, or the derive refuses it:
 //! - a variant with one field, or marked `#[classify(transparent)]`, wraps a classifying error
 //!   and delegates every fact to it (`via`);
-//! - any other variant states its facts: `#[classify(evidence = "response_received",
-//!   permanent = "decode")]` (evidence defaults to `sent_no_response`, the cautious answer).
+//! - any other variant states its facts: `#[classify(status = 422, permanent = "contract")]`,
+//!   `#[classify(evidence = "response_received", permanent = "decode")]`. A status implies
+//!   `response_received`; without either, evidence defaults to `sent_no_response`, the cautious
+//!   answer.
 //!
 //! `#[classify(from)]` on a wrapping variant also generates `From<field type>`, so `?` converts
 //! the runtime's and the HTTP integration's errors.
@@ -17,7 +19,7 @@
 //!     Retry(retry_runtime::Error),
 //!     #[classify(from)]
 //!     Http(retry_runtime::http::HttpError),
-//!     #[classify(evidence = "response_received", permanent = "contract")]
+//!     #[classify(status = 422, permanent = "contract")]
 //!     Rejected { code: String },
 //! }
 //! ```
@@ -53,6 +55,7 @@ enum Facts {
     /// States its own facts (idents of `Evidence` and `PermanentCategory` variants).
     Stated {
         evidence: Ident,
+        status: Option<u16>,
         permanent: Option<Ident>,
     },
 }
@@ -140,6 +143,7 @@ fn facts(
     let mut from = false;
     let mut evidence: Option<Ident> = None;
     let mut permanent: Option<Ident> = None;
+    let mut status: Option<(u16, Span)> = None;
     let mut seen = false;
     for attr in attrs.iter().filter(|a| a.path().is_ident("classify")) {
         seen = true;
@@ -154,9 +158,22 @@ fn facts(
             } else if meta.path.is_ident("permanent") {
                 let value: LitStr = meta.value()?.parse()?;
                 permanent = Some(named(&value, &PERMANENT, "permanent category")?);
+            } else if meta.path.is_ident("status") {
+                let value: syn::LitInt = meta.value()?.parse()?;
+                let code = value
+                    .base10_parse::<u16>()
+                    .ok()
+                    .filter(|code| (100..=599).contains(code))
+                    .ok_or_else(|| {
+                        syn::Error::new(
+                            value.span(),
+                            "`status` is an HTTP status code, 100..=599 (e.g. `status = 422`)",
+                        )
+                    })?;
+                status = Some((code, value.span()));
             } else {
                 return Err(meta.error(
-                    "unknown `classify` option: expected `transparent`, `from`, `evidence = \"..\"` or `permanent = \"..\"`",
+                    "unknown `classify` option: expected `transparent`, `from`, `status = ..`, `evidence = \"..\"` or `permanent = \"..\"`",
                 ));
             }
             Ok(())
@@ -166,7 +183,7 @@ fn facts(
             return None;
         }
     }
-    let stated = evidence.is_some() || permanent.is_some();
+    let stated = evidence.is_some() || permanent.is_some() || status.is_some();
     if stated && (transparent || from) {
         cx.error_at(
             span,
@@ -175,9 +192,26 @@ fn facts(
         return None;
     }
     if stated {
-        let evidence = evidence.unwrap_or_else(|| Ident::new("SentNoResponse", Span::call_site()));
+        // A status is the proof that a response arrived (whole, or its head).
+        let responded = ["ResponseReceived", "PartialResponse"];
+        if let (Some((_, at)), Some(e)) = (status, &evidence)
+            && !responded.iter().any(|r| e == r)
+        {
+            cx.error_at(
+                at,
+                format!("{what} states a status, so a response arrived: remove `evidence` or make it `response_received` (or `partial_response`)"),
+            );
+            return None;
+        }
+        let default = if status.is_some() {
+            "ResponseReceived"
+        } else {
+            "SentNoResponse"
+        };
+        let evidence = evidence.unwrap_or_else(|| Ident::new(default, Span::call_site()));
         return Some(Facts::Stated {
             evidence,
+            status: status.map(|(code, _)| code),
             permanent,
         });
     }
@@ -189,12 +223,12 @@ fn facts(
             "{what} wraps an error, so it must have exactly one field (the error whose facts it reports)"
         )
     } else if seen {
-        format!("{what} says nothing: add `evidence = \"..\"` and/or `permanent = \"..\"`")
+        format!("{what} says nothing: add `status = ..`, `evidence = \"..\"` and/or `permanent = \"..\"`")
     } else {
         format!(
             "{what} does not say what it knows about the failed attempt, so the engine could not decide safely: \
-             add `#[classify(evidence = \"response_received\", permanent = \"contract\")]` (or the facts that \
-             apply), or give it one field that implements `Classify` to delegate to"
+             add `#[classify(status = 422, permanent = \"contract\")]` (or the facts that apply: `status`, \
+             `evidence`, `permanent`), or give it one field that implements `Classify` to delegate to"
         )
     };
     cx.error_at(span, message);
@@ -229,6 +263,7 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
     let mut stopped = Vec::new();
     let mut evidence = Vec::new();
     let mut permanent = Vec::new();
+    let mut status = Vec::new();
     let mut froms = Vec::new();
     for arm in arms {
         let path = &arm.path;
@@ -270,10 +305,16 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
             }
             Facts::Stated {
                 evidence: e,
+                status: s,
                 permanent: p,
             } => {
                 via.push(quote!(#ignore => ::core::option::Option::None,));
                 evidence.push(quote!(#ignore => #krate::Evidence::#e,));
+                let s = match s {
+                    Some(code) => quote!(::core::option::Option::Some(#code)),
+                    None => quote!(::core::option::Option::None),
+                };
+                status.push(quote!(#ignore => #s,));
                 let p = match p {
                     Some(p) => quote!(::core::option::Option::Some(#krate::PermanentCategory::#p)),
                     None => quote!(::core::option::Option::None),
@@ -320,6 +361,13 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
             _ => #krate::Classify::via(self).and_then(|inner| inner.permanent()),
         }
     };
+    let status = quote! {
+        match self {
+            #(#status)*
+            #[allow(unreachable_patterns)]
+            _ => #krate::Classify::via(self).and_then(|inner| inner.status()),
+        }
+    };
     quote! {
         impl #impl_generics #krate::Classify for #name #ty_generics #where_clause {
             fn via(&self) -> ::core::option::Option<&dyn #krate::Classify> {
@@ -327,6 +375,9 @@ fn expand(input: &DeriveInput, arms: &[Arm]) -> TokenStream {
             }
             fn evidence(&self) -> #krate::Evidence {
                 #evidence
+            }
+            fn status(&self) -> ::core::option::Option<u16> {
+                #status
             }
             fn permanent(&self) -> ::core::option::Option<#krate::PermanentCategory> {
                 #permanent
