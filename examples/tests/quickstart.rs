@@ -27,6 +27,16 @@ fn blocks<'a>(text: &'a str, lang: &str) -> Vec<String> {
     found
 }
 
+/// What `?` in the quick start's `main` prints for [`BROKEN`]; the README shows it.
+const BROKEN_REPORT: &str = "Error: 3 configuration error(s):
+  - upstreams.toml:2:16: upstream `payments`: max_attempts = 9 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
+  - upstreams.toml:3:1: upstream `payments`: unknown key `timeout` in [upstreams.payments]: valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, breaker, hedge
+  - upstreams.toml:4:19: upstream `payments`: `initial_backoff` = \"100\" is not a valid duration: it has no unit: write \"100ms\" or \"100s\"
+";
+
+/// A broken `upstreams.toml`, as the README describes it.
+const BROKEN: &str = "[upstreams.payments]\nmax_attempts = 9\ntimeout = \"1s\"\ninitial_backoff = \"100\"\n";
+
 #[test]
 fn the_readme_shows_the_quickstart_verbatim() {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
@@ -40,6 +50,10 @@ fn the_readme_shows_the_quickstart_verbatim() {
     assert!(
         blocks(&readme, "toml").contains(&config),
         "README.md's toml block differs from examples/quickstart/upstreams.toml"
+    );
+    assert!(
+        blocks(&readme, "text").contains(&BROKEN_REPORT.to_owned()),
+        "README.md shows another report of a broken upstreams.toml than the binary prints"
     );
 }
 
@@ -119,21 +133,10 @@ async fn the_quickstart_retries_a_503_and_a_declined_charge_logs_no_warning() {
 async fn a_broken_upstreams_toml_prints_every_mistake_located() {
     let dir = std::env::temp_dir().join(format!("retry-quickstart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("upstreams.toml"),
-        "[upstreams.payments]\nmax_attempts = 9\ntimeout = \"1s\"\ninitial_backoff = \"100\"\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("upstreams.toml"), BROKEN).unwrap();
     let out = quickstart(&dir, "http://127.0.0.1:9").await;
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(!out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        "Error: 3 configuration error(s):
-  - upstreams.toml:2:16: upstream `payments`: max_attempts = 9 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
-  - upstreams.toml:3:1: upstream `payments`: unknown key `timeout` in [upstreams.payments]: valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, breaker, hedge
-  - upstreams.toml:4:19: upstream `payments`: `initial_backoff` = \"100\" is not a valid duration: it has no unit: write \"100ms\" or \"100s\"
-"
-    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), BROKEN_REPORT);
 }
