@@ -19,7 +19,7 @@ use crate::decision::{Failure, Stop};
 /// treated as possibly sent ([`Evidence::SentNoResponse`]).
 ///
 /// A partial implementation fails safe, never silently: an error that says a response arrived
-/// but not its status (it overrides `evidence` without `via` or `status`) is not read as some
+/// but not its status (it overrides `evidence` without `via`, `status` or `permanent`) is not read as some
 /// status. A read is not retried ([`DenyReason::StatusUnknown`](crate::DenyReason::StatusUnknown)),
 /// a write is [ambiguous](crate::AmbiguityReason::StatusUnknown) (it may have executed), and a
 /// `WARN` event names the error type.

@@ -52,7 +52,8 @@
 //! ```
 //!
 //! A complete service (registry, `verify()`, client, draining, an axum app behind the server
-//! layer calling an adapter) is `examples/src/bin/service.rs` in the repository.
+//! layer calling an adapter):
+//! [`examples/src/bin/service.rs`](https://github.com/retry-rs/retry/blob/main/examples/src/bin/service.rs).
 //!
 //! Without the macro: [`Retry::upstream`]. Across services: [`propagation`] headers and the
 //! `retry_runtime::tower` layers (feature `tower`). For outages longer than the in-memory
@@ -60,7 +61,7 @@
 //!
 //! Every rule, its reason and its source: the [`rules`] page. What the library promises when
 //! things go wrong, with the test behind each promise: the [`guarantees`] page. What it reports (spans, events, metrics): the [`observability`] page.
-//! How the crate is built: `ARCHITECTURE.md` at the repository root.
+//! How the crate is built: [`ARCHITECTURE.md`](https://github.com/retry-rs/retry/blob/main/ARCHITECTURE.md).
 //!
 //! # Connection rotation is not failure
 //! Servers close healthy connections all the time: nginx after `keepalive_requests`, proxies
@@ -137,7 +138,9 @@ pub use engine::{DefaultEngine, EligibilityEngine};
 pub use error::{Ambiguous, Error};
 pub use evidence::Evidence;
 pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
-pub use observe::describe_metrics;
+pub use observe::{ATTEMPT_DURATION_BUCKETS, describe_metrics};
+#[cfg(feature = "prometheus")]
+pub use observe::prometheus_buckets;
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
 pub use retry::{HedgedCall, Retry, RetryCall};

@@ -127,6 +127,39 @@ pub fn describe_metrics() {
     }
 }
 
+/// Bucket bounds, in seconds, for the `retry.attempt.duration` histogram: 5 ms to 5 s, the span
+/// of an attempt (the in-memory window is at most 5 s), denser where timeouts are usually set.
+/// Give them to your exporter, or let `prometheus_buckets` (feature `prometheus`) do it. Without configured buckets
+/// the Prometheus exporter renders the histogram as a summary (quantiles per process, which
+/// cannot be aggregated across instances).
+pub const ATTEMPT_DURATION_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 3.0, 5.0,
+];
+
+/// Sets [`ATTEMPT_DURATION_BUCKETS`] for `retry.attempt.duration` on a Prometheus exporter, so
+/// it renders a histogram (`retry_attempt_duration_bucket{le=..}`) rather than a summary
+/// (feature `prometheus`).
+///
+/// ```
+/// let builder = retry_runtime::prometheus_buckets(
+///     metrics_exporter_prometheus::PrometheusBuilder::new(),
+/// )?;
+/// let recorder = builder.build_recorder();
+/// metrics::with_local_recorder(&recorder, retry_runtime::describe_metrics);
+/// assert!(recorder.handle().render().contains("# TYPE retry_attempt_duration histogram"));
+/// # Ok::<(), metrics_exporter_prometheus::BuildError>(())
+/// ```
+#[cfg(feature = "prometheus")]
+pub fn prometheus_buckets(
+    builder: metrics_exporter_prometheus::PrometheusBuilder,
+) -> Result<metrics_exporter_prometheus::PrometheusBuilder, metrics_exporter_prometheus::BuildError>
+{
+    builder.set_buckets_for_metric(
+        metrics_exporter_prometheus::Matcher::Full("retry.attempt.duration".to_owned()),
+        &ATTEMPT_DURATION_BUCKETS,
+    )
+}
+
 /// How a call ended, for `retry.calls{kind}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CallKind {

@@ -502,3 +502,127 @@ fn the_attempt_span_closes_before_the_backoff() {
     assert!(closes[0].starts_with("t=0ms"), "{out}");
     assert!(closes[1].starts_with("t=1000ms"), "{out}");
 }
+
+/// What a recorder that keeps the facade's names receives (an OpenTelemetry bridge is one): the
+/// dotted names, the attempt duration in seconds, each label.
+#[test]
+fn a_recorder_that_keeps_names_receives_dotted_names_and_seconds() {
+    #[derive(Default)]
+    struct Names {
+        described: Mutex<Vec<(String, Option<Unit>)>>,
+        histograms: Mutex<Vec<String>>,
+    }
+    impl Recorder for Names {
+        fn describe_counter(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.described.lock().unwrap().push((name.as_str().to_owned(), unit));
+        }
+        fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.described.lock().unwrap().push((name.as_str().to_owned(), unit));
+        }
+        fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.described.lock().unwrap().push((name.as_str().to_owned(), unit));
+        }
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            let labels: Vec<String> = key.labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+            self.histograms.lock().unwrap().push(format!("{}{{{}}}", key.name(), labels.join(",")));
+            Histogram::noop()
+        }
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let names = Names::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&names, || {
+        let registry = registry();
+        rt.block_on(calls(&registry));
+    });
+    let described = names.described.lock().unwrap();
+    assert!(
+        described.contains(&("retry.attempt.duration".to_owned(), Some(Unit::Seconds))),
+        "{described:?}"
+    );
+    assert!(
+        described.contains(&("retry.calls".to_owned(), Some(Unit::Count))),
+        "{described:?}"
+    );
+    let histograms = names.histograms.lock().unwrap();
+    assert!(
+        histograms.contains(&"retry.attempt.duration{upstream=up,outcome=success}".to_owned()),
+        "{histograms:?}"
+    );
+}
+
+/// With the helper's buckets the Prometheus exporter renders attempt durations as a histogram
+/// (aggregatable across instances), not as a per-process summary.
+#[cfg(feature = "prometheus")]
+#[test]
+fn the_bucket_helper_makes_attempt_durations_a_prometheus_histogram() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let recorder = retry_runtime::prometheus_buckets(
+        metrics_exporter_prometheus::PrometheusBuilder::new(),
+    )
+    .unwrap()
+    .build_recorder();
+    let handle = recorder.handle();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        let registry = registry();
+        rt.block_on(calls(&registry));
+    });
+    let scrape = handle.render();
+    assert!(scrape.contains("# TYPE retry_attempt_duration histogram"), "{scrape}");
+    for le in retry_runtime::ATTEMPT_DURATION_BUCKETS {
+        let bucket = format!(r#"retry_attempt_duration_bucket{{upstream="up",outcome="success",le="{le}"}}"#);
+        assert!(scrape.contains(&bucket), "no `{bucket}` in:\n{scrape}");
+    }
+    assert!(!scrape.contains("retry_attempt_duration{"), "no summary:\n{scrape}");
+}
+
+/// A response without a status is a mistake in the adapter only when the engine needs the
+/// status: an error that declares itself permanent is denied before any status rule, so it
+/// logs nothing at `WARN`; one that states neither is named.
+#[test]
+fn a_response_without_a_status_warns_unless_the_error_declares_it_permanent() {
+    #[derive(Debug, retry_runtime::Classify)]
+    enum AdapterError {
+        #[classify(from)]
+        Retry(Error),
+        #[classify(evidence = "response_received", permanent = "contract")]
+        Rejected,
+        #[classify(evidence = "response_received")]
+        Unstated,
+    }
+    impl std::fmt::Display for AdapterError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let failing = |error: fn() -> AdapterError| async move {
+        let _: Result<(), AdapterError> = Retry::in_registry(&registry(), "up")
+            .method(Method::GET)
+            .run(|_| async move { Err(error()) })
+            .await;
+    };
+    let out = logged(tracing::Level::WARN, failing(|| AdapterError::Rejected));
+    assert_eq!(out, "", "a permanent failure needs no status");
+    let out = logged(tracing::Level::WARN, failing(|| AdapterError::Unstated));
+    assert!(
+        out.contains("WARN") && out.contains("neither its status nor a permanent category"),
+        "{out}"
+    );
+    assert!(out.contains("AdapterError"), "the error type is named: {out}");
+}

@@ -65,7 +65,8 @@ type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
 ///
 /// # Why these claim sizes
 /// Draining a backlog costs a few statements per claim and per batch of completions, so large
-/// claims are what makes a queue fast: the documented figures (BENCHMARKS.md) come from these
+/// claims are what makes a queue fast: the documented figures
+/// ([`BENCHMARKS.md`](https://github.com/retry-rs/retry/blob/main/BENCHMARKS.md)) come from these
 /// defaults. They do not hurt a slow handler, because [`Worker::run`] claims only as many
 /// tasks as it has free slots (never more than `batch_size`): every claimed task starts at
 /// once, so no lease runs down while its task waits for a slot, and a worker busy with slow

@@ -1,6 +1,6 @@
 //! The error-chain walk: a failed `send()` into [`Evidence`].
 //!
-//! Rules from `research/evidence-classification.md` section 5, applied top-down to an error
+//! Rules applied top-down to an error
 //! returned by `send()` (no final headers yet), on a client built with
 //! [`client_builder`](super::client_builder) (no redirects, no reqwest retries):
 //!
@@ -39,7 +39,8 @@
 //! read the whole request and one where it read nothing produce identical chains. When a
 //! downcast fails (a hyper/h2 upgrade changed the chain, or two majors are linked) the walk
 //! finds nothing and the answer falls to `SentNoResponse`: unsafe changes can only make the
-//! classifier more cautious. The canary tests in `tests/tests/http_canary.rs` fail loudly when
+//! classifier more cautious. The canary tests in
+//! [`tests/tests/http_canary.rs`](https://github.com/retry-rs/retry/blob/main/tests/tests/http_canary.rs) fail loudly when
 //! that happens.
 
 use std::error::Error as StdError;

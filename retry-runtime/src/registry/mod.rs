@@ -96,8 +96,8 @@
 //! durations, and every rule of [`UpstreamConfig::violations`], located at the offending value
 //! or, when the key was left at its default, at the upstream's table header. A file that is not
 //! valid TOML reports its syntax errors only. A file with no upstream is refused, so that a
-//! truncated file cannot unload every upstream. A sample file with comments ships as
-//! `retry-runtime/examples/upstreams.toml`.
+//! truncated file cannot unload every upstream. A sample file with every key, its default and
+//! its reason: [`retry-runtime/examples/upstreams.toml`](https://github.com/retry-rs/retry/blob/main/retry-runtime/examples/upstreams.toml).
 //!
 //! # Environment overrides
 //!
