@@ -145,8 +145,12 @@ pub const ATTEMPT_DURATION_BUCKETS: [f64; 12] = [
 ///     metrics_exporter_prometheus::PrometheusBuilder::new(),
 /// )?;
 /// let recorder = builder.build_recorder();
-/// metrics::with_local_recorder(&recorder, retry_runtime::describe_metrics);
-/// assert!(recorder.handle().render().contains("# TYPE retry_attempt_duration histogram"));
+/// metrics::with_local_recorder(&recorder, || {
+///     // What the loop records when an attempt ends.
+///     metrics::histogram!("retry.attempt.duration", "upstream" => "payments").record(0.02);
+/// });
+/// let scrape = recorder.handle().render();
+/// assert!(scrape.contains(r#"retry_attempt_duration_bucket{upstream="payments",le="0.025"} 1"#));
 /// # Ok::<(), metrics_exporter_prometheus::BuildError>(())
 /// ```
 #[cfg(feature = "prometheus")]

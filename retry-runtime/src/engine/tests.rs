@@ -481,3 +481,23 @@ fn a_response_without_a_status_is_never_read_as_some_status() {
         Decision::Ambiguous(AmbiguityReason::StatusUnknown)
     );
 }
+
+/// RFC 9110 calls PUT and DELETE idempotent; a repeat after a lost response still overwrites
+/// or deletes what another client did in between, so without a key they are unsafe writes,
+/// and one that may have been sent ends ambiguous (the rules page says so).
+#[test]
+fn put_and_delete_without_a_key_are_unsafe_writes() {
+    for method in [http::Method::PUT, http::Method::DELETE] {
+        assert_eq!(Safety::of(&method, false, true), Safety::UnsafeWrite, "{method}");
+        assert_eq!(Safety::of(&method, true, true), Safety::KeyedWrite, "{method}");
+        let ctx = Context {
+            safety: Safety::of(&method, false, true),
+            ..open()
+        };
+        assert_eq!(
+            decide(&ctx, &Failure::new(Evidence::SentNoResponse)),
+            Decision::Ambiguous(AmbiguityReason::SentNoResponse),
+            "{method}"
+        );
+    }
+}

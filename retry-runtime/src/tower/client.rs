@@ -47,10 +47,20 @@ fn default_classifier(error: &(dyn std::error::Error + 'static)) -> Evidence {
 
 /// Applies the retry engine to every request of a client service, as calls to one upstream.
 ///
-/// ```ignore
-/// let client = tower::ServiceBuilder::new()
-///     .layer(retry_runtime::tower::RetryLayer::new("catalog"))
-///     .service(hyper_client);
+/// The wrapped service is any `Service<http::Request<B>>` whose body `B` can be produced again
+/// ([`ReplayBody`]); here hyper's pooled client:
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::Full;
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+/// use tower_layer::Layer;
+///
+/// let hyper_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+/// let client = retry_runtime::tower::RetryLayer::new("catalog").layer(hyper_client);
+/// // `client` is a `Service<http::Request<Full<Bytes>>>`; its error is a `TowerError`.
+/// # let _ = client;
 /// ```
 #[derive(Clone)]
 pub struct RetryLayer {
