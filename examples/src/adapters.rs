@@ -19,7 +19,7 @@ use std::sync::Arc;
 use retry_runtime::durable::Durable;
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
-    Classify, Evidence, Method, PermanentCategory, Reconciled, Registry, Retry, retry,
+    Classify, Method, Reconciled, Registry, Retry, retry,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -80,14 +80,19 @@ pub struct Registered {
     pub registration: u64,
 }
 
-/// Why an adapter call failed.
-#[derive(Debug)]
+/// Why an adapter call failed. The derive reports each variant's facts to the engine (the
+/// wrapped errors their own; `Decode` states its), `thiserror` writes the messages.
+#[derive(Debug, thiserror::Error, Classify)]
 pub enum AdapterError {
     /// The HTTP attempt failed (status or transport), with its evidence.
-    Http(HttpError),
+    #[error("catalog call failed: {0}")]
+    Http(#[from] HttpError),
     /// The runtime stopped: ambiguous outcome, deadline, breaker open, bulkhead full...
-    Runtime(retry_runtime::Error),
+    #[error(transparent)]
+    Runtime(#[from] retry_runtime::Error),
     /// The response arrived whole but is not what the contract says.
+    #[error("unexpected catalog response: {0}")]
+    #[classify(evidence = "response_received", permanent = "decode")]
     Decode(String),
 }
 
@@ -105,51 +110,6 @@ impl AdapterError {
         match self {
             AdapterError::Http(e) => e.status().map(|s| s.as_u16()),
             _ => None,
-        }
-    }
-}
-
-impl fmt::Display for AdapterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AdapterError::Http(e) => write!(f, "catalog call failed: {e}"),
-            AdapterError::Runtime(e) => e.fmt(f),
-            AdapterError::Decode(m) => write!(f, "unexpected catalog response: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for AdapterError {}
-
-impl From<retry_runtime::Error> for AdapterError {
-    fn from(e: retry_runtime::Error) -> Self {
-        AdapterError::Runtime(e)
-    }
-}
-
-impl From<HttpError> for AdapterError {
-    fn from(e: HttpError) -> Self {
-        AdapterError::Http(e)
-    }
-}
-
-impl Classify for AdapterError {
-    // The wrapped errors report their own facts; only `Decode` needs its own.
-    fn via(&self) -> Option<&dyn Classify> {
-        match self {
-            AdapterError::Http(e) => Some(e),
-            AdapterError::Runtime(e) => Some(e),
-            AdapterError::Decode(_) => None,
-        }
-    }
-    fn evidence(&self) -> Evidence {
-        self.via()
-            .map_or(Evidence::ResponseReceived, Classify::evidence)
-    }
-    fn permanent(&self) -> Option<PermanentCategory> {
-        match self {
-            AdapterError::Decode(_) => Some(PermanentCategory::Decode),
-            other => other.via()?.permanent(),
         }
     }
 }
