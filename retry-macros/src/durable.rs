@@ -2,7 +2,7 @@
 //! expansion (the arguments written to the queue, and the replay function the worker runs).
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote_spanned};
+use quote::{ToTokens, format_ident, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{
     Expr, ExprLit, FnArg, ItemFn, Lit, LitStr, Pat, ReceiverKind, Signature, Type, Visibility,
@@ -151,7 +151,8 @@ pub(crate) fn payload(private: &TokenStream, sig: &Signature) -> TokenStream {
         } else {
             quote_spanned!(at=> &#name)
         };
-        quote_spanned!(at=> #private::durable::write_arg(&mut __retry_args, #arg);)
+        let codec = codec(private, &a);
+        quote_spanned!(at=> #codec.write(&mut __retry_args, #arg);)
     });
     quote_spanned! {mixed=>
         || {
@@ -160,6 +161,26 @@ pub(crate) fn payload(private: &TokenStream, sig: &Signature) -> TokenStream {
             __retry_args.finish()
         }
     }
+}
+
+/// `arg_codec::<T>()`, the only `StoredArg` bound of an argument, written token for token the
+/// same (spans included) where the call writes it and where the replay reads it: rustc reports
+/// an argument that cannot be stored once, not once per use.
+fn codec(private: &TokenStream, a: &Stored<'_>) -> TokenStream {
+    let at = Span::mixed_site().located_at(a.span);
+    let target = a.target;
+    // The owned form `StoredArg::Owned` gives, named here (see `arg_codec`).
+    let owned = match peel(target) {
+        Type::Path(p) if p.qself.is_none() && p.path.is_ident("str") => {
+            quote_spanned!(at=> ::std::string::String)
+        }
+        Type::Slice(slice) => {
+            let elem = &slice.elem;
+            quote_spanned!(at=> ::std::vec::Vec<#elem>)
+        }
+        other => other.to_token_stream(),
+    };
+    quote_spanned!(at=> #private::durable::arg_codec::<#target, #owned>())
 }
 
 /// `fn <name>_replay(adapter: Arc<Self>) -> Replay`: the worker's handler for the operation.
@@ -177,10 +198,10 @@ pub(crate) fn replay_fn(
         .map(|i| format_ident!("__retry_stored{}", i, span = mixed))
         .collect();
     let reads = args.iter().zip(&locals).map(|(a, local)| {
-        let target = a.target;
         let at = mixed.located_at(a.span);
+        let codec = codec(private, a);
         quote_spanned! {at=>
-            let #local = match #private::durable::read_arg::<#target>(&mut __retry_args) {
+            let #local = match #codec.read(&mut __retry_args) {
                 ::core::result::Result::Ok(arg) => arg,
                 ::core::result::Result::Err(error) => return ::core::result::Result::Err(error),
             };
@@ -188,8 +209,11 @@ pub(crate) fn replay_fn(
     });
     let passed = args.iter().zip(&locals).map(|(a, local)| {
         let target = a.target;
+        // Spanned at the argument, as its codec: an argument that cannot be stored has no
+        // owned form either, and that is the same error, reported once.
+        let at = mixed.located_at(a.span);
         if a.shared {
-            quote_spanned!(mixed=> <_ as ::core::borrow::Borrow<#target>>::borrow(&#local))
+            quote_spanned!(at=> <_ as ::core::borrow::Borrow<#target>>::borrow(&#local))
         } else {
             quote_spanned!(mixed=> #local)
         }

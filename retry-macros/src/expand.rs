@@ -97,6 +97,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         .filter(|a| matches!(a.style, AttrStyle::Inner(_)));
     let krate = &spec.krate;
     let private = quote_spanned!(mixed=> #krate::__private);
+    let hints = crate::hint::warnings(&crate::hint::sends(&block));
 
     // The arguments: how each attempt (and the reconcile check) gets them.
     let mut receiver = None;
@@ -366,6 +367,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         #(#outer)*
         #vis #sig {
             #(#inner)*
+            #hints
             #require_durable
             #registration
             #key_stmt

@@ -4,7 +4,8 @@
 //! `classify` is `#[derive(Classify)]`. For `#[retry]`, one module per stage: `args` parses the attribute (values with spans), `validate` applies
 //! the cross-field rules and checks the function's shape (every error at once, through
 //! `ctxt`), `expand` writes the attempt loop, and `fallback` emits the untouched function
-//! beside the errors. `infer` reads the method from the body when it is unmistakable.
+//! beside the errors. `infer` reads the method from the body when it is unmistakable; `hint`
+//! warns about a body that bypasses the send path.
 #![forbid(unsafe_code)]
 
 mod args;
@@ -13,6 +14,7 @@ mod ctxt;
 mod durable;
 mod expand;
 mod fallback;
+mod hint;
 mod infer;
 mod validate;
 

@@ -65,7 +65,7 @@ use crate::decision::{Failure, Stop};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not implement `Classify`: the engine cannot tell what a failure of it means",
     label = "this error's facts (evidence, status, Retry-After, ...) are needed to decide a retry",
-    note = "derive it (`#[derive(retry_runtime::Classify)]`), delegate to the error it wraps, or, on a `#[derive(Classify)]` variant, state the facts with `#[classify(evidence = \"..\", permanent = \"..\")]`"
+    note = "derive it (`#[derive(retry_runtime::Classify)]`), delegate to the error it wraps, or, on a `#[derive(Classify)]` variant, state the facts with `#[classify(status = .., evidence = \"..\", permanent = \"..\")]`"
 )]
 pub trait Classify {
     /// The error this one wraps and whose facts it reports (its transport or runtime error), if

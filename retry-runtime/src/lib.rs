@@ -148,27 +148,42 @@ pub use scope::{Operation, OperationBuilder, operation};
 
 /// Derives [`Classify`](trait@Classify) for an adapter error: every variant wraps a classifying
 /// error (one field, or `#[classify(transparent)]`; add `from` for a `From` impl) or states its
-/// facts (`#[classify(evidence = "response_received", permanent = "contract")]`). A variant that
-/// says neither is refused at compile time, so no fact is dropped by omission.
+/// facts: `status = 422` (a response arrived with that status), `evidence = ".."`
+/// (`not_sent`, `sent_no_response`, `response_received`, `partial_response`), `permanent = ".."`
+/// (`contract`, `decode`, `auth`, `invalid_request`, `configuration`, `cancelled`, `other`). A
+/// variant that says neither is refused at compile time, so no fact is dropped by omission.
+///
+/// The derive does not write `Display`, which a `#[retry]` function's error also needs: the
+/// message is the error's own business, most error types already get it from `thiserror`
+/// (whose `#[from]` works in place of `#[classify(from)]`), and a second derive of it would
+/// collide with theirs.
 ///
 /// ```
 /// use retry_runtime::{Classify, Evidence, PermanentCategory};
 ///
-/// #[derive(Debug, Classify)]
+/// #[derive(Debug, thiserror::Error, Classify)]
 /// enum AdapterError {
 ///     /// The runtime's and the HTTP integration's failures: every fact delegated.
-///     #[classify(from)]
-///     Retry(retry_runtime::Error),
-///     /// A complete answer the contract does not allow.
-///     #[classify(evidence = "response_received", permanent = "contract")]
+///     #[error(transparent)]
+///     Retry(#[from] retry_runtime::Error),
+///     /// A 422 the contract names: retrying cannot help.
+///     #[error("rejected: {code}")]
+///     #[classify(status = 422, permanent = "contract")]
 ///     Rejected { code: String },
+///     /// A complete answer that does not decode.
+///     #[error("unexpected answer: {0}")]
+///     #[classify(evidence = "response_received", permanent = "decode")]
+///     Decode(String),
 /// }
 ///
 /// let e = AdapterError::from(retry_runtime::Error::CircuitOpen { upstream: "sber".into() });
 /// assert_eq!(e.evidence(), Evidence::NotSent);
 /// assert!(e.rejection().is_some(), "delegated");
 /// let r = AdapterError::Rejected { code: "LIMIT".into() };
+/// assert_eq!(r.status(), Some(422));
+/// assert_eq!(r.evidence(), Evidence::ResponseReceived, "a status implies a response");
 /// assert_eq!(r.permanent(), Some(PermanentCategory::Contract));
+/// assert_eq!(r.to_string(), "rejected: LIMIT");
 /// ```
 pub use retry_macros::Classify;
 
@@ -212,7 +227,9 @@ pub mod __private {
     /// What a `#[retry(durable = ...)]` expansion calls.
     #[cfg(feature = "durable")]
     pub mod durable {
-        pub use crate::durable::replay::{ArgsWriter, read_arg, read_args, write_arg};
+        pub use crate::durable::replay::{
+            ArgCodec, ArgsWriter, arg_codec, read_arg, read_args, write_arg,
+        };
         pub use crate::durable::{
             Durable, DurableReturn, Replay, StoredArg, TaskContext, defer, replay_key, replaying,
         };

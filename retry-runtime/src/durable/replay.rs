@@ -125,8 +125,38 @@ impl ArgsWriter {
     }
 }
 
-/// Writes the next argument of a durable call (the expansion's check that it can be stored,
-/// spanned at the argument).
+/// How one argument of a durable call is written and read back. [`arg_codec`] is the one
+/// place the expansion requires [`StoredArg`] (the call writes through it, the replay reads
+/// through it, both spanned at the argument's type), so an argument that cannot be stored is
+/// reported once.
+pub struct ArgCodec<T: ?Sized, O> {
+    write: fn(&mut ArgsWriter, &T),
+    read: for<'a, 'b> fn(&'a mut ArgsReader<'b>) -> Result<O, AttemptError>,
+}
+
+/// The codec of an argument of type `T`, read back as `O` (`T::Owned`, which the expansion
+/// names itself: a projection the compiler cannot resolve would be reported again wherever the
+/// value is used).
+pub fn arg_codec<T: StoredArg<Owned = O> + ?Sized, O>() -> ArgCodec<T, O> {
+    ArgCodec {
+        write: write_arg::<T>,
+        read: read_arg::<T>,
+    }
+}
+
+impl<T: ?Sized, O> ArgCodec<T, O> {
+    /// Writes the argument ([`write_arg`]).
+    pub fn write(&self, args: &mut ArgsWriter, arg: &T) {
+        (self.write)(args, arg);
+    }
+
+    /// Reads the argument back ([`read_arg`]).
+    pub fn read(&self, args: &mut ArgsReader<'_>) -> Result<O, AttemptError> {
+        (self.read)(args)
+    }
+}
+
+/// Writes the next argument of a durable call.
 pub fn write_arg<T: StoredArg + ?Sized>(args: &mut ArgsWriter, arg: &T) {
     args.json.push(if args.count == 0 { b'[' } else { b',' });
     args.count += 1;

@@ -1,5 +1,5 @@
 // Every argument of a durable function but `&self` is written to the queue with the call: one
-// that is not serializable is named where it is declared.
+// that is not serializable is named where it is declared, once per missing serde trait only.
 use retry_runtime::durable::Durable;
 use retry_runtime::retry;
 use retry_tests::AdapterError;
