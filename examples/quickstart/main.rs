@@ -33,7 +33,8 @@ impl Payments {
     #[retry(upstream = "payments", method = GET)]
     pub async fn state(&self, id: &str) -> Result<String, PaymentsError> {
         let url = format!("{}/payments/{id}", self.base);
-        Ok(self.client.get(url).send_attempt().await?.read_text().await?)
+        let response = self.client.get(url).send_attempt().await?;
+        Ok(response.read_text().await?)
     }
 
     /// A write: every attempt carries the same key, and the upstream deduplicates by it.
@@ -65,7 +66,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         base: std::env::var("PAYMENTS_URL").unwrap_or("http://127.0.0.1:8080".into()),
     };
     println!("pay-1 is {}", payments.state("pay-1").await?);
-    let charge = Charge { order: "42".into(), cents: 1999 };
+    let charge = Charge {
+        order: "42".into(),
+        cents: 1999,
+    };
     match payments.charge(&charge).await {
         Ok(receipt) => println!("charged: {receipt}"),
         Err(PaymentsError::Declined { reason }) => println!("declined: {reason}"),

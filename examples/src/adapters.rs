@@ -18,9 +18,7 @@ use std::sync::Arc;
 
 use retry_runtime::durable::Durable;
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
-use retry_runtime::{
-    Classify, Method, Reconciled, Registry, Retry, retry,
-};
+use retry_runtime::{Classify, Method, Reconciled, Registry, Retry, retry};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 

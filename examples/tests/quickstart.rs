@@ -14,7 +14,7 @@ fn quickstart_dir() -> PathBuf {
 }
 
 /// The fenced blocks of `text` in the given language, in order.
-fn blocks<'a>(text: &'a str, lang: &str) -> Vec<String> {
+fn blocks(text: &str, lang: &str) -> Vec<String> {
     let fence = format!("```{lang}\n");
     let mut found = Vec::new();
     let mut rest = text;
@@ -35,12 +35,14 @@ const BROKEN_REPORT: &str = "Error: 3 configuration error(s):
 ";
 
 /// A broken `upstreams.toml`, as the README describes it.
-const BROKEN: &str = "[upstreams.payments]\nmax_attempts = 9\ntimeout = \"1s\"\ninitial_backoff = \"100\"\n";
+const BROKEN: &str =
+    "[upstreams.payments]\nmax_attempts = 9\ntimeout = \"1s\"\ninitial_backoff = \"100\"\n";
 
 #[test]
 fn the_readme_shows_the_quickstart_verbatim() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-        .expect("README.md");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
     let main = std::fs::read_to_string(quickstart_dir().join("main.rs")).unwrap();
     let config = std::fs::read_to_string(quickstart_dir().join("upstreams.toml")).unwrap();
     assert!(
@@ -82,11 +84,15 @@ async fn upstream() -> (String, Shared) {
         )
         .route(
             "/charges",
-            post(|State(seen): State<Shared>, headers: HeaderMap| async move {
-                let key = headers.get("idempotency-key").map(|k| k.to_str().unwrap().to_owned());
-                seen.lock().unwrap().charges.push(key);
-                (StatusCode::UNPROCESSABLE_ENTITY, "card expired")
-            }),
+            post(
+                |State(seen): State<Shared>, headers: HeaderMap| async move {
+                    let key = headers
+                        .get("idempotency-key")
+                        .map(|k| k.to_str().unwrap().to_owned());
+                    seen.lock().unwrap().charges.push(key);
+                    (StatusCode::UNPROCESSABLE_ENTITY, "card expired")
+                },
+            ),
         )
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -223,7 +223,9 @@ fn facts(
             "{what} wraps an error, so it must have exactly one field (the error whose facts it reports)"
         )
     } else if seen {
-        format!("{what} says nothing: add `status = ..`, `evidence = \"..\"` and/or `permanent = \"..\"`")
+        format!(
+            "{what} says nothing: add `status = ..`, `evidence = \"..\"` and/or `permanent = \"..\"`"
+        )
     } else {
         format!(
             "{what} does not say what it knows about the failed attempt, so the engine could not decide safely: \

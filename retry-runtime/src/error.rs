@@ -379,6 +379,9 @@ mod tests {
             last_error: "reset".into(),
         }));
         assert_eq!(e.permanent(), Some(PermanentCategory::OutcomeUnknown));
-        assert_eq!(PermanentCategory::OutcomeUnknown.as_str(), "outcome_unknown");
+        assert_eq!(
+            PermanentCategory::OutcomeUnknown.as_str(),
+            "outcome_unknown"
+        );
     }
 }

@@ -138,9 +138,9 @@ pub use engine::{DefaultEngine, EligibilityEngine};
 pub use error::{Ambiguous, Error};
 pub use evidence::Evidence;
 pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
-pub use observe::{ATTEMPT_DURATION_BUCKETS, describe_metrics};
 #[cfg(feature = "prometheus")]
 pub use observe::prometheus_buckets;
+pub use observe::{ATTEMPT_DURATION_BUCKETS, describe_metrics};
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
 pub use retry::{HedgedCall, Retry, RetryCall};

@@ -514,13 +514,22 @@ fn a_recorder_that_keeps_names_receives_dotted_names_and_seconds() {
     }
     impl Recorder for Names {
         fn describe_counter(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
-            self.described.lock().unwrap().push((name.as_str().to_owned(), unit));
+            self.described
+                .lock()
+                .unwrap()
+                .push((name.as_str().to_owned(), unit));
         }
         fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
-            self.described.lock().unwrap().push((name.as_str().to_owned(), unit));
+            self.described
+                .lock()
+                .unwrap()
+                .push((name.as_str().to_owned(), unit));
         }
         fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
-            self.described.lock().unwrap().push((name.as_str().to_owned(), unit));
+            self.described
+                .lock()
+                .unwrap()
+                .push((name.as_str().to_owned(), unit));
         }
         fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
             Counter::noop()
@@ -529,8 +538,14 @@ fn a_recorder_that_keeps_names_receives_dotted_names_and_seconds() {
             Gauge::noop()
         }
         fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-            let labels: Vec<String> = key.labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
-            self.histograms.lock().unwrap().push(format!("{}{{{}}}", key.name(), labels.join(",")));
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            self.histograms
+                .lock()
+                .unwrap()
+                .push(format!("{}{{{}}}", key.name(), labels.join(",")));
             Histogram::noop()
         }
     }
@@ -567,11 +582,10 @@ fn a_recorder_that_keeps_names_receives_dotted_names_and_seconds() {
 #[test]
 fn the_bucket_helper_makes_attempt_durations_a_prometheus_histogram() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let recorder = retry_runtime::prometheus_buckets(
-        metrics_exporter_prometheus::PrometheusBuilder::new(),
-    )
-    .unwrap()
-    .build_recorder();
+    let recorder =
+        retry_runtime::prometheus_buckets(metrics_exporter_prometheus::PrometheusBuilder::new())
+            .unwrap()
+            .build_recorder();
     let handle = recorder.handle();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -583,12 +597,20 @@ fn the_bucket_helper_makes_attempt_durations_a_prometheus_histogram() {
         rt.block_on(calls(&registry));
     });
     let scrape = handle.render();
-    assert!(scrape.contains("# TYPE retry_attempt_duration histogram"), "{scrape}");
+    assert!(
+        scrape.contains("# TYPE retry_attempt_duration histogram"),
+        "{scrape}"
+    );
     for le in retry_runtime::ATTEMPT_DURATION_BUCKETS {
-        let bucket = format!(r#"retry_attempt_duration_bucket{{upstream="up",outcome="success",le="{le}"}}"#);
+        let bucket = format!(
+            r#"retry_attempt_duration_bucket{{upstream="up",outcome="success",le="{le}"}}"#
+        );
         assert!(scrape.contains(&bucket), "no `{bucket}` in:\n{scrape}");
     }
-    assert!(!scrape.contains("retry_attempt_duration{"), "no summary:\n{scrape}");
+    assert!(
+        !scrape.contains("retry_attempt_duration{"),
+        "no summary:\n{scrape}"
+    );
 }
 
 /// A response without a status is a mistake in the adapter only when the engine needs the
@@ -624,5 +646,8 @@ fn a_response_without_a_status_warns_unless_the_error_declares_it_permanent() {
         out.contains("WARN") && out.contains("neither its status nor a permanent category"),
         "{out}"
     );
-    assert!(out.contains("AdapterError"), "the error type is named: {out}");
+    assert!(
+        out.contains("AdapterError"),
+        "the error type is named: {out}"
+    );
 }

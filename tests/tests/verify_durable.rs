@@ -29,13 +29,20 @@ fn registry(upstream: &str) -> Registry {
 fn verify_names_a_durable_function_without_a_queue() {
     let missing = registry("payments").verify().unwrap_err();
     assert_eq!(missing.no_durable_queue.len(), 1);
-    assert_eq!(missing.no_durable_queue[0].durable(), Some("payments.charge"));
+    assert_eq!(
+        missing.no_durable_queue[0].durable(),
+        Some("payments.charge")
+    );
     let shown = missing.to_string();
     assert!(
         shown.contains("verify_without_durable") && shown.contains("set_durable_queue"),
         "both fixes are named: {shown}"
     );
-    assert_eq!(format!("{missing:?}"), shown, "`?` in main prints the message");
+    assert_eq!(
+        format!("{missing:?}"),
+        shown,
+        "`?` in main prints the message"
+    );
 }
 
 #[test]

@@ -488,8 +488,16 @@ fn a_response_without_a_status_is_never_read_as_some_status() {
 #[test]
 fn put_and_delete_without_a_key_are_unsafe_writes() {
     for method in [http::Method::PUT, http::Method::DELETE] {
-        assert_eq!(Safety::of(&method, false, true), Safety::UnsafeWrite, "{method}");
-        assert_eq!(Safety::of(&method, true, true), Safety::KeyedWrite, "{method}");
+        assert_eq!(
+            Safety::of(&method, false, true),
+            Safety::UnsafeWrite,
+            "{method}"
+        );
+        assert_eq!(
+            Safety::of(&method, true, true),
+            Safety::KeyedWrite,
+            "{method}"
+        );
         let ctx = Context {
             safety: Safety::of(&method, false, true),
             ..open()

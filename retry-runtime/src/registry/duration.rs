@@ -84,9 +84,9 @@ impl fmt::Display for Readable {
         let nanos = self.0.as_nanos();
         let (value, unit) = match nanos {
             0 => return f.write_str("0s"),
-            ..1_000 => return write!(f, "{nanos}ns"),
-            ..1_000_000 => (nanos as f64 / 1e3, "us"),
-            ..1_000_000_000 => (nanos as f64 / 1e6, "ms"),
+            1..1_000 => return write!(f, "{nanos}ns"),
+            1_000..1_000_000 => (nanos as f64 / 1e3, "us"),
+            1_000_000..1_000_000_000 => (nanos as f64 / 1e6, "ms"),
             _ => (self.0.as_secs_f64(), "s"),
         };
         // Three significant digits, trailing zeros dropped: 1.25, 12.5, 259, 3600.
