@@ -1,7 +1,8 @@
 //! The storage interface every backend implements, and which the worker and queue use.
 //!
 //! The trait is small on purpose: each method is one or two SQL statements whose semantics are
-//! pinned by the shared conformance suite (`tests/tests/durable_*.rs`). Policy (backoff, attempt
+//! pinned by the shared conformance suite
+//! ([`tests/tests/durable_support/suite.rs`](https://github.com/retry-rs/retry/blob/main/tests/tests/durable_support/suite.rs)). Policy (backoff, attempt
 //! limits, what counts as permanent) stays in Rust and is passed in, so both backends behave
 //! identically. Every method takes `now` from the caller's [`Clock`](super::Clock) so tests move
 //! time instead of sleeping.
