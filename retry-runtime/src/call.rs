@@ -660,28 +660,23 @@ impl<'r> Call<'r> {
             },
             None => None,
         };
-        let release = |admission: Option<Admission>| {
-            if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
-                breaker.release(admission);
-            }
-        };
         let slot = match upstream.bulkhead() {
             Some(bulkhead) => match bulkhead.try_enter() {
                 Some(slot) => Some(slot),
                 None => {
-                    release(admission);
+                    drop(admission);
                     return no_hedge(self, "bulkhead_full");
                 }
             },
             None => None,
         };
         if !self.scope.take_retry() {
-            release(admission);
+            drop(admission);
             return no_hedge(self, "max_attempts");
         }
         if !upstream.budget().withdraw() {
             self.scope.give_back_retry();
-            release(admission);
+            drop(admission);
             return no_hedge(self, "budget_exhausted");
         }
         self.attempt += 1;
@@ -762,11 +757,7 @@ impl<'r> Call<'r> {
                 ..
             } = copy;
             drop(future);
-            let Pass { admission, slot } = pass;
-            drop(slot);
-            if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
-                breaker.release(admission);
-            }
+            drop(pass);
             self.upstream
                 .record_latency(now.saturating_duration_since(started), now);
             span.record("cancelled", true);
@@ -901,9 +892,7 @@ impl<'r> Call<'r> {
                 })
             }
             None => {
-                if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
-                    breaker.release(admission);
-                }
+                drop(admission);
                 self.local = Local::BulkheadFull;
                 observe::rejected(upstream.name(), crate::Rejection::BulkheadFull);
                 Err(Error::BulkheadFull {
@@ -964,7 +953,7 @@ impl<'r> Call<'r> {
                     if failure.connection_rotated {
                         // Neither a failure nor a success: the server closed a healthy
                         // connection (see `breaker::is_upstream_failure`).
-                        breaker.release(admission);
+                        drop(admission);
                         return result;
                     }
                     crate::breaker::is_upstream_failure(&failure)
