@@ -257,9 +257,11 @@ impl Probes {
 
     /// Gives back a slot taken in `round`, if that round is still the current one.
     fn give_back(&self, round: u32) {
-        let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-            ((s >> 32) as u32 == round && s as u32 > 0).then(|| s - 1)
-        });
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                ((s >> 32) as u32 == round && s as u32 > 0).then(|| s - 1)
+            });
     }
 }
 

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::attempt::Attempt;
-use crate::call::{Call, CallSpec, Reconciled, Step};
+use crate::call::{Call, CallSpec, Hedged, Plain, Reconciled, drive, no_reconcile};
 use crate::key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 use crate::registry::Registry;
 use crate::{Classify, Error, Replayability};
@@ -163,15 +163,8 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.into_spec()?);
-        loop {
-            let result = call.attempt_with(|a| attempt(a.clone())).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let call = Call::new(self.into_spec()?);
+        drive(call, Plain(|a: &Attempt| attempt(a.clone())), no_reconcile).await
     }
 
     /// Like [`run`](Self::run), for a closure that does not need its [`Attempt`] (the HTTP
@@ -199,15 +192,8 @@ impl<'r> RetryCall<'r> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.into_spec()?);
-        loop {
-            let result = call.attempt_with(|_| attempt()).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let call = Call::new(self.into_spec()?);
+        drive(call, Plain(|_: &Attempt| attempt()), no_reconcile).await
     }
 
     /// Like [`run`](Self::run), for a write without a key that has a reliable way to check its
@@ -217,7 +203,7 @@ impl<'r> RetryCall<'r> {
     pub async fn run_reconciled<T, E, F, Fut, R, RFut>(
         self,
         mut attempt: F,
-        mut reconcile: R,
+        reconcile: R,
     ) -> Result<T, E>
     where
         F: FnMut(Attempt) -> Fut,
@@ -226,23 +212,8 @@ impl<'r> RetryCall<'r> {
         RFut: Future<Output = Reconciled<T>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.into_spec()?);
-        loop {
-            let result = call.attempt_with(|a| attempt(a.clone())).await;
-            let mut step = call.settle(result).await;
-            if let Step::Ambiguous { error, ambiguous } = step {
-                step = match reconcile().await {
-                    Reconciled::Happened(value) => return Ok(call.happened(value)),
-                    Reconciled::NotHappened => call.settle_not_happened(error).await,
-                    Reconciled::Unknown => return Err(call.ambiguous(ambiguous)),
-                };
-            }
-            match step {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let call = Call::new(self.into_spec()?);
+        drive(call, Plain(|a: &Attempt| attempt(a.clone())), reconcile).await
     }
 }
 
@@ -262,15 +233,8 @@ impl HedgedCall<'_> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.call.into_spec()?);
-        loop {
-            let result = call.attempt_hedged_with(|a| attempt(a.clone())).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let call = Call::new(self.call.into_spec()?);
+        drive(call, Hedged(|a: &Attempt| attempt(a.clone())), no_reconcile).await
     }
 
     /// [`RetryCall::call`], hedged (see [`run`](Self::run)).
@@ -280,14 +244,7 @@ impl HedgedCall<'_> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.call.into_spec()?);
-        loop {
-            let result = call.attempt_hedged_with(|_| attempt()).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let call = Call::new(self.call.into_spec()?);
+        drive(call, Hedged(|_: &Attempt| attempt()), no_reconcile).await
     }
 }
