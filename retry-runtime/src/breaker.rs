@@ -224,6 +224,8 @@ pub struct Admission {
 struct Probe {
     probes: Arc<Probes>,
     round: u32,
+    /// Recorded: its slot stays taken (its verdict counted), so dropping it gives nothing back.
+    recorded: bool,
 }
 
 /// The probe slots taken in the current half-open round: the round's number in the high 32
@@ -265,10 +267,10 @@ impl Probes {
     }
 }
 
-impl Drop for Admission {
+impl Drop for Probe {
     fn drop(&mut self) {
-        if let Some(probe) = self.probe.take() {
-            probe.probes.give_back(probe.round);
+        if !self.recorded {
+            self.probes.give_back(self.round);
         }
     }
 }
@@ -366,6 +368,7 @@ impl CircuitBreaker {
             probe: Some(Probe {
                 probes: self.probes.clone(),
                 round,
+                recorded: false,
             }),
         })
     }
@@ -423,9 +426,9 @@ impl CircuitBreaker {
     }
 
     /// [`record_at`](Self::record_at) at `tick`, on the clock of the breaker's origin.
-    pub(crate) fn record_on(&self, mut admission: Admission, failed: bool, tick: Tick) {
-        // Recorded: the probe's slot stays taken (its verdict counts), so nothing is given back.
-        if admission.probe.take().is_some() {
+    pub(crate) fn record_on(&self, admission: Admission, failed: bool, tick: Tick) {
+        if let Some(mut probe) = admission.probe {
+            probe.recorded = true;
             if failed {
                 self.open();
             } else if self.probes_succeeded.fetch_add(1, Ordering::AcqRel) + 1

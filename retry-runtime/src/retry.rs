@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::attempt::Attempt;
-use crate::call::{Call, CallSpec, Hedged, Plain, Reconciled, drive, no_reconcile};
+use crate::call::{CallSpec, Hedged, Plain, Reconciled, drive, no_reconcile};
 use crate::key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 use crate::registry::Registry;
 use crate::{Classify, Error, Replayability};
@@ -157,14 +157,14 @@ impl<'r> RetryCall<'r> {
     /// (retry denied), or `E::from(Error::Ambiguous(..))` when a write's outcome is unknown.
     /// The closure is called once per attempt, after the breaker and the bulkhead admitted it,
     /// and given the [`Attempt`] (its number, key and deadline).
-    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let call = Call::new(self.into_spec()?);
-        drive(call, Plain(|a: &Attempt| attempt(a.clone())), no_reconcile).await
+        let attempts = Plain(move |a: &Attempt| attempt(a.clone()));
+        drive(move || self.into_spec(), attempts, no_reconcile)
     }
 
     /// Like [`run`](Self::run), for a closure that does not need its [`Attempt`] (the HTTP
@@ -186,25 +186,25 @@ impl<'r> RetryCall<'r> {
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
     /// #     .block_on(demo()).unwrap();
     /// ```
-    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn call<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let call = Call::new(self.into_spec()?);
-        drive(call, Plain(|_: &Attempt| attempt()), no_reconcile).await
+        let attempts = Plain(move |_: &Attempt| attempt());
+        drive(move || self.into_spec(), attempts, no_reconcile)
     }
 
     /// Like [`run`](Self::run), for a write without a key that has a reliable way to check its
     /// result: before any retry of an ambiguous attempt, `reconcile` is asked. `Happened`
     /// returns its value, `NotHappened` permits the retry, `Unknown` returns the ambiguous
     /// outcome.
-    pub async fn run_reconciled<T, E, F, Fut, R, RFut>(
+    pub fn run_reconciled<T, E, F, Fut, R, RFut>(
         self,
         mut attempt: F,
         reconcile: R,
-    ) -> Result<T, E>
+    ) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -212,8 +212,8 @@ impl<'r> RetryCall<'r> {
         RFut: Future<Output = Reconciled<T>>,
         E: Classify + From<Error> + Display,
     {
-        let call = Call::new(self.into_spec()?);
-        drive(call, Plain(|a: &Attempt| attempt(a.clone())), reconcile).await
+        let attempts = Plain(move |a: &Attempt| attempt(a.clone()));
+        drive(move || self.into_spec(), attempts, reconcile)
     }
 }
 
@@ -227,24 +227,24 @@ pub struct HedgedCall<'r> {
 impl HedgedCall<'_> {
     /// [`RetryCall::run`], hedged: the closure may be called for a further copy while an
     /// earlier one is in flight, so its futures must not borrow it mutably.
-    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let call = Call::new(self.call.into_spec()?);
-        drive(call, Hedged(|a: &Attempt| attempt(a.clone())), no_reconcile).await
+        let attempts = Hedged(move |a: &Attempt| attempt(a.clone()));
+        drive(move || self.call.into_spec(), attempts, no_reconcile)
     }
 
     /// [`RetryCall::call`], hedged (see [`run`](Self::run)).
-    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn call<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let call = Call::new(self.call.into_spec()?);
-        drive(call, Hedged(|_: &Attempt| attempt()), no_reconcile).await
+        let attempts = Hedged(move |_: &Attempt| attempt());
+        drive(move || self.call.into_spec(), attempts, no_reconcile)
     }
 }

@@ -50,6 +50,7 @@ pub(crate) enum AttemptKind {
 
 impl AttemptKind {
     /// The kind of the attempt that follows `started` attempts (not a hedge).
+    #[inline]
     pub(crate) const fn after(started: u32) -> AttemptKind {
         match started {
             0 => AttemptKind::First,
@@ -81,6 +82,7 @@ pub(crate) enum AttemptEnd {
 
 impl AttemptEnd {
     /// What a failed attempt's facts say about the upstream.
+    #[inline]
     pub(crate) fn of_failure(failure: &Failure) -> AttemptEnd {
         if failure.connection_rotated {
             AttemptEnd::Unjudged
@@ -111,25 +113,31 @@ pub(crate) enum Admitted {
 
 /// Asks every gate of `upstream` to admit the attempt `ask` describes. A full bulkhead
 /// answers [`Admitted::Queue`], except to a hedge, which it refuses.
+#[inline]
 pub(crate) fn admit(upstream: &Upstream, ask: Ask) -> Result<Admitted, Rejection> {
     let breaker = match upstream.breaker() {
-        Some(breaker) => Some(breaker.admit().ok_or(Rejection::CircuitOpen)?),
+        Some(breaker) => match breaker.admit() {
+            Some(admission) => Some(admission),
+            None => return Err(Rejection::CircuitOpen),
+        },
         None => None,
     };
-    let mut permit = Permit {
-        breaker,
-        slot: None,
-    };
     let Some(bulkhead) = upstream.bulkhead() else {
-        return Ok(Admitted::Now(permit));
+        return Ok(Admitted::Now(Permit {
+            breaker,
+            slot: None,
+        }));
     };
-    match (bulkhead.try_enter(), ask.kind) {
-        (Some(slot), _) => {
-            permit.slot = Some(slot);
-            Ok(Admitted::Now(permit))
-        }
-        (None, AttemptKind::Hedge) => Err(Rejection::BulkheadFull),
-        (None, _) => Ok(Admitted::Queue(permit)),
+    match bulkhead.try_enter() {
+        Some(slot) => Ok(Admitted::Now(Permit {
+            breaker,
+            slot: Some(slot),
+        })),
+        None if ask.kind == AttemptKind::Hedge => Err(Rejection::BulkheadFull),
+        None => Ok(Admitted::Queue(Permit {
+            breaker,
+            slot: None,
+        })),
     }
 }
 
@@ -161,6 +169,7 @@ pub(crate) async fn wait_for_slot(
 /// Spends what a retry or a hedge costs, at `at`: a retry from the operation's shared
 /// allowance, then a token of the upstream's retry budget (the allowance given back when the
 /// budget has none). Nothing is spent when it fails.
+#[inline]
 pub(crate) fn spend(
     scope: &mut CallScope,
     upstream: &Upstream,
@@ -178,12 +187,14 @@ pub(crate) fn spend(
 
 impl Permit {
     /// Gives the bulkhead slot back: the attempt is over (before any backoff).
+    #[inline]
     pub(crate) fn leave_bulkhead(&mut self) {
         self.slot = None;
     }
 
     /// Whether a gate counts how the attempt ended. When none does, the loop neither
     /// classifies the failure nor reads the clock for [`end`](Self::end).
+    #[inline]
     pub(crate) fn counts(&self) -> bool {
         self.breaker.is_some()
     }
@@ -191,8 +202,14 @@ impl Permit {
     /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock: the
     /// breaker counts an accepted attempt as a success, a failed one as a failure, and an
     /// unjudged one not at all (its admission given back).
-    pub(crate) fn end(mut self, upstream: &Upstream, end: AttemptEnd, tick: Tick) {
-        if let (Some(breaker), Some(admission)) = (upstream.breaker(), self.breaker.take()) {
+    #[inline]
+    pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) {
+        let Permit {
+            breaker: admission,
+            slot,
+        } = self;
+        drop(slot);
+        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
             match end {
                 AttemptEnd::Accepted => breaker.record_on(admission, false, tick),
                 AttemptEnd::Failed => breaker.record_on(admission, true, tick),
@@ -213,6 +230,7 @@ pub(crate) fn refusal(rejection: Rejection, upstream: &Upstream) -> Error {
 
 impl Call<'_> {
     /// What the gates are asked about the call's next attempt of `kind`.
+    #[inline]
     pub(super) fn ask(&self, kind: AttemptKind) -> Ask {
         Ask {
             kind,
@@ -222,8 +240,12 @@ impl Call<'_> {
 
     /// [`admit`] for the call's next attempt (not a hedge): a refusal ends the attempt with
     /// the gate's error, counted as a local rejection.
+    #[inline]
     pub(super) fn try_admit(&mut self, kind: AttemptKind) -> Result<Admitted, Error> {
-        admit(&self.upstream, self.ask(kind)).map_err(|rejection| self.refused(rejection))
+        match admit(&self.upstream, self.ask(kind)) {
+            Ok(admitted) => Ok(admitted),
+            Err(rejection) => Err(self.refused(rejection)),
+        }
     }
 
     /// [`wait_for_slot`] for `attempt`, which then starts when admitted, with what is left of
@@ -246,6 +268,7 @@ impl Call<'_> {
     }
 
     /// A gate refused the attempt: the loop's own fact, counted, and the caller's error.
+    #[cold]
     fn refused(&mut self, rejection: Rejection) -> Error {
         self.local = Local::Refused(rejection);
         self.on_refused(rejection);
@@ -253,6 +276,7 @@ impl Call<'_> {
     }
 
     /// [`spend`] for a retry or a hedge of this call.
+    #[inline]
     pub(super) fn spend(&mut self, at: Moment) -> Result<(), DenyReason> {
         spend(&mut self.scope, &self.upstream, at)
     }

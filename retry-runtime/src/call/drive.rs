@@ -5,14 +5,16 @@
 
 use std::fmt::Display;
 
-use super::{Call, Reconciled, Step};
+use super::{Call, CallSpec, Reconciled, Step};
 use crate::attempt::Attempt;
 use crate::{Classify, Error};
 
 /// How a call's turns run their attempts: one body made afresh for each attempt.
 pub(crate) trait Attempts<T, E> {
-    /// Runs the call's next attempt ([`Call::attempt_with`], or its hedged form).
-    async fn attempt(&mut self, call: &mut Call<'_>) -> Result<T, E>;
+    /// The call's next attempt ([`Call::attempt_with`], or its hedged form): the future the
+    /// loop awaits (returned, not wrapped in one more, so a call's future moves no more bytes
+    /// than its attempts need).
+    fn attempt(&mut self, call: &mut Call<'_>) -> impl Future<Output = Result<T, E>>;
 }
 
 /// Attempts whose bodies `make` makes, never hedged.
@@ -28,8 +30,8 @@ where
     F: Future<Output = Result<T, E>>,
     E: Classify + From<Error>,
 {
-    async fn attempt(&mut self, call: &mut Call<'_>) -> Result<T, E> {
-        call.attempt_with(&mut self.0).await
+    fn attempt(&mut self, call: &mut Call<'_>) -> impl Future<Output = Result<T, E>> {
+        call.attempt_with(&mut self.0)
     }
 }
 
@@ -39,26 +41,29 @@ where
     F: Future<Output = Result<T, E>>,
     E: Classify + From<Error>,
 {
-    async fn attempt(&mut self, call: &mut Call<'_>) -> Result<T, E> {
-        call.attempt_hedged_with(&mut self.0).await
+    fn attempt(&mut self, call: &mut Call<'_>) -> impl Future<Output = Result<T, E>> {
+        call.attempt_hedged_with(&mut self.0)
     }
 }
 
 /// The loop every entry point but the macro runs (the macro writes it out around
-/// [`Call::turn`]): turns until the call is done; an ambiguous outcome goes to `reconcile`
-/// first (`Happened` returns its value, `NotHappened` lets the remaining rules decide a
-/// retry, `Unknown` reports it).
-pub(crate) async fn drive<T, E, A, R, RF>(
-    mut call: Call<'_>,
+/// [`Call::turn`]): starts the call `spec` describes (when first polled: the spec's lookups
+/// happen then, and the call is built in place in this future), then turns until it is done;
+/// an ambiguous outcome goes to `reconcile` first (`Happened` returns its value, `NotHappened`
+/// lets the remaining rules decide a retry, `Unknown` reports it).
+pub(crate) async fn drive<'r, T, E, S, A, R, RF>(
+    spec: S,
     mut attempts: A,
     mut reconcile: R,
 ) -> Result<T, E>
 where
+    S: FnOnce() -> Result<CallSpec<'r>, Error>,
     A: Attempts<T, E>,
     R: FnMut() -> RF,
     RF: Future<Output = Reconciled<T>>,
     E: Classify + From<Error> + Display,
 {
+    let mut call = Call::new(spec()?);
     loop {
         let result = attempts.attempt(&mut call).await;
         let mut step = call.settle(result).await;

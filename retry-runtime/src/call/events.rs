@@ -19,6 +19,7 @@ use crate::{Failure, Rejection};
 const DECISION: &str = "retry_runtime::decision";
 
 /// The span of one retrying call. At `DEBUG`: a service logging at `INFO` pays nothing for it.
+#[inline]
 pub(super) fn call_span(
     upstream: &str,
     operation: &str,
@@ -39,6 +40,7 @@ pub(super) fn call_span(
 }
 
 /// The span of one attempt, inside its call's (OpenTelemetry's HTTP client attributes).
+#[inline]
 pub(super) fn attempt_span(
     call: &tracing::Span,
     attempt: u32,

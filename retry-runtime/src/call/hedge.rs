@@ -33,8 +33,8 @@ struct InFlight<F> {
 }
 
 impl Call<'_> {
-    /// Runs one attempt that may be hedged: like [`attempt`](Self::attempt_with), but `make`
-    /// can make the body again, so that when the upstream has hedging configured
+    /// Runs one attempt that may be hedged: like [`attempt_with`](Self::attempt_with), but
+    /// `make` can make the body again, so that when the upstream has hedging configured
     /// ([`UpstreamConfig::hedge`](crate::UpstreamConfig::hedge)) and the call is safe to run
     /// twice at once, a further copy starts once the first has run for the hedge delay.
     /// Without hedging it is exactly [`attempt_with`](Self::attempt_with).

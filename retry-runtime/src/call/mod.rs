@@ -59,7 +59,9 @@ use crate::{Ambiguous, Classify, Error, Evidence, Failure};
 use admission::{Admitted, AttemptEnd, AttemptKind, Permit};
 use state::{Local, Now};
 
-pub(crate) use drive::{Attempts, Hedged, Plain, drive, no_reconcile};
+#[cfg(feature = "tower")]
+pub(crate) use drive::Attempts;
+pub(crate) use drive::{Hedged, Plain, drive, no_reconcile};
 pub use ending::Reconciled;
 pub use start::CallSpec;
 pub use state::Call;
@@ -164,6 +166,7 @@ impl Call<'_> {
 
     /// Counts and describes an attempt starting at `now` (it has time, and, for a hedge,
     /// everything else it needs).
+    #[inline]
     fn begin_attempt(&mut self, now: Instant) -> Attempt {
         self.attempt += 1;
         self.retried_mark = self.scope.retried_failures();
@@ -241,6 +244,7 @@ impl Call<'_> {
     /// or, for one that completed in its first poll, when it started (no clock read; for the
     /// first attempt that is when the call started). A failure's clock read is kept for the
     /// decision that follows.
+    #[inline]
     fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> Tick {
         let failed = end == AttemptEnd::Failed;
         if waited || failed {

@@ -284,7 +284,7 @@ where
     };
     let replay = request.body().replayability();
     let (parts, body) = request.into_parts();
-    let call = Call::new(CallSpec {
+    let spec = CallSpec {
         registry,
         upstream,
         method: parts.method.clone(),
@@ -292,14 +292,14 @@ where
         replay,
         operation: None,
         reserve: Duration::ZERO,
-    });
+    };
     let attempts = Sends {
         inner: &mut inner,
         parts,
         body: Some(body),
         classify: layer.classify,
     };
-    match drive(call, attempts, no_reconcile).await {
+    match drive(|| Ok(spec), attempts, no_reconcile).await {
         Ok(response) => Ok(response),
         // Not retried: hand the error response to the caller as a response.
         Err(AttemptError::Response { response, .. }) => Ok(response),
