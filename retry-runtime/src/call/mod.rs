@@ -25,10 +25,7 @@
 //! dropped), `hedge`, `rotation` (free retries on a rotated connection), `refresh` (the 401
 //! credentials refresh), `ending` (denied, ambiguous, reconciled, drained), `transient` (what
 //! a durable queue may replay later) and `events` (every trace event and metric).
-//!
-//! Every decision the loop takes is traceable to a named reason: the engine's
-//! ([`Decision`]), or the loop's own (no time left, a gate's refusal, draining, connection
-//! rotated).
+//! Every decision has a named reason: the engine's ([`Decision`]) or the loop's own.
 
 mod admission;
 mod backoff;
@@ -396,7 +393,7 @@ impl Call<'_> {
             return self.drained(failure);
         }
         self.previous_delay = delay;
-        // The retry starts: the next turn's attempt follows at once.
+        // Everything the retry waited for is done (refresh, backoff): it starts now.
         Step::Retry
     }
 }
