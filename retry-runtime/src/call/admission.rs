@@ -2,9 +2,9 @@
 //!
 //! An attempt starts only with a [`Permit`]. [`admit`] asks each gate in turn (the upstream's
 //! circuit breaker, then its bulkhead), with an [`Ask`] saying which attempt it is (the first,
-//! a retry or a hedge) and how much of the call's deadline is left; the first refusal ends
-//! admission with that gate's [`Rejection`], and what the earlier gates granted is given back
-//! as the partial permit drops. When the attempt ends, [`Permit::end`] tells every gate how
+//! a retry or a hedge) and the call's deadline; the first refusal ends admission with that
+//! gate's [`Rejection`], and what the earlier gates granted is given back as the partial
+//! permit drops. When the attempt ends, [`Permit::end`] tells every gate how
 //! (an [`AttemptEnd`]); a permit dropped before that (the attempt never started, its future
 //! was dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
 //! itself: the bulkhead slot, and a half-open breaker's probe slot (a
@@ -17,7 +17,7 @@
 //!
 //! # Adding a gate
 //! All in this file: a field of [`Permit`] for what the gate grants (give it a `Drop` if it
-//! must hear that an attempt was abandoned, as the breaker's admission does), a step in
+//! must hear that an attempt was abandoned, as the breaker's probe claim does), a step in
 //! [`admit`] that asks it (the [`Ask`] carries the attempt's kind and the call's deadline),
 //! a line in [`Permit::end`] that reports the ending to it, and a [`Rejection`] variant for
 //! its refusal (with its `Error`, `DenyReason` and metric label, as `CircuitOpen` has). A gate
