@@ -31,9 +31,9 @@
 //!   services that run for hours: once open (four attempts in five failed, as in an outage) a
 //!   breaker stays open 5 s, longer than `--quick`'s whole outage scenario, and refuses
 //!   operations one attempt would have completed until the run ends (the `open` column counts
-//!   those refusals). Until the default failure rate became 0.8 it opened at 0.5, on any
-//!   catalog failing half its requests, and B fell far below C there (5 % against 51 %);
-//!   the full default run now shows it above C in those scenarios;
+//!   those refusals). At the default failure rate (0.8) the full default run shows B above C
+//!   where the catalog fails half its requests; at 0.5 a breaker opens on such a catalog and
+//!   B falls far below C (5 % against 51 %);
 //! - for B-tuned, in `brief-slowdown-ignores-deadline`: a catalog that serves every queued
 //!   request, whether its caller still waits or not, turns B-tuned's retries into queued work
 //!   for nobody; with some seeds the queue then outlasts the run (a metastable state) and

@@ -1,0 +1,283 @@
+//! Admission: every local gate an attempt passes before it is sent, behind one seam.
+//!
+//! An attempt starts only with a [`Permit`]. [`admit`] asks each gate in turn (the upstream's
+//! circuit breaker, then its bulkhead), with an [`Ask`] saying which attempt it is (the first,
+//! a retry or a hedge) and the call's deadline; the first refusal ends admission with that
+//! gate's [`Rejection`], and what the earlier gates granted is given back as the partial
+//! permit drops. When the attempt ends, [`Permit::end`] tells every gate how
+//! (an [`AttemptEnd`]); a permit dropped before that (the attempt never started, its future
+//! was dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
+//! itself: the bulkhead slot, and a half-open breaker's probe slot (a
+//! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded). No path
+//! releases anything by hand.
+//!
+//! A retry or a hedge also costs a retry ([`spend`]): one from the operation's shared
+//! allowance, then a token of the upstream's retry budget. A retry spends when the engine
+//! grants it (a denied retry is free); a hedge when it is admitted.
+//!
+//! # Adding a gate
+//! All in this file: a field of [`Permit`] for what the gate grants (give it a `Drop` if it
+//! must hear that an attempt was abandoned, as the breaker's probe claim does), a step in
+//! [`admit`] that asks it (the [`Ask`] carries the attempt's kind and the call's deadline),
+//! a line in [`Permit::end`] that reports the ending to it, and a [`Rejection`] variant for
+//! its refusal (with its `Error`, `DenyReason` and metric label, as `CircuitOpen` has). A gate
+//! that wants the attempt's latency keeps its admission's start in its field and reads the
+//! clock in `end`.
+
+use tokio::time::Instant;
+
+use super::{Call, Local};
+use crate::attempt::Attempt;
+use crate::breaker::{self, Admission};
+use crate::budget::Moment;
+use crate::bulkhead::Slot;
+use crate::decision::DenyReason;
+use crate::registry::Upstream;
+use crate::scope::CallScope;
+use crate::window::Tick;
+use crate::{Error, Failure, Rejection};
+
+/// Which attempt a gate is asked to admit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptKind {
+    /// The call's first attempt.
+    First,
+    /// An attempt after a failed one (free rotation retries included).
+    Retry,
+    /// A further copy of an attempt still in flight. It never waits for capacity.
+    Hedge,
+}
+
+impl AttemptKind {
+    /// The kind of the attempt that follows `started` attempts (not a hedge).
+    #[inline]
+    pub(crate) const fn after(started: u32) -> AttemptKind {
+        match started {
+            0 => AttemptKind::First,
+            _ => AttemptKind::Retry,
+        }
+    }
+}
+
+/// What a gate is asked: which attempt, and the call's deadline.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub(crate) kind: AttemptKind,
+    /// The call's deadline: a gate that waits never waits past it.
+    pub(crate) deadline: Instant,
+}
+
+/// How an attempt ended, as the gates see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptEnd {
+    /// The upstream answered as a working upstream does: a success, or a response it chose
+    /// to send (a 4xx other than 408/429), or a local failure that says nothing against it.
+    Accepted,
+    /// The upstream failed or is overloaded: a 5xx, 408, 429, a timeout, a connect failure,
+    /// a reset after the request was sent ([`breaker::is_upstream_failure`]).
+    Failed,
+    /// Says nothing about the upstream either way: a server rotating a healthy connection.
+    Unjudged,
+}
+
+impl AttemptEnd {
+    /// What a failed attempt's facts say about the upstream.
+    #[inline]
+    pub(crate) fn of_failure(failure: &Failure) -> AttemptEnd {
+        if failure.connection_rotated {
+            AttemptEnd::Unjudged
+        } else if breaker::is_upstream_failure(failure) {
+            AttemptEnd::Failed
+        } else {
+            AttemptEnd::Accepted
+        }
+    }
+}
+
+/// What let one attempt start: what each gate granted. Dropped without [`end`](Self::end), it
+/// gives everything back, telling no gate anything about the upstream.
+#[derive(Debug)]
+#[must_use = "a permit dropped at once gives its admission back"]
+pub(crate) struct Permit {
+    breaker: Option<Admission>,
+    slot: Option<Slot>,
+}
+
+/// What [`admit`] found: the attempt may start now, or every gate but the bulkhead admitted
+/// it and it may wait for a slot.
+pub(crate) enum Admitted {
+    Now(Permit),
+    /// The permit, without its bulkhead slot yet.
+    Queue(Permit),
+}
+
+/// Asks every gate of `upstream` to admit the attempt `ask` describes. A full bulkhead
+/// answers [`Admitted::Queue`], except to a hedge, which it refuses.
+#[inline]
+pub(crate) fn admit(upstream: &Upstream, ask: Ask) -> Result<Admitted, Rejection> {
+    let breaker = match upstream.breaker() {
+        Some(breaker) => match breaker.admit() {
+            Some(admission) => Some(admission),
+            None => return Err(Rejection::CircuitOpen),
+        },
+        None => None,
+    };
+    let Some(bulkhead) = upstream.bulkhead() else {
+        return Ok(Admitted::Now(Permit {
+            breaker,
+            slot: None,
+        }));
+    };
+    match bulkhead.try_enter() {
+        Some(slot) => Ok(Admitted::Now(Permit {
+            breaker,
+            slot: Some(slot),
+        })),
+        None if ask.kind == AttemptKind::Hedge => Err(Rejection::BulkheadFull),
+        None => Ok(Admitted::Queue(Permit {
+            breaker,
+            slot: None,
+        })),
+    }
+}
+
+/// Waits for the bulkhead slot `queued` lacks, until the deadline less the minimum attempt
+/// budget: the attempt then starts with what is left. No slot in time: the permit is dropped,
+/// giving back what the other gates granted.
+pub(crate) async fn wait_for_slot(
+    upstream: &Upstream,
+    mut queued: Permit,
+    ask: Ask,
+) -> Result<Permit, Rejection> {
+    let Some(bulkhead) = upstream.bulkhead() else {
+        return Ok(queued);
+    };
+    let min_attempt_budget = upstream.config().min_attempt_budget;
+    let until = ask
+        .deadline
+        .checked_sub(min_attempt_budget)
+        .unwrap_or(ask.deadline);
+    queued.slot = Some(
+        bulkhead
+            .enter_until(until)
+            .await
+            .ok_or(Rejection::BulkheadFull)?,
+    );
+    Ok(queued)
+}
+
+/// Spends what a retry or a hedge costs, at `at`: a retry from the operation's shared
+/// allowance, then a token of the upstream's retry budget (the allowance given back when the
+/// budget has none). Nothing is spent when it fails.
+#[inline]
+pub(crate) fn spend(
+    scope: &mut CallScope,
+    upstream: &Upstream,
+    at: Moment,
+) -> Result<(), DenyReason> {
+    if !scope.take_retry() {
+        return Err(DenyReason::MaxAttempts);
+    }
+    if !upstream.budget().withdraw_in(at) {
+        scope.give_back_retry();
+        return Err(DenyReason::BudgetExhausted);
+    }
+    Ok(())
+}
+
+impl Permit {
+    /// Gives the bulkhead slot back: the attempt is over (before any backoff).
+    #[inline]
+    pub(crate) fn leave_bulkhead(&mut self) {
+        self.slot = None;
+    }
+
+    /// Whether a gate counts how the attempt ended. When none does, the loop neither
+    /// classifies the failure nor reads the clock for [`end`](Self::end).
+    #[inline]
+    pub(crate) fn counts(&self) -> bool {
+        self.breaker.is_some()
+    }
+
+    /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock: the
+    /// breaker counts an accepted attempt as a success, a failed one as a failure, and an
+    /// unjudged one not at all (its admission given back).
+    #[inline]
+    pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) {
+        let Permit {
+            breaker: admission,
+            slot,
+        } = self;
+        drop(slot);
+        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
+            match end {
+                AttemptEnd::Accepted => breaker.record_on(admission, false, tick),
+                AttemptEnd::Failed => breaker.record_on(admission, true, tick),
+                AttemptEnd::Unjudged => drop(admission),
+            }
+        }
+    }
+}
+
+/// The error an attempt refused by a gate ends with.
+pub(crate) fn refusal(rejection: Rejection, upstream: &Upstream) -> Error {
+    let upstream = upstream.name_arc().clone();
+    match rejection {
+        Rejection::CircuitOpen => Error::CircuitOpen { upstream },
+        Rejection::BulkheadFull => Error::BulkheadFull { upstream },
+    }
+}
+
+impl Call<'_> {
+    /// What the gates are asked about the call's next attempt of `kind`.
+    #[inline]
+    pub(super) fn ask(&self, kind: AttemptKind) -> Ask {
+        Ask {
+            kind,
+            deadline: self.deadline,
+        }
+    }
+
+    /// [`admit`] for the call's next attempt (not a hedge): a refusal ends the attempt with
+    /// the gate's error, counted as a local rejection.
+    #[inline]
+    pub(super) fn try_admit(&mut self, kind: AttemptKind) -> Result<Admitted, Error> {
+        match admit(&self.upstream, self.ask(kind)) {
+            Ok(admitted) => Ok(admitted),
+            Err(rejection) => Err(self.refused(rejection)),
+        }
+    }
+
+    /// [`wait_for_slot`] for `attempt`, which then starts when admitted, with what is left of
+    /// the deadline.
+    pub(super) async fn wait_for_slot(
+        &mut self,
+        attempt: &mut Attempt,
+        queued: Permit,
+    ) -> Result<Permit, Error> {
+        let ask = self.ask(AttemptKind::after(attempt.number - 1));
+        match wait_for_slot(&self.upstream, queued, ask).await {
+            Ok(permit) => {
+                let now = Instant::now();
+                attempt.started = now;
+                attempt.ends = self.attempt_ends(now);
+                Ok(permit)
+            }
+            Err(rejection) => Err(self.refused(rejection)),
+        }
+    }
+
+    /// A gate refused the attempt: the loop's own fact, counted, and the caller's error.
+    #[cold]
+    fn refused(&mut self, rejection: Rejection) -> Error {
+        self.local = Local::Refused(rejection);
+        self.on_refused(rejection);
+        refusal(rejection, &self.upstream)
+    }
+
+    /// [`spend`] for a retry or a hedge of this call.
+    #[inline]
+    pub(super) fn spend(&mut self, at: Moment) -> Result<(), DenyReason> {
+        spend(&mut self.scope, &self.upstream, at)
+    }
+}
