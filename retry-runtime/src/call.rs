@@ -78,6 +78,7 @@ use crate::observe::{self, AttemptOutcome, CallKind};
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::site::{CallSite, HAND_OFF_RESERVE};
+use crate::throttle::{AttemptKind, Sent};
 use crate::window::Tick;
 use crate::{Ambiguous, Classify, Error, Evidence, Failure, Replayability};
 
@@ -140,6 +141,8 @@ enum Local {
     CircuitOpen,
     /// Not started: no bulkhead slot before the deadline.
     BulkheadFull,
+    /// Not started: the upstream's adaptive throttle refused it.
+    Throttled,
     /// Cut by the attempt timeout: the request may have been sent.
     TimedOut,
 }
@@ -147,6 +150,8 @@ enum Local {
 /// What let an attempt start: the breaker's admission and the bulkhead's slot (each only if
 /// the upstream has one).
 struct Pass {
+    /// The attempt's count in the upstream's throttle.
+    sent: Option<Sent>,
     admission: Option<Admission>,
     slot: Option<Slot>,
 }
@@ -163,7 +168,7 @@ struct Now {
 /// it waits for a bulkhead slot.
 enum Admitted {
     Now(Pass),
-    Queue(Option<Admission>),
+    Queue(Option<Sent>, Option<Admission>),
 }
 
 /// One copy of a hedged attempt in flight, with what let it start.
@@ -457,8 +462,8 @@ impl<'r> Call<'r> {
         // `admit`, written out: with a free slot no admission future is built (the common path).
         let pass = match self.try_admit() {
             Ok(Admitted::Now(pass)) => pass,
-            Ok(Admitted::Queue(admission)) => {
-                match self.wait_for_slot(&mut attempt, admission).await {
+            Ok(Admitted::Queue(sent, admission)) => {
+                match self.wait_for_slot(&mut attempt, sent, admission).await {
                     Ok(pass) => pass,
                     Err(error) => return Err(E::from(error)),
                 }
@@ -653,14 +658,34 @@ impl<'r> Call<'r> {
         if let Some(reason) = refused {
             return no_hedge(self, reason);
         }
+        let sent = match upstream.throttle() {
+            Some(throttle) => {
+                let registry = self.registry;
+                let rng = self.rng.get_or_insert_with(|| registry.rng());
+                match throttle.admit(AttemptKind::Extra, upstream.tick(now), || rng.f64()) {
+                    Some(sent) => Some(sent),
+                    None => return no_hedge(self, "throttled"),
+                }
+            }
+            None => None,
+        };
+        let forget = |sent: Option<Sent>| {
+            if let (Some(throttle), Some(sent)) = (upstream.throttle(), sent) {
+                throttle.forget(sent);
+            }
+        };
         let admission = match upstream.breaker() {
             Some(breaker) => match breaker.admit() {
                 Some(admission) => Some(admission),
-                None => return no_hedge(self, "circuit_open"),
+                None => {
+                    forget(sent);
+                    return no_hedge(self, "circuit_open");
+                }
             },
             None => None,
         };
         let release = |admission: Option<Admission>| {
+            forget(sent);
             if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
                 breaker.release(admission);
             }
@@ -710,7 +735,14 @@ impl<'r> Call<'r> {
             retries_left: self.scope.retries_left(),
             span,
         };
-        Some((attempt, Pass { admission, slot }))
+        Some((
+            attempt,
+            Pass {
+                sent,
+                admission,
+                slot,
+            },
+        ))
     }
 
     /// Whether a failed copy's error ends the hedged attempt although another copy is in
@@ -762,10 +794,17 @@ impl<'r> Call<'r> {
                 ..
             } = copy;
             drop(future);
-            let Pass { admission, slot } = pass;
+            let Pass {
+                sent,
+                admission,
+                slot,
+            } = pass;
             drop(slot);
             if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
                 breaker.release(admission);
+            }
+            if let (Some(throttle), Some(sent)) = (self.upstream.throttle(), sent) {
+                throttle.forget(sent);
             }
             self.upstream
                 .record_latency(now.saturating_duration_since(started), now);
@@ -835,18 +874,56 @@ impl<'r> Call<'r> {
     async fn admit(&mut self, attempt: &mut Attempt) -> Result<Pass, Error> {
         match self.try_admit()? {
             Admitted::Now(pass) => Ok(pass),
-            Admitted::Queue(admission) => self.wait_for_slot(attempt, admission).await,
+            Admitted::Queue(sent, admission) => self.wait_for_slot(attempt, sent, admission).await,
         }
     }
 
     /// The breaker's answer, and a bulkhead slot if one is free now (no future to build on
     /// the common path).
     fn try_admit(&mut self) -> Result<Admitted, Error> {
+        let sent = match self.upstream.throttle() {
+            Some(throttle) => {
+                // A retry drew its admission when it was decided (`apply`): it is only
+                // counted now. A rotation retry stands for the attempt the server never took.
+                let first = self.attempt - self.rotations <= 1;
+                let kind = match first {
+                    true => AttemptKind::First,
+                    false => AttemptKind::Extra,
+                };
+                let tick = self.upstream.tick(match self.attempt {
+                    1 => self.created,
+                    _ => Instant::now(),
+                });
+                let registry = self.registry;
+                let rng = &mut self.rng;
+                let admitted = throttle.admit(kind, tick, || match first {
+                    true => rng.get_or_insert_with(|| registry.rng()).f64(),
+                    false => 1.0,
+                });
+                match admitted {
+                    Some(sent) => Some(sent),
+                    None => {
+                        self.local = Local::Throttled;
+                        observe::rejected(self.upstream.name(), crate::Rejection::Throttled);
+                        return Err(Error::Throttled {
+                            upstream: self.upstream.name_arc().clone(),
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
         let upstream = &self.upstream;
+        let forget = |sent: Option<Sent>| {
+            if let (Some(throttle), Some(sent)) = (upstream.throttle(), sent) {
+                throttle.forget(sent);
+            }
+        };
         let admission = match upstream.breaker() {
             Some(breaker) => match breaker.admit() {
                 Some(admission) => Some(admission),
                 None => {
+                    forget(sent);
                     self.local = Local::CircuitOpen;
                     observe::rejected(upstream.name(), crate::Rejection::CircuitOpen);
                     return Err(Error::CircuitOpen {
@@ -858,16 +935,18 @@ impl<'r> Call<'r> {
         };
         let Some(bulkhead) = upstream.bulkhead() else {
             return Ok(Admitted::Now(Pass {
+                sent,
                 admission,
                 slot: None,
             }));
         };
         Ok(match bulkhead.try_enter() {
             Some(slot) => Admitted::Now(Pass {
+                sent,
                 admission,
                 slot: Some(slot),
             }),
-            None => Admitted::Queue(admission),
+            None => Admitted::Queue(sent, admission),
         })
     }
 
@@ -876,11 +955,13 @@ impl<'r> Call<'r> {
     async fn wait_for_slot(
         &mut self,
         attempt: &mut Attempt,
+        sent: Option<Sent>,
         admission: Option<Admission>,
     ) -> Result<Pass, Error> {
         let upstream = &self.upstream;
         let Some(bulkhead) = upstream.bulkhead() else {
             return Ok(Pass {
+                sent,
                 admission,
                 slot: None,
             });
@@ -896,6 +977,7 @@ impl<'r> Call<'r> {
                 attempt.started = now;
                 attempt.ends = self.attempt_ends(now);
                 Ok(Pass {
+                    sent,
                     admission,
                     slot: Some(slot),
                 })
@@ -903,6 +985,9 @@ impl<'r> Call<'r> {
             None => {
                 if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
                     breaker.release(admission);
+                }
+                if let (Some(throttle), Some(sent)) = (upstream.throttle(), sent) {
+                    throttle.forget(sent);
                 }
                 self.local = Local::BulkheadFull;
                 observe::rejected(upstream.name(), crate::Rejection::BulkheadFull);
@@ -924,7 +1009,11 @@ impl<'r> Call<'r> {
     where
         E: Classify + From<Error>,
     {
-        let Pass { admission, slot } = pass;
+        let Pass {
+            sent,
+            admission,
+            slot,
+        } = pass;
         drop(slot);
         (self.failed_at, self.classified) = (None, None);
         self.scope.adopt(ended.opened);
@@ -953,7 +1042,8 @@ impl<'r> Call<'r> {
             // Progress: what makes further rotation retries free (module docs).
             self.upstream.budget().record_progress();
         }
-        if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
+        if admission.is_some() || sent.is_some() {
+            let upstream = &self.upstream;
             let failed = match &result {
                 Ok(_) => false,
                 Err(_) if self.local == Local::TimedOut => true,
@@ -964,7 +1054,13 @@ impl<'r> Call<'r> {
                     if failure.connection_rotated {
                         // Neither a failure nor a success: the server closed a healthy
                         // connection (see `breaker::is_upstream_failure`).
-                        breaker.release(admission);
+                        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission)
+                        {
+                            breaker.release(admission);
+                        }
+                        if let (Some(throttle), Some(sent)) = (upstream.throttle(), sent) {
+                            throttle.forget(sent);
+                        }
                         return result;
                     }
                     crate::breaker::is_upstream_failure(&failure)
@@ -988,7 +1084,12 @@ impl<'r> Call<'r> {
             if failed {
                 self.failed_at = Some(at);
             }
-            breaker.record_on(admission, failed, tick);
+            if let (Some(breaker), Some(admission)) = (self.upstream.breaker(), admission) {
+                breaker.record_on(admission, failed, tick);
+            }
+            if let (Some(throttle), Some(sent)) = (self.upstream.throttle(), sent) {
+                throttle.record(sent, !failed, tick);
+            }
         }
         result
     }
@@ -1047,6 +1148,7 @@ impl<'r> Call<'r> {
         match self.local {
             Local::CircuitOpen => failure.reject(crate::Rejection::CircuitOpen),
             Local::BulkheadFull => failure.reject(crate::Rejection::BulkheadFull),
+            Local::Throttled => failure.reject(crate::Rejection::Throttled),
             // Cut by our own timeout: the request may have been sent, whatever the error says.
             Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
             Local::Nothing | Local::NoTime => {}
@@ -1219,6 +1321,15 @@ impl<'r> Call<'r> {
             observe::rotation_retried(self.upstream.name());
             return Step::Retry;
         }
+        // Extra work goes to the upstream only in the proportion it currently accepts (the
+        // draw is made now, before the backoff; the retry's attempt is counted when it starts).
+        if let Some(throttle) = self.upstream.throttle() {
+            let registry = self.registry;
+            let rng = self.rng.get_or_insert_with(|| registry.rng());
+            if !throttle.admits_extra(self.upstream.tick(now.instant), rng.f64()) {
+                return self.stop(DenyReason::Throttled, error, failure);
+            }
+        }
         // Spend only now that the retry really happens: a denied retry is free.
         if !self.scope.take_retry() {
             return self.stop(DenyReason::MaxAttempts, error, failure);
@@ -1363,6 +1474,7 @@ impl<'r> Call<'r> {
         match reason {
             DenyReason::CircuitOpen
             | DenyReason::BulkheadFull
+            | DenyReason::Throttled
             | DenyReason::RuntimeDraining
             | DenyReason::RetryAfterBeyondWindow
             | DenyReason::Pushback(_) => true,
@@ -1394,6 +1506,7 @@ impl<'r> Call<'r> {
                         | Decision::Denied(
                             DenyReason::CircuitOpen
                                 | DenyReason::BulkheadFull
+                                | DenyReason::Throttled
                                 | DenyReason::Pushback(_)
                         )
                 )
@@ -1458,7 +1571,10 @@ impl<'r> Call<'r> {
         }
         if matches!(
             reason,
-            DenyReason::BudgetExhausted | DenyReason::CircuitOpen | DenyReason::BulkheadFull
+            DenyReason::BudgetExhausted
+                | DenyReason::CircuitOpen
+                | DenyReason::BulkheadFull
+                | DenyReason::Throttled
         ) {
             // The upstream is failing or saturated for everyone: a caller in another process
             // that retried the whole chain would only add calls the budget just refused.

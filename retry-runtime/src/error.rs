@@ -108,6 +108,12 @@ pub enum Error {
         /// The upstream.
         upstream: Arc<str>,
     },
+    /// The upstream currently accepts less than it gets, and its adaptive throttle refused
+    /// the attempt: nothing was sent (see [`throttle`](crate::throttle)).
+    Throttled {
+        /// The upstream.
+        upstream: Arc<str>,
+    },
     /// Shutdown ([`Drain`](crate::Drain)) started while the call waited to retry: no further
     /// attempt was sent. (When the last attempt was a write whose outcome is unknown, the call
     /// ends [`Ambiguous`] instead.)
@@ -198,6 +204,12 @@ impl fmt::Display for Error {
                     "the bulkhead of `{upstream}` had no free slot before the deadline: nothing was sent"
                 )
             }
+            Error::Throttled { upstream } => {
+                write!(
+                    f,
+                    "`{upstream}` currently accepts less than it gets: refused locally without sending"
+                )
+            }
             Error::Draining {
                 upstream,
                 attempts,
@@ -272,6 +284,7 @@ impl Classify for Error {
             | Error::RefreshFailed(_)
             | Error::CircuitOpen { .. }
             | Error::BulkheadFull { .. }
+            | Error::Throttled { .. }
             | Error::Draining { .. } => Evidence::NotSent,
         }
     }
@@ -299,6 +312,7 @@ impl Classify for Error {
             | Error::DeadlineExceeded { .. }
             | Error::CircuitOpen { .. }
             | Error::BulkheadFull { .. }
+            | Error::Throttled { .. }
             | Error::Draining { .. } => None,
             #[cfg(feature = "http")]
             Error::Http(e) => e.permanent(),
@@ -325,6 +339,7 @@ impl Classify for Error {
         match self {
             Error::CircuitOpen { .. } => Some(crate::Rejection::CircuitOpen),
             Error::BulkheadFull { .. } => Some(crate::Rejection::BulkheadFull),
+            Error::Throttled { .. } => Some(crate::Rejection::Throttled),
             _ => None,
         }
     }

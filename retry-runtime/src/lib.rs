@@ -123,6 +123,7 @@ pub mod http;
 pub mod propagation;
 pub mod registry;
 pub mod retry_after;
+pub mod throttle;
 #[cfg(feature = "tower")]
 pub mod tower;
 

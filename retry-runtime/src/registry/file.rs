@@ -14,7 +14,8 @@ use toml::de::{DeTable, DeValue};
 use super::env::{self, Override};
 use super::errors::{ConfigError, ConfigErrors, Location};
 use super::keys::{
-    self, BREAKER, BREAKER_KEYS, BUDGET, BUDGET_KEYS, HEDGE, HEDGE_KEYS, KeySpec, Settings,
+    self, BREAKER, BREAKER_KEYS, BUDGET, BUDGET_KEYS, HEDGE, HEDGE_KEYS, KeySpec, Settings, THROTTLE,
+    THROTTLE_KEYS,
     UPSTREAM_KEYS, Value,
 };
 use crate::budget::BudgetConfig;
@@ -163,6 +164,8 @@ enum Table {
     Upstream,
     /// `[upstreams.<name>.budget]`.
     Budget,
+    /// `[upstreams.<name>.throttle]`.
+    Throttle,
     /// `[upstreams.<name>.breaker]`.
     Breaker,
     /// `[upstreams.<name>.hedge]`.
@@ -171,12 +174,13 @@ enum Table {
 
 impl Table {
     /// The sub-tables of an upstream.
-    const SUBTABLES: [Table; 3] = [Table::Budget, Table::Breaker, Table::Hedge];
+    const SUBTABLES: [Table; 4] = [Table::Budget, Table::Throttle, Table::Breaker, Table::Hedge];
 
     fn keys(self) -> &'static [KeySpec] {
         match self {
             Table::Upstream => UPSTREAM_KEYS,
             Table::Budget => BUDGET_KEYS,
+            Table::Throttle => THROTTLE_KEYS,
             Table::Breaker => BREAKER_KEYS,
             Table::Hedge => HEDGE_KEYS,
         }
@@ -187,6 +191,7 @@ impl Table {
         match self {
             Table::Upstream => "",
             Table::Budget => BUDGET,
+            Table::Throttle => THROTTLE,
             Table::Breaker => BREAKER,
             Table::Hedge => HEDGE,
         }

@@ -10,6 +10,7 @@ use toml::de::DeValue;
 use super::duration::parse_duration;
 use crate::backoff::Jitter;
 use crate::breaker::BreakerConfig;
+use crate::throttle::ThrottleConfig;
 use crate::config::UpstreamConfig;
 use crate::hedge::HedgeConfig;
 
@@ -79,6 +80,8 @@ const fn key(name: &'static str, path: &'static str, kind: Kind, example: &'stat
 
 /// The table of budget settings inside an upstream.
 pub(crate) const BUDGET: &str = "budget";
+/// The table of adaptive throttle settings inside an upstream.
+pub(crate) const THROTTLE: &str = "throttle";
 /// The table of circuit-breaker settings inside an upstream.
 pub(crate) const BREAKER: &str = "breaker";
 /// The table of hedging settings inside an upstream.
@@ -113,10 +116,18 @@ pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
     key("window",         "budget.window",         Kind::Duration, "10s"),
 ];
 
+/// The keys of `[upstreams.<name>.throttle]`.
+#[rustfmt::skip]
+pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
+    key("enabled",    "throttle.enabled",    Kind::Flag,     "true"),
+    key("multiplier", "throttle.multiplier", Kind::Number,   "2.0"),
+    key("window",     "throttle.window",     Kind::Duration, "2s"),
+];
+
 /// The keys of `[upstreams.<name>.breaker]`.
 #[rustfmt::skip]
 pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
-    key("enabled",          "breaker.enabled",          Kind::Flag,     "true"),
+    key("enabled",          "breaker.enabled",          Kind::Flag,     "false"),
     key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.8"),
     key("min_attempts",     "breaker.min_attempts",     Kind::Count,    "20"),
     key("window",           "breaker.window",           Kind::Duration, "10s"),
@@ -140,6 +151,7 @@ pub(crate) fn all() -> impl Iterator<Item = &'static KeySpec> {
     UPSTREAM_KEYS
         .iter()
         .chain(BUDGET_KEYS)
+        .chain(THROTTLE_KEYS)
         .chain(BREAKER_KEYS)
         .chain(HEDGE_KEYS)
 }
@@ -155,6 +167,8 @@ pub(crate) fn by_path(path: &str) -> Option<&'static KeySpec> {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     config: UpstreamConfig,
+    throttle: ThrottleConfig,
+    throttle_enabled: bool,
     breaker: BreakerConfig,
     breaker_enabled: bool,
     /// Hedging as written so far (its delays unset until a key sets them).
@@ -170,6 +184,8 @@ impl Settings {
     pub(crate) fn new() -> Self {
         let config = UpstreamConfig::new();
         Settings {
+            throttle: config.throttle.unwrap_or_default(),
+            throttle_enabled: config.throttle.is_some(),
             breaker: config.breaker.unwrap_or_default(),
             breaker_enabled: config.breaker.is_some(),
             hedge: HedgeConfig {
@@ -185,6 +201,7 @@ impl Settings {
     /// The config these settings describe.
     pub(crate) fn config(&self) -> UpstreamConfig {
         let mut config = self.config.clone();
+        config.throttle = self.throttle_enabled.then_some(self.throttle);
         config.breaker = self.breaker_enabled.then_some(self.breaker);
         config.hedge = self
             .hedge_enabled
@@ -283,6 +300,7 @@ impl KeySpec {
     pub(crate) fn apply(&self, settings: &mut Settings, value: Value<'_>) -> Result<(), String> {
         let config = &mut settings.config;
         let breaker = &mut settings.breaker;
+        let throttle = &mut settings.throttle;
         let hedge = &mut settings.hedge;
         if self.path.starts_with("hedge.") && self.path != "hedge.enabled" {
             settings.hedge_written = true;
@@ -327,6 +345,9 @@ impl KeySpec {
                     format!("`bulkhead` = {n} is out of range: {}", self.fix(value))
                 })?);
             }
+            "throttle.enabled" => settings.throttle_enabled = self.flag(value)?,
+            "throttle.multiplier" => throttle.multiplier = self.number(value)?,
+            "throttle.window" => throttle.window = self.duration(value)?,
             "breaker.enabled" => settings.breaker_enabled = self.flag(value)?,
             "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
             "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,

@@ -157,6 +157,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::ArcSwap;
 
 use crate::breaker::CircuitBreaker;
+use crate::throttle::Throttle;
 use crate::budget::RetryBudget;
 use crate::bulkhead::Bulkhead;
 use crate::config::UpstreamConfig;
@@ -203,6 +204,7 @@ pub struct Upstream {
     name: Arc<str>,
     config: UpstreamConfig,
     budget: Arc<RetryBudget>,
+    throttle: Option<Arc<Throttle>>,
     breaker: Option<Arc<CircuitBreaker>>,
     bulkhead: Option<Arc<Bulkhead>>,
     /// Recent attempt latencies, kept only for a hedge delay at a percentile.
@@ -218,6 +220,7 @@ impl fmt::Debug for Upstream {
             .field("name", &self.name)
             .field("config", &self.config)
             .field("budget", &self.budget)
+            .field("throttle", &self.throttle)
             .field("breaker", &self.breaker)
             .field("bulkhead", &self.config.bulkhead)
             .field("refresh", &self.refresh.is_some())
@@ -250,6 +253,12 @@ impl Upstream {
     /// Its retry budget (shared across reloads while the budget settings stay the same).
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// Its adaptive throttle, if enabled (shared across reloads while its settings stay the
+    /// same).
+    pub fn throttle(&self) -> Option<&Throttle> {
+        self.throttle.as_deref()
     }
 
     /// Its circuit breaker, if enabled.
@@ -455,6 +464,9 @@ impl Registry {
                 if let Some(breaker) = upstream.breaker() {
                     crate::observe::breaker_state(&name, breaker);
                 }
+                if let Some(throttle) = upstream.throttle() {
+                    crate::observe::throttle_state(&name, throttle);
+                }
             }
         }
     }
@@ -519,6 +531,13 @@ impl Registry {
                 )),
                 (_, None) => None,
             };
+            let throttle = match (previous, config.throttle) {
+                (Some(u), Some(t)) if u.config.throttle == Some(t) => u.throttle.clone(),
+                (_, Some(t)) => Some(Arc::new(
+                    Throttle::counting_from(t, self.origin).named(Arc::from(name.as_str())),
+                )),
+                (_, None) => None,
+            };
             let bulkhead = match (previous, config.bulkhead) {
                 (Some(u), Some(n)) if u.config.bulkhead == Some(n) => u.bulkhead.clone(),
                 (_, Some(n)) => Some(Arc::new(Bulkhead::new(n))),
@@ -540,6 +559,7 @@ impl Registry {
                     name,
                     config,
                     budget,
+                    throttle,
                     breaker,
                     bulkhead,
                     latency,
@@ -599,6 +619,7 @@ impl Registry {
                 name: u.name.clone(),
                 config: u.config.clone(),
                 budget: u.budget.clone(),
+                throttle: u.throttle.clone(),
                 breaker: u.breaker.clone(),
                 bulkhead: u.bulkhead.clone(),
                 latency: u.latency.clone(),
