@@ -11,6 +11,8 @@ use retry_examples::lab::{self, Design, LabConfig, Quiet, RunMetrics, Scenario};
 fn config(scenarios: &[Scenario], designs: &[Design]) -> LabConfig {
     LabConfig {
         duration: Duration::from_secs(1),
+        // Counts of single operations: a cold start shows them as well as a warm one.
+        warmup: Duration::ZERO,
         load: 15.0,
         seed: 7,
         seeds: 1,

@@ -1044,6 +1044,9 @@ impl<'r> Call<'r> {
         }
         if admission.is_some() || sent.is_some() {
             let upstream = &self.upstream;
+            // A callee that retried below and gave up did the work it was asked: its
+            // dependency failed, not it (see `throttle::accepted`).
+            let mut accepted_anyway = false;
             let failed = match &result {
                 Ok(_) => false,
                 Err(_) if self.local == Local::TimedOut => true,
@@ -1063,6 +1066,7 @@ impl<'r> Call<'r> {
                         }
                         return result;
                     }
+                    accepted_anyway = crate::throttle::accepted_anyway(&failure);
                     crate::breaker::is_upstream_failure(&failure)
                 }
             };
@@ -1088,7 +1092,7 @@ impl<'r> Call<'r> {
                 breaker.record_on(admission, failed, tick);
             }
             if let (Some(throttle), Some(sent)) = (self.upstream.throttle(), sent) {
-                throttle.record(sent, !failed, tick);
+                throttle.record(sent, !failed || accepted_anyway, tick);
             }
         }
         result

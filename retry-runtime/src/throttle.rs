@@ -76,7 +76,7 @@ impl ThrottleConfig {
     pub const fn new() -> Self {
         ThrottleConfig {
             multiplier: 2.0,
-            window: Duration::from_secs(2),
+            window: Duration::from_millis(500),
         }
     }
 
@@ -105,11 +105,11 @@ impl ThrottleConfig {
                 ),
             ));
         }
-        if self.window < Duration::from_secs(1) || self.window > Duration::from_secs(600) {
+        if self.window < Duration::from_millis(500) || self.window > Duration::from_secs(600) {
             v.push((
                 "throttle.window",
                 format!(
-                    "throttle window {:?} is outside 1s..=600s: use 2s",
+                    "throttle window {:?} is outside 500ms..=600s: use 1s",
                     self.window
                 ),
             ));
@@ -261,6 +261,18 @@ impl Throttle {
             ),
         }
     }
+}
+
+/// Whether a failed attempt still counts as accepted: the callee answered that it spent the
+/// operation's retries below it ([`Pushback::RetriesSpent`]), so it did the work it was asked
+/// and its own dependency failed. Counting that against the callee would throttle every layer
+/// of a chain for one failing dependency, and keep the chain shut until each layer's window
+/// forgot it; the layer next to the dependency throttles it. (`Overloaded` pushback is the
+/// callee refusing work: not accepted.)
+///
+/// [`Pushback::RetriesSpent`]: crate::Pushback::RetriesSpent
+pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
+    failure.pushback == Some(crate::Pushback::RetriesSpent)
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.

@@ -326,7 +326,8 @@ pub fn summary(results: &[Aggregate]) -> String {
 /// design's retry window, the share of operations no in-memory retry could carry past it, and
 /// what the breaker refused.
 pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<String> {
-    let (from, until) = Scenario::Transient.outage_window(config.duration)?;
+    let (from, until) =
+        Scenario::Transient.outage_window(Scenario::Transient.run_length(config.duration))?;
     let runs: Vec<&Aggregate> = results
         .iter()
         .filter(|a| a.scenario == Scenario::Transient)
@@ -335,7 +336,7 @@ pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<Strin
         return None;
     }
     let mut out = format!(
-        "The outage lasts {} (40 % of the {} run). A retry in memory carries an operation past \
+        "The outage lasts {} (40 % of the {} --duration). A retry in memory carries an operation past \
          it only if the operation started less than its retry window before the outage ended, \
          and only if the retries are made. ",
         secs(until - from),
