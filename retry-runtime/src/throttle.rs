@@ -75,7 +75,7 @@ impl ThrottleConfig {
     /// The defaults listed on the type.
     pub const fn new() -> Self {
         ThrottleConfig {
-            multiplier: 2.0,
+            multiplier: 3.0,
             window: Duration::from_millis(500),
         }
     }
