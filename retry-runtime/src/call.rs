@@ -1057,8 +1057,7 @@ impl<'r> Call<'r> {
                     if failure.connection_rotated {
                         // Neither a failure nor a success: the server closed a healthy
                         // connection (see `breaker::is_upstream_failure`).
-                        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission)
-                        {
+                        if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
                             breaker.release(admission);
                         }
                         if let (Some(throttle), Some(sent)) = (upstream.throttle(), sent) {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, Jitter};
 use crate::breaker::BreakerConfig;
-use crate::throttle::ThrottleConfig;
 use crate::budget::BudgetConfig;
 use crate::hedge::HedgeConfig;
+use crate::throttle::ThrottleConfig;
 
 /// The longest in-memory retry window allowed: beyond it, a handler holds
 /// a worker for too long; hand the work to a durable queue instead.

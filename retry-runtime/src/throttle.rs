@@ -17,10 +17,11 @@
 //! ```
 //!
 //! the client-side adaptive throttling of Google's SRE book ("Handling Overload"): the upstream
-//! sees at most about K times what it accepts. `K` is [`ThrottleConfig::multiplier`] (2) for a
+//! sees at most about K times what it accepts. `K` is [`ThrottleConfig::multiplier`] (3) for a
 //! call's **first attempt**, and 1 for a **retry or a hedge**: extra work gets through only in
 //! the proportion the upstream currently accepts, so a healthy upstream's retries all pass, a
-//! flaky one's pass in proportion, and an overloaded one gets none.
+//! flaky one's pass in proportion, and an overloaded one gets none. One unaccepted attempt in
+//! the window is forgiven for extra work: a lone failure, what a retry is for, is retried.
 //!
 //! - **Proportional, not all or nothing.** A brief slowdown lowers admission while it lasts;
 //!   calls one attempt would complete still go through in proportion.
@@ -50,18 +51,22 @@ use crate::window::{Clock, Counter, Tick};
 /// Adaptive admission settings of one upstream; see the [module docs](self).
 ///
 /// # Default
-/// - `multiplier`: 2.0 (the upstream sees at most about twice what it accepts; the SRE book's
-///   value: it wastes about one attempt per accepted one while the upstream is overloaded, and
-///   lets a flaky upstream that accepts half its requests through untouched)
-/// - `window`: 2 s (what "currently" means: long enough that a few failures among tens of
-///   calls do not refuse anything, short enough to react within a second to an upstream that
-///   stops accepting)
+/// - `multiplier`: 3.0 (the first attempts of an upstream that accepts a third or more of what
+///   it gets all pass; the SRE book suggests 2, but at 2 an upstream failing half its requests
+///   at random sits on the edge, and the noise of a short window then refuses calls one
+///   attempt would complete: the outage lab measured 41 % success against 53 % without retry
+///   for such writes at 2, 51 % at 3. A flaky upstream is the budget's to protect; the throttle
+///   is for one that stops accepting)
+/// - `window`: 500 ms (what "currently" means: the throttle reacts within it to an upstream
+///   that stops accepting, and forgets a burst of failures within it once the upstream accepts
+///   again; in the outage lab a 2 s window kept a recovered catalog throttled for 2 s after a
+///   0.8 s slowdown, 500 ms let it recover with no retry at all)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThrottleConfig {
     /// How many times what the upstream accepts a call's first attempts may reach (at least 1).
     /// Retries and hedges always use 1.
     pub multiplier: f64,
-    /// How long an attempt counts (1 s to 600 s).
+    /// How long an attempt counts (500 ms to 600 s).
     pub window: Duration,
 }
 
@@ -100,7 +105,7 @@ impl ThrottleConfig {
                 "throttle.multiplier",
                 format!(
                     "throttle multiplier {} is outside 1..=100 (below 1 it refuses a healthy \
-                     upstream's calls): use 2",
+                     upstream's calls): use 3",
                     self.multiplier
                 ),
             ));
@@ -207,7 +212,7 @@ impl Throttle {
         self.note_state(first > 0.0);
         let p = match kind {
             AttemptKind::First => first,
-            AttemptKind::Extra => refusal(sent, accepted, 1.0),
+            AttemptKind::Extra => extra_refusal(sent, accepted),
         };
         if p > 0.0 && rng() < p {
             return None;
@@ -221,7 +226,7 @@ impl Throttle {
     /// sent when its attempt starts ([`admit`](Self::admit) with a draw that always passes).
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64) -> bool {
         let epoch = self.clock.epoch_of(tick);
-        let p = refusal(self.sent.sum(epoch), self.accepted.sum(epoch), 1.0);
+        let p = extra_refusal(self.sent.sum(epoch), self.accepted.sum(epoch));
         !(p > 0.0 && draw < p)
     }
 
@@ -273,6 +278,13 @@ impl Throttle {
 /// [`Pushback::RetriesSpent`]: crate::Pushback::RetriesSpent
 pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
     failure.pushback == Some(crate::Pushback::RetriesSpent)
+}
+
+/// The refusal probability of a retry or a hedge: `K = 1`, with one unaccepted attempt in
+/// the window forgiven, so that a lone failure (what a retry is for) is always retried.
+fn extra_refusal(sent: u64, accepted: u64) -> f64 {
+    let (sent, accepted) = (sent as f64, accepted as f64);
+    ((sent - 1.0 - accepted) / (sent + 1.0)).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.

@@ -547,7 +547,8 @@ async fn an_injected_registry_configures_the_call() {
             "only-injected",
             UpstreamConfig::new()
                 .with_max_attempts(2)
-                .with_breaker(None),
+                .with_breaker(None)
+                .with_throttle(None),
         )
         .build()
         .unwrap();

@@ -106,7 +106,8 @@ impl CatalogState {
     pub fn start(&self, at: Instant) {
         *self.start.lock().unwrap() = Some(at);
         self.peak.store(self.in_flight(), Ordering::Relaxed);
-        self.interval_peak.store(self.in_flight(), Ordering::Relaxed);
+        self.interval_peak
+            .store(self.in_flight(), Ordering::Relaxed);
     }
 
     /// The fault for the `nth` request of `order`: none for the warm-up's orders.

@@ -10,9 +10,9 @@ use toml::de::DeValue;
 use super::duration::parse_duration;
 use crate::backoff::Jitter;
 use crate::breaker::BreakerConfig;
-use crate::throttle::ThrottleConfig;
 use crate::config::UpstreamConfig;
 use crate::hedge::HedgeConfig;
+use crate::throttle::ThrottleConfig;
 
 /// What a key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +120,8 @@ pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
 #[rustfmt::skip]
 pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
     key("enabled",    "throttle.enabled",    Kind::Flag,     "true"),
-    key("multiplier", "throttle.multiplier", Kind::Number,   "2.0"),
-    key("window",     "throttle.window",     Kind::Duration, "2s"),
+    key("multiplier", "throttle.multiplier", Kind::Number,   "3.0"),
+    key("window",     "throttle.window",     Kind::Duration, "500ms"),
 ];
 
 /// The keys of `[upstreams.<name>.breaker]`.
@@ -170,7 +170,10 @@ pub(crate) struct Settings {
     throttle: ThrottleConfig,
     throttle_enabled: bool,
     breaker: BreakerConfig,
-    breaker_enabled: bool,
+    /// Whether any breaker key was written: writing one turns the breaker on...
+    breaker_written: bool,
+    /// ...unless `breaker.enabled = false` says otherwise.
+    breaker_enabled: Option<bool>,
     /// Hedging as written so far (its delays unset until a key sets them).
     hedge: HedgeConfig,
     /// Whether any hedge key was written: writing one turns hedging on...
@@ -187,7 +190,8 @@ impl Settings {
             throttle: config.throttle.unwrap_or_default(),
             throttle_enabled: config.throttle.is_some(),
             breaker: config.breaker.unwrap_or_default(),
-            breaker_enabled: config.breaker.is_some(),
+            breaker_written: config.breaker.is_some(),
+            breaker_enabled: None,
             hedge: HedgeConfig {
                 delay: None,
                 ..HedgeConfig::after(Duration::ZERO)
@@ -202,7 +206,10 @@ impl Settings {
     pub(crate) fn config(&self) -> UpstreamConfig {
         let mut config = self.config.clone();
         config.throttle = self.throttle_enabled.then_some(self.throttle);
-        config.breaker = self.breaker_enabled.then_some(self.breaker);
+        config.breaker = self
+            .breaker_enabled
+            .unwrap_or(self.breaker_written)
+            .then_some(self.breaker);
         config.hedge = self
             .hedge_enabled
             .unwrap_or(self.hedge_written)
@@ -305,6 +312,9 @@ impl KeySpec {
         if self.path.starts_with("hedge.") && self.path != "hedge.enabled" {
             settings.hedge_written = true;
         }
+        if self.path.starts_with("breaker.") && self.path != "breaker.enabled" {
+            settings.breaker_written = true;
+        }
         match self.path {
             "max_attempts" => config.max_attempts = self.count(value)?,
             "initial_backoff" => config.backoff.initial = self.duration(value)?,
@@ -348,7 +358,7 @@ impl KeySpec {
             "throttle.enabled" => settings.throttle_enabled = self.flag(value)?,
             "throttle.multiplier" => throttle.multiplier = self.number(value)?,
             "throttle.window" => throttle.window = self.duration(value)?,
-            "breaker.enabled" => settings.breaker_enabled = self.flag(value)?,
+            "breaker.enabled" => settings.breaker_enabled = Some(self.flag(value)?),
             "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
             "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,
             "breaker.window" => breaker.window = self.duration(value)?,
@@ -420,7 +430,9 @@ mod tests {
     fn every_key_sets_its_default_from_its_example() {
         // The examples are the documented defaults: applying them to a default config changes
         // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
-        for key in all().filter(|k| k.path != "bulkhead" && !k.path.starts_with("hedge.")) {
+        for key in all().filter(|k| {
+            k.path != "bulkhead" && !k.path.starts_with("hedge.") && !k.path.starts_with("breaker.")
+        }) {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.path));
@@ -432,6 +444,24 @@ mod tests {
         let bulkhead = by_path("bulkhead").unwrap();
         bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
         assert_eq!(settings.config().bulkhead, Some(100));
+        // The breaker is off until a breaker key is written, with the documented defaults,
+        // and `enabled = false` keeps it off.
+        assert_eq!(UpstreamConfig::new().breaker, None);
+        for key in all().filter(|k| k.path.starts_with("breaker.") && k.path != "breaker.enabled") {
+            let mut settings = Settings::new();
+            key.apply(&mut settings, Value::Env(key.example)).unwrap();
+            assert_eq!(
+                settings.config().breaker,
+                Some(BreakerConfig::new()),
+                "{}",
+                key.path
+            );
+            by_path("breaker.enabled")
+                .unwrap()
+                .apply(&mut settings, Value::Env("false"))
+                .unwrap();
+            assert_eq!(settings.config().breaker, None, "{}", key.path);
+        }
         // Hedging is off until a hedge key is written, and `enabled = false` keeps it off.
         assert_eq!(UpstreamConfig::new().hedge, None);
         let mut settings = Settings::new();

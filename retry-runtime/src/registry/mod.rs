@@ -35,8 +35,12 @@
 //! min_per_second = 10
 //! window = "10s"
 //!
-//! [upstreams.sber.breaker]
+//! [upstreams.sber.throttle]
 //! enabled = true
+//! multiplier = 3.0
+//! window = "500ms"
+//!
+//! [upstreams.sber.breaker]   # no default: left out, no breaker
 //! failure_rate = 0.8
 //! min_attempts = 20
 //! window = "10s"
@@ -68,7 +72,10 @@
 //! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
 //! | `budget.min_per_second` | integer | 10 | |
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
-//! | `breaker.enabled` | boolean | `true` | retries without a breaker keep hitting a dead upstream |
+//! | `throttle.enabled` | boolean | `true` | adaptive admission: see [`throttle`](crate::throttle) |
+//! | `throttle.multiplier` | number | 3.0 | 1..=100: first attempts reach at most this many times what the upstream accepts |
+//! | `throttle.window` | duration | `"500ms"` | 500ms..=600s |
+//! | `breaker.enabled` | boolean | `true` once a breaker key is set | a hard stop, off by default: the throttle already stops a dead upstream's traffic |
 //! | `breaker.failure_rate` | number | 0.8 | above 0, at most 1 (below 0.8 it opens on an upstream that is only flaky) |
 //! | `breaker.min_attempts` | integer | 20 | at least 1 |
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
@@ -157,13 +164,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::ArcSwap;
 
 use crate::breaker::CircuitBreaker;
-use crate::throttle::Throttle;
 use crate::budget::RetryBudget;
 use crate::bulkhead::Bulkhead;
 use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
 use crate::latency::LatencyWindow;
+use crate::throttle::Throttle;
 use crate::window::Tick;
 use crate::{Drain, Error};
 
@@ -891,7 +898,10 @@ mod tests {
     async fn an_upstreams_budget_and_breaker_count_from_one_origin_across_reloads() {
         let registry = Registry::new();
         registry
-            .replace([("a".to_owned(), UpstreamConfig::new())])
+            .replace([(
+                "a".to_owned(),
+                UpstreamConfig::new().with_breaker(Some(crate::breaker::BreakerConfig::new())),
+            )])
             .unwrap();
         let before = registry.upstream("a").unwrap();
         tokio::time::advance(Duration::from_secs(3)).await;
