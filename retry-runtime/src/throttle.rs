@@ -18,7 +18,8 @@
 //!
 //! the client-side adaptive throttling of Google's SRE book ("Handling Overload"): the upstream
 //! sees at most about K times what it accepts. `K` is [`ThrottleConfig::multiplier`] (3) for a
-//! call's **first attempt**, and 1 for a **retry or a hedge**: extra work gets through only in
+//! call's **first attempt**, and [`ThrottleConfig::retry_multiplier`] (1) for a **retry or a
+//! hedge**: extra work gets through only in
 //! the proportion the upstream currently accepts, so a healthy upstream's retries all pass, a
 //! flaky one's pass in proportion, and an overloaded one gets none. One unaccepted attempt in
 //! the window is forgiven for extra work: a lone failure, what a retry is for, is retried.
@@ -61,11 +62,15 @@ use crate::window::{Clock, Counter, Tick};
 ///   that stops accepting, and forgets a burst of failures within it once the upstream accepts
 ///   again; in the outage lab a 2 s window kept a recovered catalog throttled for 2 s after a
 ///   0.8 s slowdown, 500 ms let it recover with no retry at all)
+/// - `retry_multiplier`: 1.0 (a retry is extra work: it goes through in the proportion the
+///   upstream accepts, so an overloaded upstream gets none)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThrottleConfig {
     /// How many times what the upstream accepts a call's first attempts may reach (at least 1).
-    /// Retries and hedges always use 1.
     pub multiplier: f64,
+    /// The same for retries and hedges (at least 1): at 1, extra work reaches the upstream
+    /// only in the proportion it accepts.
+    pub retry_multiplier: f64,
     /// How long an attempt counts (500 ms to 600 s).
     pub window: Duration,
 }
@@ -81,6 +86,7 @@ impl ThrottleConfig {
     pub const fn new() -> Self {
         ThrottleConfig {
             multiplier: 3.0,
+            retry_multiplier: 1.0,
             window: Duration::from_millis(500),
         }
     }
@@ -88,6 +94,12 @@ impl ThrottleConfig {
     /// Sets the multiplier.
     pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
         self.multiplier = multiplier;
+        self
+    }
+
+    /// Sets the retry multiplier.
+    pub const fn with_retry_multiplier(mut self, retry_multiplier: f64) -> Self {
+        self.retry_multiplier = retry_multiplier;
         self
     }
 
@@ -107,6 +119,15 @@ impl ThrottleConfig {
                     "throttle multiplier {} is outside 1..=100 (below 1 it refuses a healthy \
                      upstream's calls): use 3",
                     self.multiplier
+                ),
+            ));
+        }
+        if !(self.retry_multiplier.is_finite() && (1.0..=100.0).contains(&self.retry_multiplier)) {
+            v.push((
+                "throttle.retry_multiplier",
+                format!(
+                    "throttle retry_multiplier {} is outside 1..=100: use 1",
+                    self.retry_multiplier
                 ),
             ));
         }
@@ -212,7 +233,7 @@ impl Throttle {
         self.note_state(first > 0.0);
         let p = match kind {
             AttemptKind::First => first,
-            AttemptKind::Extra => extra_refusal(sent, accepted),
+            AttemptKind::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier),
         };
         if p > 0.0 && rng() < p {
             return None;
@@ -226,7 +247,11 @@ impl Throttle {
     /// sent when its attempt starts ([`admit`](Self::admit) with a draw that always passes).
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64) -> bool {
         let epoch = self.clock.epoch_of(tick);
-        let p = extra_refusal(self.sent.sum(epoch), self.accepted.sum(epoch));
+        let p = extra_refusal(
+            self.sent.sum(epoch),
+            self.accepted.sum(epoch),
+            self.config.retry_multiplier,
+        );
         !(p > 0.0 && draw < p)
     }
 
@@ -280,11 +305,11 @@ pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
     failure.pushback == Some(crate::Pushback::RetriesSpent)
 }
 
-/// The refusal probability of a retry or a hedge: `K = 1`, with one unaccepted attempt in
-/// the window forgiven, so that a lone failure (what a retry is for) is always retried.
-fn extra_refusal(sent: u64, accepted: u64) -> f64 {
+/// The refusal probability of a retry or a hedge at `k`, with one unaccepted attempt in the
+/// window forgiven, so that a lone failure (what a retry is for) is always retried.
+fn extra_refusal(sent: u64, accepted: u64, k: f64) -> f64 {
     let (sent, accepted) = (sent as f64, accepted as f64);
-    ((sent - 1.0 - accepted) / (sent + 1.0)).clamp(0.0, 1.0)
+    ((sent - 1.0 - k * accepted) / (sent + 1.0)).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.

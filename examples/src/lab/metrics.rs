@@ -38,6 +38,8 @@ pub struct RunMetrics {
     pub design: Design,
     /// The seed.
     pub seed: u64,
+    /// How long the measured load ran.
+    pub duration: Duration,
     /// Operations sent.
     pub ops: usize,
     /// Operations that succeeded.
@@ -186,6 +188,7 @@ pub fn compute(
         scenario,
         design,
         seed,
+        duration,
         ops: records.len(),
         ok: records.iter().filter(|r| r.outcome == Outcome::Ok).count(),
         ambiguous: records

@@ -121,6 +121,7 @@ pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
 pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
     key("enabled",    "throttle.enabled",    Kind::Flag,     "true"),
     key("multiplier", "throttle.multiplier", Kind::Number,   "3.0"),
+    key("retry_multiplier", "throttle.retry_multiplier", Kind::Number, "1.0"),
     key("window",     "throttle.window",     Kind::Duration, "500ms"),
 ];
 
@@ -357,6 +358,7 @@ impl KeySpec {
             }
             "throttle.enabled" => settings.throttle_enabled = self.flag(value)?,
             "throttle.multiplier" => throttle.multiplier = self.number(value)?,
+            "throttle.retry_multiplier" => throttle.retry_multiplier = self.number(value)?,
             "throttle.window" => throttle.window = self.duration(value)?,
             "breaker.enabled" => settings.breaker_enabled = Some(self.flag(value)?),
             "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,

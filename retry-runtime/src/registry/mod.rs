@@ -38,6 +38,7 @@
 //! [upstreams.sber.throttle]
 //! enabled = true
 //! multiplier = 3.0
+//! retry_multiplier = 1.0
 //! window = "500ms"
 //!
 //! [upstreams.sber.breaker]   # no default: left out, no breaker
@@ -74,6 +75,7 @@
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
 //! | `throttle.enabled` | boolean | `true` | adaptive admission: see [`throttle`](crate::throttle) |
 //! | `throttle.multiplier` | number | 3.0 | 1..=100: first attempts reach at most this many times what the upstream accepts |
+//! | `throttle.retry_multiplier` | number | 1.0 | 1..=100: the same for retries and hedges |
 //! | `throttle.window` | duration | `"500ms"` | 500ms..=600s |
 //! | `breaker.enabled` | boolean | `true` once a breaker key is set | a hard stop, off by default: the throttle already stops a dead upstream's traffic |
 //! | `breaker.failure_rate` | number | 0.8 | above 0, at most 1 (below 0.8 it opens on an upstream that is only flaky) |

@@ -119,7 +119,7 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     };
     let first = pass(AttemptKind::First);
     let extra = pass(AttemptKind::Extra);
-    // p_first = (100 - 90) / 101, p_extra = (100 - 30) / 101.
+    // p_first = (100 - 90) / 101, p_extra = (100 - 1 - 30) / 101.
     assert!((8_800..9_200).contains(&first), "{first}");
     assert!((2_900..3_300).contains(&extra), "{extra}");
 }
