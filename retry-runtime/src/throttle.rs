@@ -21,8 +21,8 @@
 //! call's **first attempt**, and [`ThrottleConfig::retry_multiplier`] (1) for a **retry or a
 //! hedge**: extra work gets through only in
 //! the proportion the upstream currently accepts, so a healthy upstream's retries all pass, a
-//! flaky one's pass in proportion, and an overloaded one gets none. One unaccepted attempt in
-//! the window is forgiven for extra work: a lone failure, what a retry is for, is retried.
+//! flaky one's pass in proportion, and an overloaded one gets none. Two unaccepted attempts in
+//! the window are forgiven for extra work: a lone call's retries are never refused.
 //!
 //! - **Proportional, not all or nothing.** A brief slowdown lowers admission while it lasts;
 //!   calls one attempt would complete still go through in proportion.
@@ -305,11 +305,15 @@ pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
     failure.pushback == Some(crate::Pushback::RetriesSpent)
 }
 
-/// The refusal probability of a retry or a hedge at `k`, with one unaccepted attempt in the
-/// window forgiven, so that a lone failure (what a retry is for) is always retried.
+/// Unaccepted attempts in the window that extra work forgives: a lone call's retries (the
+/// default `max_attempts` is 3) are never refused, whatever its first two attempts met. At the
+/// rates where overload happens the window holds far more.
+const FORGIVEN: f64 = 2.0;
+
+/// The refusal probability of a retry or a hedge at `k` (see [`FORGIVEN`]).
 fn extra_refusal(sent: u64, accepted: u64, k: f64) -> f64 {
     let (sent, accepted) = (sent as f64, accepted as f64);
-    ((sent - 1.0 - k * accepted) / (sent + 1.0)).clamp(0.0, 1.0)
+    ((sent - FORGIVEN - k * accepted) / (sent + 1.0)).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.

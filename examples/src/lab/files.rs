@@ -337,7 +337,9 @@ mod tests {
             // A longer run (a fault that clears runs 5 s more; the long outage twice as
             // long) may be lowered below its margin, never below the operations its load
             // brings less 10 % (no default run has shed one).
-            let ops = 40.0 * s.run_length(Duration::from_secs(4)).as_secs_f64();
+            let ops = 40.0
+                * s.run_length(std::time::Duration::from_secs(4))
+                    .as_secs_f64();
             match s.clears() {
                 true => assert!(b.per_chain as f64 >= 0.9 * ops, "{s}: {b:?}"),
                 false => assert!(!b.limited_by_files, "{s}: {b:?}"),

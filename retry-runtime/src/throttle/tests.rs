@@ -119,7 +119,7 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     };
     let first = pass(AttemptKind::First);
     let extra = pass(AttemptKind::Extra);
-    // p_first = (100 - 90) / 101, p_extra = (100 - 1 - 30) / 101.
+    // p_first = (100 - 90) / 101, p_extra = (100 - 2 - 30) / 101.
     assert!((8_800..9_200).contains(&first), "{first}");
     assert!((2_900..3_300).contains(&extra), "{extra}");
 }
@@ -178,4 +178,21 @@ fn settings_outside_their_range_are_refused_with_the_fix() {
             .violations()
             .is_empty()
     );
+}
+
+#[test]
+fn a_lone_calls_retries_are_never_refused() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin + Duration::from_millis(10));
+    // Three attempts of one call, each failing: the two retries pass whatever the draw.
+    let first = throttle.admit(AttemptKind::First, tick, || 0.0).unwrap();
+    throttle.record(first, false, tick);
+    for _ in 0..2 {
+        assert!(throttle.admits_extra(tick, 0.0));
+        let retry = throttle.admit(AttemptKind::Extra, tick, || 0.0).unwrap();
+        throttle.record(retry, false, tick);
+    }
+    // A fourth unaccepted attempt in the same window is extra work on a failing upstream.
+    assert!(!throttle.admits_extra(tick, 0.0));
 }
