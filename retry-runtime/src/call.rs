@@ -1329,7 +1329,8 @@ impl<'r> Call<'r> {
         if let Some(throttle) = self.upstream.throttle() {
             let registry = self.registry;
             let rng = self.rng.get_or_insert_with(|| registry.rng());
-            if !throttle.admits_extra(self.upstream.tick(now.instant), rng.f64()) {
+            let own = self.attempt - self.rotations;
+            if !throttle.admits_extra(self.upstream.tick(now.instant), rng.f64(), own) {
                 return self.stop(DenyReason::Throttled, error, failure);
             }
         }

@@ -21,8 +21,9 @@
 //! call's **first attempt**, and [`ThrottleConfig::retry_multiplier`] (1) for a **retry or a
 //! hedge**: extra work gets through only in
 //! the proportion the upstream currently accepts, so a healthy upstream's retries all pass, a
-//! flaky one's pass in proportion, and an overloaded one gets none. Two unaccepted attempts in
-//! the window are forgiven for extra work: a lone call's retries are never refused.
+//! flaky one's pass in proportion, and an overloaded one gets none. A retry is judged on what
+//! the *other* calls met: its own call's failures are what it is for, so a lone call's
+//! retries are never refused.
 //!
 //! - **Proportional, not all or nothing.** A brief slowdown lowers admission while it lasts;
 //!   calls one attempt would complete still go through in proportion.
@@ -233,7 +234,7 @@ impl Throttle {
         self.note_state(first > 0.0);
         let p = match kind {
             AttemptKind::First => first,
-            AttemptKind::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier),
+            AttemptKind::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier, 1),
         };
         if p > 0.0 && rng() < p {
             return None;
@@ -242,15 +243,17 @@ impl Throttle {
         Some(Sent { epoch })
     }
 
-    /// Whether a retry decided at `tick` may go, given a uniform draw in `[0, 1)`: extra work
-    /// passes in the proportion the upstream accepts. Counts nothing: the retry is counted as
-    /// sent when its attempt starts ([`admit`](Self::admit) with a draw that always passes).
-    pub(crate) fn admits_extra(&self, tick: Tick, draw: f64) -> bool {
+    /// Whether a retry decided at `tick` by a call that sent `own` attempts may go, given a
+    /// uniform draw in `[0, 1)`: extra work passes in the proportion the upstream accepts.
+    /// Counts nothing: the retry is counted as sent when its attempt starts
+    /// ([`admit`](Self::admit) with a draw that always passes).
+    pub(crate) fn admits_extra(&self, tick: Tick, draw: f64, own: u32) -> bool {
         let epoch = self.clock.epoch_of(tick);
         let p = extra_refusal(
             self.sent.sum(epoch),
             self.accepted.sum(epoch),
             self.config.retry_multiplier,
+            own,
         );
         !(p > 0.0 && draw < p)
     }
@@ -305,15 +308,13 @@ pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
     failure.pushback == Some(crate::Pushback::RetriesSpent)
 }
 
-/// Unaccepted attempts in the window that extra work forgives: a lone call's retries (the
-/// default `max_attempts` is 3) are never refused, whatever its first two attempts met. At the
-/// rates where overload happens the window holds far more.
-const FORGIVEN: f64 = 2.0;
-
-/// The refusal probability of a retry or a hedge at `k` (see [`FORGIVEN`]).
-fn extra_refusal(sent: u64, accepted: u64, k: f64) -> f64 {
+/// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the
+/// window's attempts: the call's own failures are what a retry is for, so the upstream is
+/// judged on what the other calls met, and a lone call's retries are never refused. At the
+/// rates where overload happens the window holds far more than one call's attempts.
+fn extra_refusal(sent: u64, accepted: u64, k: f64, own: u32) -> f64 {
     let (sent, accepted) = (sent as f64, accepted as f64);
-    ((sent - FORGIVEN - k * accepted) / (sent + 1.0)).clamp(0.0, 1.0)
+    ((sent - f64::from(own) - k * accepted) / (sent + 1.0)).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.

@@ -88,9 +88,10 @@ proptest! {
             admitted as f64 >= 0.95 * offered as f64,
             "admitted {admitted} of {offered} from 0.5 s after recovery"
         );
-        // And it had been refusing while the upstream was dead.
+        // And it had been refusing while the upstream was dead (at 20 calls per second a
+        // window holds 10, and about 3 of them keep probing).
         let (dead_offered, dead_admitted, _) = totals(&bins[50..100]);
-        prop_assert!(dead_admitted * 4 < dead_offered, "{dead_admitted} of {dead_offered}");
+        prop_assert!(dead_admitted * 2 < dead_offered, "{dead_admitted} of {dead_offered}");
     }
 }
 
@@ -119,7 +120,7 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     };
     let first = pass(AttemptKind::First);
     let extra = pass(AttemptKind::Extra);
-    // p_first = (100 - 90) / 101, p_extra = (100 - 2 - 30) / 101.
+    // p_first = (100 - 90) / 101, p_extra = (100 - 1 - 30) / 101 (a hedge: its call sent one).
     assert!((8_800..9_200).contains(&first), "{first}");
     assert!((2_900..3_300).contains(&extra), "{extra}");
 }
@@ -188,11 +189,11 @@ fn a_lone_calls_retries_are_never_refused() {
     // Three attempts of one call, each failing: the two retries pass whatever the draw.
     let first = throttle.admit(AttemptKind::First, tick, || 0.0).unwrap();
     throttle.record(first, false, tick);
-    for _ in 0..2 {
-        assert!(throttle.admits_extra(tick, 0.0));
-        let retry = throttle.admit(AttemptKind::Extra, tick, || 0.0).unwrap();
+    for own in 1..=2 {
+        assert!(throttle.admits_extra(tick, 0.0, own));
+        let retry = throttle.admit(AttemptKind::Extra, tick, || 1.0).unwrap();
         throttle.record(retry, false, tick);
     }
-    // A fourth unaccepted attempt in the same window is extra work on a failing upstream.
-    assert!(!throttle.admits_extra(tick, 0.0));
+    // Another call's retry after those three failures is extra work on a failing upstream.
+    assert!(!throttle.admits_extra(tick, 0.0, 1));
 }
