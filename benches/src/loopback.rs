@@ -26,6 +26,10 @@ pub struct Loopback {
     pub url: String,
     /// The endpoint answering 503, 503, 200 in turn.
     pub flaky_url: String,
+    /// A 200 endpoint served as a tower service.
+    pub tower_url: String,
+    /// The same behind the test kit's fault layer, off.
+    pub faults_off_url: String,
     /// The plain reqwest client (every contender sends through it).
     pub client: reqwest::Client,
     /// `catalog`: the default config, propagation headers on; `quiet`: the same with them off;
@@ -58,6 +62,9 @@ impl Loopback {
     pub async fn start() -> Self {
         let addr = Endpoint::new(200).serve().await;
         let flaky_addr = Endpoint::new(200).serve_flaky().await;
+        let tower_addr = crate::server::serve_tower(None).await;
+        let faults = retry_testkit::fault::Faults::new(7);
+        let faults_off_addr = crate::server::serve_tower(Some(faults)).await;
         let client = reqwest::Client::builder()
             .no_proxy()
             .build()
@@ -73,6 +80,8 @@ impl Loopback {
         Loopback {
             url: format!("http://{addr}/item"),
             flaky_url: format!("http://{flaky_addr}/item"),
+            tower_url: format!("http://{tower_addr}/item"),
+            faults_off_url: format!("http://{faults_off_addr}/item"),
             middleware: middleware(&client, Duration::from_millis(500), Duration::from_secs(2)),
             middleware_flaky: middleware(&client, BACKOFF, BACKOFF),
             client,
@@ -83,6 +92,20 @@ impl Loopback {
     /// Plain reqwest.
     pub async fn plain(&self) -> Bytes {
         get(&self.client, &self.url).await.expect("plain")
+    }
+
+    /// Plain reqwest against the tower-service server.
+    pub async fn plain_tower(&self) -> Bytes {
+        get(&self.client, &self.tower_url)
+            .await
+            .expect("plain, tower server")
+    }
+
+    /// Plain reqwest against the tower-service server behind the fault layer, switched off.
+    pub async fn plain_faults_off(&self) -> Bytes {
+        get(&self.client, &self.faults_off_url)
+            .await
+            .expect("plain, fault layer off")
     }
 
     /// Plain reqwest inside `tokio::time::timeout`: the one timer per attempt that ours keeps

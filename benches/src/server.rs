@@ -59,6 +59,43 @@ where
     addr
 }
 
+/// Serves [`respond`]`(200)` on a fresh loopback port as a tower service (hyper-util's adapter
+/// around `tower::service_fn`), behind the fault layer of `faults` when given. Returns the
+/// address; runs until the runtime stops.
+pub async fn serve_tower(faults: Option<retry_testkit::fault::Faults>) -> SocketAddr {
+    use tower::Layer;
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+            let _ = stream.set_nodelay(true);
+            let svc = tower::service_fn(|_req: Request<Incoming>| async {
+                Ok::<_, Infallible>(respond(200))
+            });
+            let conn = http1::Builder::new();
+            let io = TokioIo::new(stream);
+            match &faults {
+                Some(faults) => {
+                    let svc =
+                        hyper_util::service::TowerToHyperService::new(faults.layer().layer(svc));
+                    tokio::spawn(async move { conn.serve_connection(io, svc).await });
+                }
+                None => {
+                    let svc = hyper_util::service::TowerToHyperService::new(svc);
+                    tokio::spawn(async move { conn.serve_connection(io, svc).await });
+                }
+            }
+        }
+    });
+    addr
+}
+
 /// A fixed endpoint: answers every request with the current `status`, counting hits.
 #[derive(Debug, Clone, Default)]
 pub struct Endpoint {

@@ -238,7 +238,7 @@ impl Args {
             METHOD => self.method = method(cx, value),
             IDEMPOTENCY => self.idempotency = idempotency(cx, value),
             RECONCILE => self.reconcile = reconcile(cx, value),
-            DURABLE => self.durable = crate::durable::operation(cx, value),
+            DURABLE => self.durable = durable(cx, value),
             REGISTRY => self.registry = Some(value),
             _ => self.krate = krate(cx, value),
         }
@@ -381,6 +381,23 @@ fn krate(cx: &Ctxt, value: Expr) -> Option<Path> {
             cx.error_spanned_by(
                 &value,
                 "`crate` takes a string literal, like `crate = \"retry\"`",
+            );
+            None
+        }
+    }
+}
+
+/// Parses `durable = "operation"`.
+fn durable(cx: &Ctxt, value: Expr) -> Option<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if !lit.value().trim().is_empty() => Some(lit),
+        other => {
+            cx.error_spanned_by(
+                &other,
+                "`durable` takes the operation name its tasks are queued under, a non-empty string \
+                 literal like `durable = \"sber.register\"`; the worker's replay is registered under it",
             );
             None
         }

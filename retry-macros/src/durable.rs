@@ -4,29 +4,10 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{
-    Expr, ExprLit, FnArg, ItemFn, Lit, LitStr, Pat, ReceiverKind, Signature, Type, Visibility,
-};
+use syn::{FnArg, ItemFn, LitStr, Pat, ReceiverKind, Signature, Type, Visibility};
 
 use crate::args::{Args, HttpMethod};
 use crate::ctxt::Ctxt;
-
-/// Parses `durable = "operation"`.
-pub(crate) fn operation(cx: &Ctxt, value: Expr) -> Option<LitStr> {
-    match value {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(lit), ..
-        }) if !lit.value().trim().is_empty() => Some(lit),
-        other => {
-            cx.error_spanned_by(
-                &other,
-                "`durable` takes the operation name its tasks are queued under, a non-empty string \
-                 literal like `durable = \"sber.register\"`; the worker's replay is registered under it",
-            );
-            None
-        }
-    }
-}
 
 /// What a durable function must be: a read or a keyed write, a method on `&self`, no generics,
 /// no `&mut` or `impl Trait` argument.

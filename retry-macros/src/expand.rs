@@ -1,6 +1,7 @@
 //! Code generation: the function keeps its signature; its body runs once per attempt inside the
 //! runtime's attempt loop, written out inline (not in a closure) so the body can borrow
-//! `&mut self` and the arguments afresh on every attempt.
+//! `&mut self` and the arguments afresh on every attempt. Each turn of the loop is the
+//! runtime's `Call::turn`, the same every other entry point runs.
 //!
 //! Input:
 //!
@@ -19,15 +20,15 @@
 //!     static __RETRY_SITE: P::CallSite = P::CallSite::new("sber", P::Method::POST, concat!(module_path!(), "::register"));
 //!     let mut __retry_call = P::Call::new(match P::CallSpec::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key)) { .. });
 //!     loop {
-//!         let __retry_result = {
+//!         let __retry_step = {
 //!             let __retry_self = &mut *self;          // BODY's `self` is renamed
 //!             let note = P::attempt_arg(&note);       // by-value arguments: a clone per attempt
-//!             __retry_call.attempt(async {
+//!             __retry_call.turn(async {               // attempt, settle, decide, back off
 //!                 if let Some(__retry_ret) = None::<Result<Registered, AdapterError>> { return __retry_ret; }
 //!                 BODY's statements
 //!             }).await
 //!         };
-//!         match __retry_call.settle(__retry_result).await {
+//!         match __retry_step {
 //!             P::Step::Retry => {}
 //!             P::Step::Done(result) => return result,
 //!             P::Step::Ambiguous { ambiguous, .. } => return Err(__retry_call.ambiguous(ambiguous)),
@@ -340,20 +341,21 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
     };
 
     let stmts = &block.stmts;
-    // One attempt: its body inline, or, for `hedge`, made by a closure so a further copy can
-    // start while one is in flight (each copy binds its own arguments, moved into its body).
-    let attempt = match spec.hedge {
+    // One turn of the loop: the attempt's body inline, or, for `hedge`, made by a closure so a
+    // further copy can start while one is in flight (each copy binds its own arguments, moved
+    // into its body).
+    let turn = match spec.hedge {
         false => quote_spanned! {mixed=>
             {
                 #(#per_attempt)*
-                __retry_call.attempt(async {
+                __retry_call.turn(async {
                     #pin_type
                     #(#stmts)*
                 }).await
             }
         },
         true => quote_spanned! {mixed=>
-            __retry_call.attempt_hedged(|| {
+            __retry_call.turn_hedged(|| {
                 #(#per_attempt)*
                 async move {
                     #pin_type
@@ -383,8 +385,8 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 },
             );
             loop {
-                let __retry_result = #attempt;
-                match __retry_call.settle(__retry_result).await {
+                let __retry_step = #turn;
+                match __retry_step {
                     #private::Step::Retry => {}
                     #ending
                 }

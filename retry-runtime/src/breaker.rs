@@ -189,7 +189,9 @@ pub struct CircuitBreaker {
     failures: Counter,
     state: AtomicU8,
     opened_at_nanos: AtomicU64,
-    probes_started: AtomicU32,
+    /// The probes of the current half-open round (shared with their admissions, which give a
+    /// probe back when dropped unrecorded).
+    probes: Arc<Probes>,
     probes_succeeded: AtomicU32,
     /// The upstream's name, for the transition events and metrics.
     name: Arc<str>,
@@ -204,11 +206,73 @@ impl fmt::Debug for CircuitBreaker {
     }
 }
 
-/// Admission to one attempt; hand it back to [`CircuitBreaker::record`].
+/// Admission to one attempt: hand it to [`CircuitBreaker::record`] when the attempt ends.
+///
+/// Dropped unrecorded (the attempt never started, was cancelled, or says nothing about the
+/// upstream), it gives its place back: a half-open breaker's probe slot is freed at once for
+/// another attempt, instead of waiting out another `open_for` for a verdict that never comes.
 #[derive(Debug)]
 #[must_use]
 pub struct Admission {
-    probe: bool,
+    /// For a half-open probe: the round it was admitted in (a closed breaker's admission holds
+    /// nothing).
+    probe: Option<Probe>,
+}
+
+/// A probe admission's claim on its round's probe slots.
+#[derive(Debug)]
+struct Probe {
+    probes: Arc<Probes>,
+    round: u32,
+    /// Recorded: its slot stays taken (its verdict counted), so dropping it gives nothing back.
+    recorded: bool,
+}
+
+/// The probe slots taken in the current half-open round: the round's number in the high 32
+/// bits, the probes started in it in the low 32, so a probe from an earlier round can never be
+/// given back into a later one.
+#[derive(Debug, Default)]
+struct Probes(AtomicU64);
+
+impl Probes {
+    /// Starts a new round with `started` probes already taken: its number.
+    fn new_round(&self, started: u32) -> u32 {
+        let next = |s: u64| (s >> 32).wrapping_add(1) & u64::from(u32::MAX);
+        let previous = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                Some((next(s) << 32) | u64::from(started))
+            })
+            .unwrap_or_else(|s| s);
+        next(previous) as u32
+    }
+
+    /// Takes a probe slot if fewer than `max` are taken: the round it was taken in.
+    fn take(&self, max: u32) -> Option<u32> {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                ((s as u32) < max).then_some(s + 1)
+            })
+            .ok()
+            .map(|s| (s >> 32) as u32)
+    }
+
+    /// Gives back a slot taken in `round`, if that round is still the current one.
+    fn give_back(&self, round: u32) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                ((s >> 32) as u32 == round && s as u32 > 0).then(|| s - 1)
+            });
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.probes.give_back(self.round);
+        }
+    }
 }
 
 impl CircuitBreaker {
@@ -226,7 +290,7 @@ impl CircuitBreaker {
             failures: Counter::default(),
             state: AtomicU8::new(CLOSED),
             opened_at_nanos: AtomicU64::new(0),
-            probes_started: AtomicU32::new(0),
+            probes: Arc::default(),
             probes_succeeded: AtomicU32::new(0),
             name: Arc::from(""),
         }
@@ -293,15 +357,26 @@ impl CircuitBreaker {
     pub fn admit(&self) -> Option<Admission> {
         // Closed, the common case: one load, inlined into the caller.
         if self.state.load(Ordering::Acquire) == CLOSED {
-            return Some(Admission { probe: false });
+            return Some(Admission { probe: None });
         }
         self.admit_not_closed()
+    }
+
+    /// A probe admission in `round`.
+    fn probe(&self, round: u32) -> Option<Admission> {
+        Some(Admission {
+            probe: Some(Probe {
+                probes: self.probes.clone(),
+                round,
+                recorded: false,
+            }),
+        })
     }
 
     fn admit_not_closed(&self) -> Option<Admission> {
         loop {
             match self.state.load(Ordering::Acquire) {
-                CLOSED => return Some(Admission { probe: false }),
+                CLOSED => return Some(Admission { probe: None }),
                 OPEN => {
                     if !self.open_elapsed() {
                         return None;
@@ -313,35 +388,27 @@ impl CircuitBreaker {
                     {
                         self.opened_at_nanos
                             .store(self.now_nanos(), Ordering::Release);
-                        self.probes_started.store(0, Ordering::Release);
+                        let _ = self.probes.new_round(0);
                         self.probes_succeeded.store(0, Ordering::Release);
                         self.transitioned(BreakerState::HalfOpen);
                     }
                 }
                 _ => {
-                    let n = self.probes_started.fetch_add(1, Ordering::AcqRel);
-                    if n < self.config.half_open_probes {
-                        return Some(Admission { probe: true });
+                    if let Some(round) = self.probes.take(self.config.half_open_probes) {
+                        return self.probe(round);
                     }
-                    // Probes whose attempts were cancelled never report back: after another
-                    // `open_for` without a verdict, start a fresh round of probes.
+                    // A probe whose attempt never ends (hung, never polled again) reports
+                    // nothing: after another `open_for` without a verdict, start a fresh round.
                     if self.open_elapsed() {
                         self.opened_at_nanos
                             .store(self.now_nanos(), Ordering::Release);
-                        self.probes_started.store(1, Ordering::Release);
+                        let round = self.probes.new_round(1);
                         self.probes_succeeded.store(0, Ordering::Release);
-                        return Some(Admission { probe: true });
+                        return self.probe(round);
                     }
                     return None;
                 }
             }
-        }
-    }
-
-    /// Hands back an admission whose attempt never started (e.g. the bulkhead refused it).
-    pub fn release(&self, admission: Admission) {
-        if admission.probe {
-            self.probes_started.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -360,7 +427,8 @@ impl CircuitBreaker {
 
     /// [`record_at`](Self::record_at) at `tick`, on the clock of the breaker's origin.
     pub(crate) fn record_on(&self, admission: Admission, failed: bool, tick: Tick) {
-        if admission.probe {
+        if let Some(mut probe) = admission.probe {
+            probe.recorded = true;
             if failed {
                 self.open();
             } else if self.probes_succeeded.fetch_add(1, Ordering::AcqRel) + 1
@@ -458,6 +526,32 @@ mod tests {
         b.record(p2, false);
         assert_eq!(b.state(), BreakerState::Closed);
         assert!(b.admit().is_some());
+    }
+
+    /// A probe admission dropped unrecorded (its attempt never started, or was cancelled) frees
+    /// its slot at once; one from an earlier round never frees a slot of a later round.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_probe_gives_its_slot_back_in_its_own_round_only() {
+        let b = breaker();
+        for _ in 0..4 {
+            b.record(b.admit().unwrap(), true);
+        }
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let p1 = b.admit().unwrap();
+        let p2 = b.admit().unwrap();
+        assert!(b.admit().is_none(), "both probe slots taken");
+        drop(p2);
+        let p3 = b.admit().expect("the dropped probe's slot is free again");
+        b.record(p3, true);
+        assert_eq!(b.state(), BreakerState::Open, "a failed probe reopens");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let q1 = b.admit().unwrap();
+        let q2 = b.admit().unwrap();
+        drop(p1); // from the round before: frees nothing now
+        assert!(b.admit().is_none(), "the new round's slots are both taken");
+        b.record(q1, false);
+        b.record(q2, false);
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[tokio::test(start_paused = true)]

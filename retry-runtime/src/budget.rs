@@ -7,7 +7,7 @@
 //!
 //! ## Why not `tower::retry::budget::TpsBudget`
 //! It was evaluated first. It truncates fractional ratios (`(1.0 / retry_percent) as isize`,
-//! tower issue 857: a 0.3 ratio becomes one retry per 3 calls, 0.33), it panics on
+//! tower-rs/tower#857: a 0.3 ratio becomes one retry per 3 calls, 0.33), it panics on
 //! out-of-range configuration (`assert!`), and it cannot *peek*: checking whether a token exists
 //! withdraws it, while our engine must check the budget at step 2 and spend a token only when
 //! a retry really happens (a denied retry is free). This bucket keeps exact milli-token

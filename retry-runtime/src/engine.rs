@@ -81,11 +81,53 @@ pub struct Context<'a> {
     pub previous_delay: Duration,
 }
 
+/// What a hypothetical question keeps of a call (see
+/// [`EligibilityEngine::decide_with_room`]): what it is, not how far it got.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFacts<'a> {
+    /// Whether repeating the operation is harmless.
+    pub safety: Safety,
+    /// The request body's replayability.
+    pub replay: Replayability,
+    /// No attempt starts with less time left than this.
+    pub min_attempt_budget: Duration,
+    /// Whether the upstream registered 500 as transient.
+    pub transient_500: bool,
+    /// The backoff schedule.
+    pub backoff: &'a Backoff,
+}
+
 /// Decides whether a failed attempt is retried. Implement it to replace the decision order;
 /// most users keep [`DefaultEngine`].
 pub trait EligibilityEngine: Send + Sync {
     /// Decides for one failed attempt. `rng` is the call's seedable random source for jitter.
     fn decide(&self, ctx: &Context<'_>, failure: &Failure, rng: &mut fastrand::Rng) -> Decision;
+
+    /// What [`decide`](Self::decide) answers for `failure` when the call has room: its first
+    /// attempt of two, the operation's allowance, a budget token and the in-memory window's
+    /// time to spare, no shutdown, no credentials refresh left. The attempt loop asks it
+    /// whether a failure is the upstream's answer or a blip: a hedged copy that another copy
+    /// could not improve on ends the attempt, and a durable call defers only a failure the
+    /// rules retry when they can. The delay of a `Retry` answer means nothing here.
+    fn decide_with_room(&self, failure: &Failure, facts: &CallFacts<'_>) -> Decision {
+        let ctx = Context {
+            attempt: 1,
+            max_attempts: 2,
+            operation_retries_left: 1,
+            budget_has_token: true,
+            replay: facts.replay,
+            draining: false,
+            remaining: MAX_IN_MEMORY_WINDOW,
+            min_attempt_budget: facts.min_attempt_budget,
+            safety: facts.safety,
+            transient_500: facts.transient_500,
+            can_refresh_auth: false,
+            backoff: facts.backoff,
+            previous_delay: Duration::ZERO,
+        };
+        // The delay is not used: any seed will do.
+        self.decide(&ctx, failure, &mut fastrand::Rng::with_seed(0))
+    }
 }
 
 /// The default decision order (the crate docs list its steps).

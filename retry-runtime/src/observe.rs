@@ -24,7 +24,7 @@
 //! - `retry.breaker.state{upstream}` (gauge): 0 closed, 1 half-open, 2 open (set as calls end)
 //! - `retry.throttle.refusal_probability{upstream}` (gauge): the probability that the adaptive
 //!   throttle refuses a first attempt now (0 while the upstream accepts what it gets); set as
-//!   calls end and by `record_gauges`. The throttle's state changes are also tracing events
+//!   calls fail and by `record_gauges`. The throttle's state changes are also tracing events
 //!   (target `retry_runtime::throttle`, field `state`: `throttling` or `open`).
 //!
 //! The gauges are set as calls retry or end, so between calls they show the last value set,
@@ -155,6 +155,14 @@ impl CallKind {
             (false, false) => CallKind::FailedWithoutRetry,
             (false, true) => CallKind::FailedWithRetry,
         }
+    }
+
+    /// Whether the call succeeded.
+    pub(crate) const fn succeeded(self) -> bool {
+        matches!(
+            self,
+            CallKind::SuccessfulWithoutRetry | CallKind::SuccessfulWithRetry
+        )
     }
 
     pub(crate) const fn as_str(self) -> &'static str {

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::attempt::Attempt;
-use crate::call::{Call, CallSpec, Reconciled, Step};
+use crate::call::{CallSpec, Hedged, Plain, Reconciled, drive, no_reconcile};
 use crate::key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 use crate::registry::Registry;
 use crate::{Classify, Error, Replayability};
@@ -157,21 +157,14 @@ impl<'r> RetryCall<'r> {
     /// (retry denied), or `E::from(Error::Ambiguous(..))` when a write's outcome is unknown.
     /// The closure is called once per attempt, after the breaker and the bulkhead admitted it,
     /// and given the [`Attempt`] (its number, key and deadline).
-    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.into_spec()?);
-        loop {
-            let result = call.attempt_with(|a| attempt(a.clone())).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let attempts = Plain(move |a: &Attempt| attempt(a.clone()));
+        drive(move || self.into_spec(), attempts, no_reconcile)
     }
 
     /// Like [`run`](Self::run), for a closure that does not need its [`Attempt`] (the HTTP
@@ -193,32 +186,25 @@ impl<'r> RetryCall<'r> {
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
     /// #     .block_on(demo()).unwrap();
     /// ```
-    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn call<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.into_spec()?);
-        loop {
-            let result = call.attempt_with(|_| attempt()).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let attempts = Plain(move |_: &Attempt| attempt());
+        drive(move || self.into_spec(), attempts, no_reconcile)
     }
 
     /// Like [`run`](Self::run), for a write without a key that has a reliable way to check its
     /// result: before any retry of an ambiguous attempt, `reconcile` is asked. `Happened`
     /// returns its value, `NotHappened` permits the retry, `Unknown` returns the ambiguous
     /// outcome.
-    pub async fn run_reconciled<T, E, F, Fut, R, RFut>(
+    pub fn run_reconciled<T, E, F, Fut, R, RFut>(
         self,
         mut attempt: F,
-        mut reconcile: R,
-    ) -> Result<T, E>
+        reconcile: R,
+    ) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -226,23 +212,8 @@ impl<'r> RetryCall<'r> {
         RFut: Future<Output = Reconciled<T>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.into_spec()?);
-        loop {
-            let result = call.attempt_with(|a| attempt(a.clone())).await;
-            let mut step = call.settle(result).await;
-            if let Step::Ambiguous { error, ambiguous } = step {
-                step = match reconcile().await {
-                    Reconciled::Happened(value) => return Ok(call.happened(value)),
-                    Reconciled::NotHappened => call.settle_not_happened(error).await,
-                    Reconciled::Unknown => return Err(call.ambiguous(ambiguous)),
-                };
-            }
-            match step {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let attempts = Plain(move |a: &Attempt| attempt(a.clone()));
+        drive(move || self.into_spec(), attempts, reconcile)
     }
 }
 
@@ -256,38 +227,24 @@ pub struct HedgedCall<'r> {
 impl HedgedCall<'_> {
     /// [`RetryCall::run`], hedged: the closure may be called for a further copy while an
     /// earlier one is in flight, so its futures must not borrow it mutably.
-    pub async fn run<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn run<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.call.into_spec()?);
-        loop {
-            let result = call.attempt_hedged_with(|a| attempt(a.clone())).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let attempts = Hedged(move |a: &Attempt| attempt(a.clone()));
+        drive(move || self.call.into_spec(), attempts, no_reconcile)
     }
 
     /// [`RetryCall::call`], hedged (see [`run`](Self::run)).
-    pub async fn call<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub fn call<T, E, F, Fut>(self, mut attempt: F) -> impl Future<Output = Result<T, E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + From<Error> + Display,
     {
-        let mut call = Call::new(self.call.into_spec()?);
-        loop {
-            let result = call.attempt_hedged_with(|_| attempt()).await;
-            match call.settle(result).await {
-                Step::Retry => continue,
-                Step::Done(result) => return result,
-                Step::Ambiguous { ambiguous, .. } => return Err(call.ambiguous(ambiguous)),
-            }
-        }
+        let attempts = Hedged(move |_: &Attempt| attempt());
+        drive(move || self.call.into_spec(), attempts, no_reconcile)
     }
 }

@@ -145,9 +145,9 @@ impl ThrottleConfig {
     }
 }
 
-/// Which kind of attempt asks: a call's first attempt, or extra work (a retry or a hedge).
+/// What an attempt is to the upstream: a call's first attempt, or extra work (a retry or a hedge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AttemptKind {
+pub(crate) enum Work {
     /// The call's first attempt.
     First,
     /// A retry or a hedge.
@@ -221,20 +221,15 @@ impl Throttle {
 
     /// Admits an attempt of `kind` at `tick`, counting it as sent, or refuses it (`None`),
     /// drawing from `rng` only while the upstream accepts less than it gets.
-    pub(crate) fn admit(
-        &self,
-        kind: AttemptKind,
-        tick: Tick,
-        rng: impl FnOnce() -> f64,
-    ) -> Option<Sent> {
+    pub(crate) fn admit(&self, kind: Work, tick: Tick, rng: impl FnOnce() -> f64) -> Option<Sent> {
         let epoch = self.clock.epoch_of(tick);
         let sent = self.sent.sum(epoch);
         let accepted = self.accepted.sum(epoch);
         let first = refusal(sent, accepted, self.config.multiplier);
         self.note_state(first > 0.0);
         let p = match kind {
-            AttemptKind::First => first,
-            AttemptKind::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier, 1),
+            Work::First => first,
+            Work::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier, 1),
         };
         if p > 0.0 && rng() < p {
             return None;

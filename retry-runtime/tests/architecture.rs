@@ -280,7 +280,9 @@ fn the_reader_finds_real_imports() {
     let graph = graph();
     for (from, to) in [
         ("call", "attempt_future"),
-        ("call", "registry"),
+        ("call", "call/state"),
+        ("call/state", "registry"),
+        ("call/hedge", "call/admission"),
         ("ambient", "scope"),
         ("http/send", "attempt"),
         ("retry", "call"),

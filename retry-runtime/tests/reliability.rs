@@ -24,10 +24,9 @@ async fn a_late_deposit_does_not_erase_newer_deposits() {
     assert_eq!(b.available(), 20, "100 calls at 0.2 earn 20 retries");
 }
 
-/// A hot reload racing a refresh-hook registration: each writer used to build on the snapshot
-/// it read before the other stored its own, so the later store silently reverted the reload or
-/// dropped the hook. Every round here races one reload against one registration, then checks
-/// that both took effect.
+/// A hot reload racing a refresh-hook registration: a writer that built on the snapshot it read
+/// before the other stored its own would silently revert the reload or drop the hook. Every
+/// round here races one reload against one registration, then checks that both took effect.
 #[test]
 fn a_reload_racing_a_hook_registration_loses_neither() {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,6 +7,8 @@ use retry_runtime::backoff::Backoff;
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
 use retry_runtime::{Error, Method, Registry, Retry, UpstreamConfig};
 
+use retry_testkit::{Kit, Run, Upstream};
+
 use crate::fault::dns::FakeDns;
 
 /// The upstream name every helper uses.
@@ -129,4 +131,22 @@ pub fn http_error(error: &Error) -> Option<&retry_runtime::http::HttpError> {
         Error::Http(e) => Some(e),
         _ => None,
     }
+}
+
+/// A test kit whose seeded registry holds [`UPSTREAM`] with `config`.
+pub fn kit(config: UpstreamConfig) -> Kit {
+    Kit::new(UPSTREAM, config).expect("valid test config")
+}
+
+/// [`call`] of `kind` to `path` on the scripted `upstream`, through `kit`'s registry: the
+/// result, the decision trace and the requests the upstream received.
+pub async fn run(
+    kit: &Kit,
+    upstream: &Upstream,
+    kind: Kind,
+    path: &str,
+) -> Run<Result<String, Error>> {
+    let (client, url) = (upstream.client(), upstream.url(path));
+    kit.run(upstream, call(kit.registry(), &client, kind, &url))
+        .await
 }

@@ -1,5 +1,5 @@
 //! Canaries: fail loudly when a hyper / h2 / reqwest upgrade changes an error chain or a
-//! behaviour the classifier relies on (research/evidence-classification.md §9 E). When one
+//! behaviour the classifier relies on. When one
 //! fails, re-read the classifier (`retry_runtime::http::classify`) before "fixing" the test:
 //! a downcast that stopped matching makes the classifier fall back to `SentNoResponse` (safe
 //! but less useful), a predicate that changed meaning may make it unsafe.
@@ -97,8 +97,8 @@ async fn a_close_after_the_request_was_read_is_incomplete_message_with_connect_i
         f.hyper_incomplete && !f.hyper_canceled && !f.connect,
         "{f:?}"
     );
-    // Post-dispatch errors carry connect_info (research §3): needed before row 12 may ever be
-    // upgraded to NotSent.
+    // Post-dispatch errors carry connect_info: needed before a failure after dispatch may ever
+    // be upgraded to NotSent.
     assert!(f.legacy && f.legacy_connect_info, "{f:?}");
 }
 

@@ -1,65 +1,172 @@
-//! End-to-end decisions against the fault-injecting upstream, through the builder API.
+//! End-to-end decisions against the scripted upstream of `retry-testkit` (HTTP/1.1 and h2c),
+//! through the builder API: what was sent, what the runtime decided, what the caller got.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use retry_runtime::http::{HttpErrorKind, RequestBuilderExt, ResponseExt};
 use retry_runtime::{
     Classify, DenyReason, Error, Evidence, Method, PermanentCategory, Retry, RetryCall, Stop,
     UpstreamConfig,
 };
+use retry_testkit::{Protocol, Reply, Step, Upstream};
+use retry_tests::fault::dead_port;
 use retry_tests::fault::dns::{FakeDns, Resolution};
-use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
-use retry_tests::fault::h2::{H2Fault, H2Server, code};
-use retry_tests::fault::{SeenRequest, dead_port};
-use retry_tests::support::{self, KEY, Kind, UPSTREAM, call, call_fast, fast_config, http_error};
+use retry_tests::support::{self, KEY, Kind, UPSTREAM, call, fast_config, http_error, kit};
+
+/// The scripted upstream's body once its script is spent.
+const OK: &str = r#"{"status":200}"#;
 
 #[tokio::test]
 async fn post_without_key_read_then_reset_is_ambiguous_executed_once_never_resent() {
-    let server = H1Server::start([H1Fault::ReadThenReset]).await;
-    let error = call_fast(Kind::PostWithoutKey, &server.url("/pay"))
-        .await
-        .expect_err("ambiguous");
-    let ambiguous = error.as_ambiguous().expect("an ambiguous outcome");
-    assert_eq!(ambiguous.evidence, Evidence::SentNoResponse);
-    assert_eq!(ambiguous.attempts, 1);
-    assert_eq!(server.truth().processed(), 1, "executed once");
-    assert_eq!(server.truth().seen(), 1, "never re-sent");
-    assert_eq!(server.truth().connections(), 1);
+    let up = Upstream::http1([Step::ResetAfterRead]).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::PostWithoutKey, "/pay").await;
+    run.assert_requests(1).assert_attempts(1).assert_ambiguous();
+    let ambiguous = run.output.as_ref().unwrap_err().as_ambiguous().cloned();
+    assert_eq!(
+        ambiguous.map(|a| a.evidence),
+        Some(Evidence::SentNoResponse),
+        "{run}"
+    );
+    assert!(run.requests[0].processed, "executed once");
+    assert_eq!(up.connections(), 1);
 }
 
 #[tokio::test]
 async fn post_with_key_is_retried_with_the_same_key_and_executes_once_logically() {
-    let server = H1Server::start([H1Fault::ReadThenReset, H1Fault::ReadThenClose]).await;
-    let body = call_fast(Kind::PostWithKey, &server.url("/pay"))
-        .await
-        .expect("the third attempt succeeds");
-    assert_eq!(body, "ok");
-    let seen = server.truth().requests();
-    assert_eq!(seen.len(), 3);
-    assert!(
-        seen.iter().all(|r| r.key.as_deref() == Some(KEY)),
-        "{seen:?}"
-    );
+    let up = Upstream::http1([Step::ResetAfterRead, Step::CloseAfterRead]).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::PostWithKey, "/pay").await;
+    assert!(run.output.is_ok(), "the third attempt succeeds\n{run}");
+    run.assert_requests(3);
+    // Three physical executions, one logical one for a server that deduplicates by key.
+    assert_eq!(run.assert_one_key(), KEY);
+    assert!(run.requests.iter().all(|r| r.processed));
     // The attempt number is sent on retries only: its absence says "first".
-    let attempts: Vec<_> = seen.iter().map(|r| r.attempt.clone()).collect();
-    assert_eq!(attempts, [None, Some("2".into()), Some("3".into())]);
-    assert_eq!(
-        server.truth().executions_by_key()[KEY],
-        3,
-        "physical executions"
-    );
-    assert_eq!(
-        server.truth().logical_executions(),
-        1,
-        "one logical execution per key"
+    let attempts: Vec<_> = run
+        .requests
+        .iter()
+        .map(|r| r.header("retry-attempt"))
+        .collect();
+    assert_eq!(attempts, [None, Some("2"), Some("3")]);
+}
+
+#[tokio::test]
+async fn refused_stream_is_not_sent_and_retried_even_for_a_post_without_key() {
+    let up = Upstream::h2c([Step::RefuseBeforeRead]).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::PostWithoutKey, "/pay").await;
+    assert!(run.output.is_ok(), "retried after REFUSED_STREAM\n{run}");
+    run.assert_requests(2).assert_no_unkeyed_write_twice();
+    let first = run.trace.attempts().next().unwrap();
+    assert_eq!(first.evidence.as_deref(), Some("not_sent"), "{run}");
+    let processed: Vec<_> = run.requests.iter().map(|r| r.processed).collect();
+    assert_eq!(processed, [false, true], "one refused stream, one served");
+}
+
+#[tokio::test]
+async fn goaway_is_retried_for_a_read_and_ambiguous_for_a_post_without_key() {
+    // An unkeyed write is never re-sent after a GOAWAY: it is not proof of "not processed".
+    let kit = kit(fast_config());
+    let up = Upstream::h2c([Step::CloseBeforeRead]).await;
+    let run = support::run(&kit, &up, Kind::PostWithoutKey, "/pay").await;
+    run.assert_attempts(1).assert_ambiguous();
+
+    let up = Upstream::h2c([Step::CloseBeforeRead]).await;
+    let run = support::run(&kit, &up, Kind::Get, "/pay").await;
+    assert!(run.output.is_ok(), "retried after GOAWAY\n{run}");
+    run.assert_attempts(2).assert_requests(1);
+    assert_eq!(up.connections(), 2, "a new connection after the GOAWAY");
+}
+
+#[tokio::test]
+async fn retry_after_one_second_is_the_delay_chosen_before_the_next_attempt() {
+    let up = Upstream::http1([Reply::status(429).retry_after("1").into()]).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::Get, "/item").await;
+    assert!(run.output.is_ok(), "the second attempt succeeds\n{run}");
+    run.assert_requests(2);
+    assert_eq!(run.trace.delays(), [Duration::from_secs(1)], "{run}");
+    // What the upstream saw agrees: a lower bound only, never a flaky upper limit.
+    assert!(run.requests[1].at - run.requests[0].at >= Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn a_503_storm_against_a_get_stops_at_max_attempts() {
+    let storm = Step::from(Reply::status(503).retry_after("0"));
+    let up = Upstream::start_then(Protocol::Http1, [], storm).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::Get, "/item").await;
+    run.assert_requests(3)
+        .assert_denied(DenyReason::MaxAttempts);
+    let error = run.output.as_ref().expect_err("always 503");
+    assert_eq!(Classify::status(error), Some(503));
+    // The last response is kept for the caller.
+    let response = http_error(error).and_then(|e| e.response());
+    assert_eq!(response.expect("response kept").status(), 503);
+    // The error says how the call ended, not only how its last attempt did.
+    let stop = http_error(error).and_then(|e| e.stop());
+    assert_eq!(stop, Some(Stop::new(3, DenyReason::MaxAttempts)));
+    let message = error.to_string();
+    assert!(
+        message.ends_with("(3 attempts; not retried: max_attempts)"),
+        "{message}"
     );
 }
 
 #[tokio::test]
+async fn a_503_on_a_post_without_key_is_ambiguous_and_with_key_is_retried() {
+    let kit = kit(fast_config());
+    let up = Upstream::http1([503.into()]).await;
+    let run = support::run(&kit, &up, Kind::PostWithoutKey, "/pay").await;
+    run.assert_requests(1).assert_ambiguous();
+    let up = Upstream::http1([503.into()]).await;
+    let run = support::run(&kit, &up, Kind::PostWithKey, "/pay").await;
+    assert!(run.output.is_ok(), "retried with the key\n{run}");
+    run.assert_requests(2).assert_one_key();
+}
+
+#[tokio::test]
+async fn a_reset_mid_body_is_retried_for_a_get() {
+    let up = Upstream::http1([Step::TruncatedBody]).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::Get, "/item").await;
+    assert!(
+        run.output.is_ok(),
+        "retried after the partial response\n{run}"
+    );
+    run.assert_requests(2);
+    let first = run.trace.attempts().next().unwrap();
+    assert_eq!(first.evidence.as_deref(), Some("partial_response"), "{run}");
+}
+
+#[tokio::test]
+async fn a_redirect_is_reported_not_followed_and_not_retried() {
+    let location = format!("http://{}/elsewhere", dead_port());
+    let up = Upstream::http1([Reply::status(307).header("Location", location).into()]).await;
+    let run = support::run(&kit(fast_config()), &up, Kind::PostWithKey, "/pay").await;
+    run.assert_requests(1);
+    let error = run.output.as_ref().expect_err("3xx is reported");
+    assert_eq!(Classify::status(error), Some(307));
+    assert_eq!(error.evidence(), Evidence::ResponseReceived);
+}
+
+#[tokio::test]
+async fn a_401_refreshes_once_and_replays() {
+    let up = Upstream::http1([401.into(), 401.into()]).await;
+    let kit = kit(fast_config());
+    let refreshes = Arc::new(AtomicU32::new(0));
+    let r = refreshes.clone();
+    kit.registry().on_unauthorized(UPSTREAM, move || {
+        r.fetch_add(1, Ordering::SeqCst);
+        async { Ok(()) }
+    });
+    let run = support::run(&kit, &up, Kind::Get, "/item").await;
+    let error = run.output.as_ref().expect_err("the second 401 is final");
+    assert_eq!(Classify::status(error), Some(401));
+    assert_eq!(refreshes.load(Ordering::SeqCst), 1, "refreshed once");
+    run.assert_requests(2);
+}
+
+#[tokio::test]
 async fn refused_connection_is_not_sent_and_retried_even_for_a_post_without_key() {
-    let live = H1Server::start([]).await;
+    let live = Upstream::http1([]).await;
     let dns = FakeDns::new(
         [Resolution::Addr(dead_port())],
         Resolution::Addr(live.addr()),
@@ -74,199 +181,18 @@ async fn refused_connection_is_not_sent_and_retried_even_for_a_post_without_key(
     )
     .await
     .expect("retried after the refused connection");
-    assert_eq!(body, "ok");
+    assert_eq!(body, OK);
     assert_eq!(dns.lookups(), 2);
-    assert_eq!(live.truth().processed(), 1);
-    assert_eq!(live.truth().requests()[0].attempt.as_deref(), Some("2"));
-}
-
-#[tokio::test]
-async fn refused_stream_is_not_sent_and_retried_even_for_a_post_without_key() {
-    let server = H2Server::start([H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM)]).await;
-    let registry = support::registry(fast_config());
-    let body = call(
-        &registry,
-        &support::h2_client(),
-        Kind::PostWithoutKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect("retried after REFUSED_STREAM");
-    assert_eq!(body, "ok");
-    assert_eq!(server.truth().seen(), 2, "one refused stream, one served");
-    assert_eq!(server.truth().processed(), 1);
-}
-
-#[tokio::test]
-async fn goaway_is_retried_for_a_read_and_ambiguous_for_a_post_without_key() {
-    // An unkeyed write is never re-sent after a GOAWAY: it is not proof of "not processed".
-    let server = H2Server::start([H2Fault::GoAwayBelow(code::NO_ERROR)]).await;
-    let registry = support::registry(fast_config());
-    let error = call(
-        &registry,
-        &support::h2_client(),
-        Kind::PostWithoutKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect_err("not re-sent");
-    assert!(error.as_ambiguous().is_some(), "{error}");
-    assert_eq!(server.truth().seen(), 1, "sent once");
-
-    let server = H2Server::start([H2Fault::GoAwayBelow(code::NO_ERROR)]).await;
-    let body = call(
-        &registry,
-        &support::h2_client(),
-        Kind::Get,
-        &server.url("/pay"),
-    )
-    .await
-    .expect("retried after GOAWAY");
-    assert_eq!(body, "ok");
-    assert_eq!(server.truth().processed(), 1);
+    let seen = live.requests();
     assert_eq!(
-        server.truth().connections(),
-        2,
-        "a new connection after the GOAWAY"
+        (seen.len(), seen[0].header("retry-attempt")),
+        (1, Some("2"))
     );
-}
-
-#[tokio::test]
-async fn retry_after_one_second_delays_the_next_attempt_by_at_least_one_second() {
-    let server = H1Server::start([H1Fault::Respond(Reply::status(429).retry_after("1"))]).await;
-    let registry = support::registry(fast_config());
-    let started = Instant::now();
-    let body = call(
-        &registry,
-        &support::client(),
-        Kind::Get,
-        &server.url("/item"),
-    )
-    .await
-    .expect("the second attempt succeeds");
-    assert_eq!(body, "ok");
-    // A lower bound only: never a flaky upper limit.
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(server.truth().seen(), 2);
-}
-
-#[tokio::test]
-async fn a_503_storm_against_a_get_stops_at_max_attempts() {
-    let server =
-        H1Server::start_with_default([], H1Fault::Respond(Reply::status(503).retry_after("0")))
-            .await;
-    let error = call_fast(Kind::Get, &server.url("/item"))
-        .await
-        .expect_err("always 503");
-    assert_eq!(Classify::status(&error), Some(503));
-    assert_eq!(server.truth().seen(), 3, "max_attempts = 3");
-    // The last response is kept for the caller.
-    let response = http_error(&error)
-        .and_then(|e| e.response())
-        .expect("response kept");
-    assert_eq!(response.status(), 503);
-    // The error says how the call ended, not only how its last attempt did.
-    let stop = http_error(&error)
-        .and_then(|e| e.stop())
-        .expect("stop kept");
-    assert_eq!(stop, Stop::new(3, DenyReason::MaxAttempts));
-    assert!(
-        error
-            .to_string()
-            .ends_with("(3 attempts; not retried: max_attempts)"),
-        "{error}"
-    );
-}
-
-#[tokio::test]
-async fn a_503_on_a_post_without_key_is_ambiguous_and_with_key_is_retried() {
-    let storm = || H1Server::start([H1Fault::Respond(Reply::status(503))]);
-    let registry = support::registry(fast_config());
-    let server = storm().await;
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::PostWithoutKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect_err("ambiguous");
-    assert!(error.as_ambiguous().is_some(), "{error}");
-    assert_eq!(server.truth().seen(), 1);
-    let server = storm().await;
-    call(
-        &registry,
-        &support::client(),
-        Kind::PostWithKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect("retried with the key");
-    assert_eq!(server.truth().seen(), 2);
-}
-
-#[tokio::test]
-async fn a_reset_mid_body_is_retried_for_a_get() {
-    let server = H1Server::start([H1Fault::HeadersThenReset]).await;
-    let body = call_fast(Kind::Get, &server.url("/item"))
-        .await
-        .expect("retried after the partial response");
-    assert_eq!(body, "ok");
-    assert_eq!(server.truth().seen(), 2);
-}
-
-#[tokio::test]
-async fn a_redirect_is_reported_not_followed_and_not_retried() {
-    let location = format!("http://{}/elsewhere", dead_port());
-    let server = H1Server::start([H1Fault::Respond(
-        Reply::status(307).header("Location", &location),
-    )])
-    .await;
-    let error = call_fast(Kind::PostWithKey, &server.url("/pay"))
-        .await
-        .expect_err("3xx is reported");
-    assert_eq!(Classify::status(&error), Some(307));
-    assert_eq!(error.evidence(), Evidence::ResponseReceived);
-    assert_eq!(server.truth().seen(), 1);
-}
-
-#[tokio::test]
-async fn a_401_refreshes_once_and_replays() {
-    let server = H1Server::start([
-        H1Fault::Respond(Reply::status(401)),
-        H1Fault::Respond(Reply::status(401)),
-    ])
-    .await;
-    let registry = support::registry(fast_config());
-    let refreshes = Arc::new(AtomicU32::new(0));
-    let r = refreshes.clone();
-    registry.on_unauthorized(UPSTREAM, move || {
-        let r = r.clone();
-        async move {
-            r.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-    });
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::Get,
-        &server.url("/item"),
-    )
-    .await
-    .expect_err("the second 401 is final");
-    assert_eq!(Classify::status(&error), Some(401));
-    assert_eq!(refreshes.load(Ordering::SeqCst), 1, "refreshed once");
-    assert_eq!(server.truth().seen(), 2, "replayed once");
 }
 
 #[tokio::test]
 async fn a_write_sent_through_a_read_declaration_is_refused_before_sending() {
-    let server = H1Server::start([]).await;
+    let server = Upstream::http1([]).await;
     let registry = support::registry(fast_config());
     let client = support::client();
     let url = server.url("/pay");
@@ -283,7 +209,7 @@ async fn a_write_sent_through_a_read_declaration_is_refused_before_sending() {
         Some(HttpErrorKind::Refused)
     );
     assert!(error.to_string().contains("declared GET"), "{error}");
-    assert_eq!(server.truth().connections(), 0, "nothing sent");
+    assert_eq!(server.connections(), 0, "nothing sent");
 }
 
 /// A request safer than its declaration (a HEAD under GET, a GET under POST) is sent: the
@@ -291,7 +217,7 @@ async fn a_write_sent_through_a_read_declaration_is_refused_before_sending() {
 /// not: PUT and POST do not retry alike.
 #[tokio::test]
 async fn a_request_at_least_as_safe_as_declared_is_sent_and_another_write_is_not() {
-    let server = H1Server::start([]).await;
+    let server = Upstream::http1([]).await;
     let registry = support::registry(fast_config());
     let client = support::client();
     let url = server.url("/orders/1");
@@ -310,8 +236,8 @@ async fn a_request_at_least_as_safe_as_declared_is_sent_and_another_write_is_not
         || client.get(&url),
     )
     .await;
-    assert_eq!(get.expect("a GET under POST is sent"), "ok");
-    assert_eq!(server.truth().seen(), 2);
+    assert_eq!(get.expect("a GET under POST is sent"), OK);
+    assert_eq!(server.requests().len(), 2);
     let put: Result<String, Error> = send_text(
         Retry::in_registry(&registry, UPSTREAM)
             .method(Method::POST)
@@ -321,12 +247,12 @@ async fn a_request_at_least_as_safe_as_declared_is_sent_and_another_write_is_not
     .await;
     let error = put.expect_err("a PUT under POST is refused");
     assert_eq!(error.permanent(), Some(PermanentCategory::InvalidRequest));
-    assert_eq!(server.truth().seen(), 2, "the PUT was not sent");
+    assert_eq!(server.requests().len(), 2, "the PUT was not sent");
 }
 
 #[tokio::test]
 async fn a_one_shot_body_is_sent_once_and_never_retried() {
-    let server = H1Server::start([H1Fault::ReadThenReset]).await;
+    let server = Upstream::http1([Step::ResetAfterRead]).await;
     let registry = support::registry(fast_config());
     let client = support::client();
     let url = server.url("/upload");
@@ -346,14 +272,13 @@ async fn a_one_shot_body_is_sent_once_and_never_retried() {
     let error = result.expect_err("not retried");
     assert_eq!(error.evidence(), Evidence::SentNoResponse);
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        server.truth().processed(),
-        1,
+    assert!(
+        server.requests()[0].processed,
         "the first attempt still works"
     );
 
     // And a one-shot body that succeeds is simply sent.
-    let server = H1Server::start([]).await;
+    let server = Upstream::http1([]).await;
     let url = server.url("/upload");
     let ok: Result<String, Error> = send_text(
         Retry::in_registry(&registry, UPSTREAM).method(Method::PUT),
@@ -364,7 +289,7 @@ async fn a_one_shot_body_is_sent_once_and_never_retried() {
         },
     )
     .await;
-    assert_eq!(ok.expect("sent"), "ok");
+    assert_eq!(ok.expect("sent"), OK);
 }
 
 /// Runs `call`, each attempt sending `request()` through the send path and reading the body.
@@ -379,22 +304,14 @@ async fn send_text(
     .await
 }
 
-/// What the server saw of a keyed POST answered 503 once, then retried, to an upstream
+/// What the upstream saw of a keyed POST answered 503 once, then retried, to an upstream
 /// configured with `config`.
-async fn keyed_post_retried_once(config: UpstreamConfig) -> Vec<SeenRequest> {
-    let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
-    let registry = support::registry(config);
-    call(
-        &registry,
-        &support::client(),
-        Kind::PostWithKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect("retried");
-    let seen = server.truth().requests();
-    assert_eq!(seen.len(), 2);
-    seen
+async fn keyed_post_retried_once(config: UpstreamConfig) -> Vec<retry_testkit::Request> {
+    let up = Upstream::http1([503.into()]).await;
+    let run = support::run(&kit(config), &up, Kind::PostWithKey, "/pay").await;
+    assert!(run.output.is_ok(), "retried\n{run}");
+    run.assert_requests(2);
+    run.requests
 }
 
 /// A third-party upstream (`propagate = false`) learns nothing of our deadlines and retries:
@@ -403,8 +320,9 @@ async fn keyed_post_retried_once(config: UpstreamConfig) -> Vec<SeenRequest> {
 async fn an_upstream_that_does_not_propagate_gets_the_key_and_no_retry_headers() {
     let seen = keyed_post_retried_once(fast_config().with_propagate(false)).await;
     for r in &seen {
-        assert_eq!(r.key.as_deref(), Some(KEY));
-        assert_eq!((&r.attempt, &r.deadline_ms), (&None, &None), "{r:?}");
+        assert_eq!(r.key(), Some(KEY));
+        let retry_headers = (r.header("retry-attempt"), r.header("retry-deadline-ms"));
+        assert_eq!(retry_headers, (None, None), "{r}");
     }
 }
 
@@ -413,9 +331,9 @@ async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured
     let config = fast_config().with_idempotency_header("X-Request-Key");
     let seen = keyed_post_retried_once(config).await;
     for (i, r) in seen.iter().enumerate() {
-        assert_eq!(r.key.as_deref(), Some(KEY));
-        assert_eq!(r.attempt.as_deref(), [None, Some("2")][i]);
-        let ms: u64 = r.deadline_ms.as_deref().unwrap().parse().unwrap();
+        assert_eq!(r.header("x-request-key"), Some(KEY));
+        assert_eq!(r.header("retry-attempt"), [None, Some("2")][i]);
+        let ms: u64 = r.header("retry-deadline-ms").unwrap().parse().unwrap();
         // The caller waits for an attempt at most its timeout (1 s), not the deadline (5 s):
         // the callee is told the shorter.
         assert!(
@@ -427,7 +345,7 @@ async fn the_send_path_adds_key_attempt_and_deadline_headers_with_the_configured
 
 #[tokio::test]
 async fn a_hostile_key_is_refused_before_anything_is_sent() {
-    let server = H1Server::start([]).await;
+    let server = Upstream::http1([]).await;
     let registry = support::registry(fast_config());
     let client = support::client();
     let url = server.url("/pay");
@@ -449,70 +367,54 @@ async fn a_hostile_key_is_refused_before_anything_is_sent() {
             "{key:?}: {error:?}"
         );
     }
-    assert_eq!(server.truth().connections(), 0);
+    assert_eq!(server.connections(), 0);
 }
 
 #[tokio::test]
 async fn a_stalled_server_times_out_within_the_attempt_and_a_post_is_ambiguous() {
-    let server = H1Server::start_with_default([], H1Fault::Stall).await;
+    let stall = Reply::status(200).delay(Duration::from_secs(60));
+    let up = Upstream::start_then(Protocol::Http1, [], stall.into()).await;
     let config = fast_config().with_attempt_timeout(Duration::from_millis(200));
-    let registry = support::registry(config);
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::PostWithoutKey,
-        &server.url("/pay"),
-    )
-    .await
-    .expect_err("stalled");
-    let ambiguous = error.as_ambiguous().expect("ambiguous");
-    assert_eq!(ambiguous.evidence, Evidence::SentNoResponse);
-    assert_eq!(server.truth().seen(), 1);
+    let run = support::run(&kit(config), &up, Kind::PostWithoutKey, "/pay").await;
+    run.assert_requests(1).assert_ambiguous();
+    let ambiguous = run.output.as_ref().unwrap_err().as_ambiguous().cloned();
+    assert_eq!(
+        ambiguous.map(|a| a.evidence),
+        Some(Evidence::SentNoResponse),
+        "{run}"
+    );
 }
 
 #[tokio::test]
 async fn outside_a_retry_loop_the_send_path_only_classifies() {
-    let server = H1Server::start([H1Fault::ReadThenClose]).await;
-    let error = support::client()
-        .post(server.url("/pay"))
+    let up = Upstream::http1([Step::CloseAfterRead]).await;
+    let error = up
+        .client()
+        .post(up.url("/pay"))
         .body("x")
         .send_attempt()
         .await
         .expect_err("closed");
     assert_eq!(error.kind(), HttpErrorKind::Transport);
     assert_eq!(error.evidence(), Evidence::SentNoResponse);
-    assert!(server.truth().requests()[0].attempt.is_none());
+    assert_eq!(up.requests()[0].header("retry-attempt"), None);
 }
 
 #[tokio::test]
 async fn a_pushback_header_stops_retries_and_a_malformed_one_is_ignored() {
-    let registry = support::registry(fast_config());
-    let server = H1Server::start([H1Fault::Respond(
-        Reply::status(503).header("Retry-Pushback", "overloaded"),
-    )])
-    .await;
-    let error = call(
-        &registry,
-        &support::client(),
-        Kind::Get,
-        &server.url("/item"),
-    )
-    .await
-    .expect_err("pushback");
-    assert_eq!(error.pushback(), Some(retry_runtime::Pushback::Overloaded));
-    assert_eq!(server.truth().seen(), 1, "not retried");
+    let kit = kit(fast_config());
+    let pushback = |value: &str| Reply::status(503).header("Retry-Pushback", value).into();
+    let up = Upstream::http1([pushback("overloaded")]).await;
+    let run = support::run(&kit, &up, Kind::Get, "/item").await;
+    run.assert_requests(1);
+    let pushed = run.output.as_ref().expect_err("pushback").pushback();
+    assert_eq!(pushed, Some(retry_runtime::Pushback::Overloaded));
 
-    let server = H1Server::start([H1Fault::Respond(
-        Reply::status(503).header("Retry-Pushback", "go away please"),
-    )])
-    .await;
-    call(
-        &registry,
-        &support::client(),
-        Kind::Get,
-        &server.url("/item"),
-    )
-    .await
-    .expect("a malformed pushback is ignored: retried");
-    assert_eq!(server.truth().seen(), 2);
+    let up = Upstream::http1([pushback("go away please")]).await;
+    let run = support::run(&kit, &up, Kind::Get, "/item").await;
+    assert!(
+        run.output.is_ok(),
+        "a malformed pushback is ignored: retried\n{run}"
+    );
+    run.assert_requests(2);
 }

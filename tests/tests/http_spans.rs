@@ -1,6 +1,6 @@
 //! The attempt spans carry OpenTelemetry's HTTP semantic-convention attributes, and never the
-//! idempotency key in clear (reqwest-middleware users asked for the attempt count in vain: its
-//! issue 152).
+//! idempotency key in clear (reqwest-middleware users ask for the attempt count:
+//! TrueLayer/reqwest-middleware#152).
 
 use std::sync::{Arc, Mutex};
 

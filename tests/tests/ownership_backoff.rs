@@ -1,4 +1,4 @@
-//! During a backoff nothing of the failed attempt is held (issue 5): the upstream's bulkhead
+//! During a backoff nothing of the failed attempt is held: the upstream's bulkhead
 //! has its permit back and no HTTP connection is checked out — measured on a real socket.
 //!
 //! The measurement. The server answers the first attempt with `503`, `Retry-After: 1` and a

@@ -3,7 +3,7 @@
 //! ```sh
 //! cargo build --release -p retry-benches --bin figures
 //! target/release/figures all            # or some of: http http-wall wait tracing upstreams
-//!                                       #   failure failure-http contention
+//!                                       #   failure failure-http contention faults
 //! ```
 //!
 //! Instruction counts come from callgrind (`valgrind` must be installed): each contender runs in
@@ -36,7 +36,7 @@ use retry_benches::{callgrind, server};
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "http",
     "http-wall",
     "wait",
@@ -45,6 +45,7 @@ const SECTIONS: [&str; 8] = [
     "failure",
     "failure-http",
     "contention",
+    "faults",
 ];
 
 /// Set in the measuring processes of the wall-clock sections.
@@ -102,6 +103,7 @@ fn run_section(section: &str) {
         "upstreams" => upstreams(),
         "failure" => failure(),
         "failure-http" => failure_http(),
+        "faults" => faults(),
         _ => contention_wall(7),
     }
 }
@@ -171,6 +173,8 @@ fn probe(args: &[String]) {
                     "http/plain" => drive(warm, n, || lo.plain()).await,
                     "http/plain-timeout" => drive(warm, n, || lo.plain_timeout()).await,
                     "http/plain-headers" => drive(warm, n, || lo.plain_headers()).await,
+                    "http/plain-tower" => drive(warm, n, || lo.plain_tower()).await,
+                    "http/plain-faults-off" => drive(warm, n, || lo.plain_faults_off()).await,
                     "http/builder" => drive(warm, n, || lo.builder()).await,
                     "http/builder-quiet" => drive(warm, n, || lo.builder_quiet()).await,
                     "http/macro" => drive(warm, n, || lo.adapter()).await,
@@ -352,7 +356,7 @@ fn measure(case: &str, level: &str) -> Probed {
 
 /// Every case of the instruction-count sections, once for each level it is measured at.
 fn every_case() -> Vec<(String, &'static str)> {
-    let plain = [&HTTP[..], &WAIT, &TRACING, &FAILURE, &FAILURE_HTTP]
+    let plain = [&HTTP[..], &WAIT, &TRACING, &FAILURE, &FAILURE_HTTP, &FAULTS]
         .into_iter()
         .flatten()
         .map(|(_, case)| (*case).to_owned())
@@ -483,6 +487,19 @@ const FAILURE_HTTP: [(&str, &str); 7] = [
     ),
 ];
 
+/// The fault layer, off, in front of the loopback server (a tower service either way).
+const FAULTS: [(&str, &str); 3] = [
+    ("plain reqwest, hyper `service_fn` server", "http/plain"),
+    (
+        "plain reqwest, tower `service_fn` server",
+        "http/plain-tower",
+    ),
+    (
+        "plain reqwest, the same server behind `FaultLayer`, off",
+        "http/plain-faults-off",
+    ),
+];
+
 /// One call with an attempt that does no work, in `contention`'s callgrind line.
 const ALONE: [&str; 3] = ["alone/bare", "alone/macro", "alone/call"];
 
@@ -512,6 +529,40 @@ fn http() {
             p.instructions / plain,
             p.allocations,
             p.connections
+        );
+    }
+}
+
+fn faults() {
+    header(
+        &format!(
+            "Loopback GET through the test kit's fault layer, switched off: per request, client + server (at {})",
+            commit()
+        ),
+        &[
+            "server",
+            "instructions / request",
+            "added to a loopback GET",
+            "allocations / request",
+        ],
+    );
+    let probed: Vec<Probed> = FAULTS
+        .iter()
+        .map(|(_, case)| measure(case, "off"))
+        .collect();
+    let (plain, tower) = (probed[0].instructions, probed[1].instructions);
+    for ((name, _), p) in FAULTS.iter().zip(&probed) {
+        let added = match name.contains("FaultLayer") {
+            true => format!(
+                "{:+.0} ({:+.2} %)",
+                p.instructions - tower,
+                100.0 * (p.instructions - tower) / plain
+            ),
+            false => String::new(),
+        };
+        println!(
+            "| {name} | {:.0} | {added} | {:.1} |",
+            p.instructions, p.allocations
         );
     }
 }

@@ -1,22 +1,22 @@
 //! The error-chain walk: a failed `send()` into [`Evidence`].
 //!
-//! Rules from `research/evidence-classification.md` section 5, applied top-down to an error
-//! returned by `send()` (no final headers yet), on a client built with
-//! [`client_builder`](super::client_builder) (no redirects, no reqwest retries):
+//! The rules, applied top-down to an error returned by `send()` (no final headers yet), on a
+//! client built with [`client_builder`](super::client_builder) (no redirects, no reqwest
+//! retries):
 //!
-//! | # | situation | check | evidence |
-//! |---|---|---|---|
-//! | 2 | invalid URL, bad scheme, builder error | `is_builder()` | `NotSent` |
-//! | 21/24 | final headers arrived (`error_for_status`, redirect policy) | `is_status()` / `is_redirect()` | `ResponseReceived` |
-//! | 3-8 | DNS, TCP refused/reset during connect, connect timeout, TLS/proxy, pool checkout | `is_connect()` (a hyper-util `legacy::Error` of kind Connect in the chain) | `NotSent` |
-//! | 9 | hyper handed the request back unsent | the **first** `hyper::Error` in the chain `is_canceled()` | `NotSent`, rotation |
-//! | 10 | HTTP/2 `REFUSED_STREAM` before headers | first `h2::Error`: `is_reset() && is_remote() && reason == REFUSED_STREAM` | `NotSent`, rotation |
-//! | 11 | HTTP/2 GOAWAY reported for the request | first `h2::Error`: `is_go_away() && is_remote()` | `SentNoResponse` (see below); rotation when its code is `NO_ERROR` |
-//! | 12-20 | every other failure: total/read timeout, reset, EOF (`IncompleteMessage`), partial head, other RST_STREAM codes, h2 connection loss, handshake failure, an unknown chain | default | `SentNoResponse` |
+//! | situation | check | evidence |
+//! |---|---|---|
+//! | invalid URL, bad scheme, builder error | `is_builder()` | `NotSent` |
+//! | final headers arrived (`error_for_status`, redirect policy) | `is_status()` / `is_redirect()` | `ResponseReceived` |
+//! | DNS, TCP refused/reset during connect, connect timeout, TLS/proxy, pool checkout | `is_connect()` (a hyper-util `legacy::Error` of kind Connect in the chain) | `NotSent` |
+//! | hyper handed the request back unsent | the **first** `hyper::Error` in the chain `is_canceled()` | `NotSent`, rotation |
+//! | HTTP/2 `REFUSED_STREAM` before headers | first `h2::Error`: `is_reset() && is_remote() && reason == REFUSED_STREAM` | `NotSent`, rotation |
+//! | HTTP/2 GOAWAY reported for the request | first `h2::Error`: `is_go_away() && is_remote()` | `SentNoResponse` (see below); rotation when its code is `NO_ERROR` |
+//! | every other failure: total/read timeout, reset, EOF (`IncompleteMessage`), partial head, other RST_STREAM codes, h2 connection loss, handshake failure, an unknown chain | default | `SentNoResponse` |
 //!
 //! The body phase is classified by the caller of [`ResponseExt`](super::ResponseExt): any failure
-//! while reading a body whose headers arrived is `PartialResponse` (row 23); a complete body that
-//! does not decode is `ResponseReceived` with the permanent category `Decode` (row 22).
+//! while reading a body whose headers arrived is `PartialResponse`; a complete body that does
+//! not decode is `ResponseReceived` with the permanent category `Decode`.
 //!
 //! **GOAWAY is not proof.** RFC 9113 makes streams above a GOAWAY's last-stream-id safe, but h2
 //! does not expose stream ids, and hyper can report a GOAWAY for a request it has just opened
@@ -28,9 +28,9 @@
 //!
 //! **Connection rotation.** Three of these rows are a server closing a *healthy* connection on
 //! purpose (`keepalive_requests`, a proxy's request limit, draining, a reload), not a failure:
-//! a remote GOAWAY with `NO_ERROR` (row 11), a remote `REFUSED_STREAM` (row 10), and a request
-//! hyper handed back unsent (row 9: over HTTP/1.1, a pooled connection closed before the request
-//! was written). [`ChainFacts::connection_rotated`] reports them; the circuit breaker does not
+//! a remote GOAWAY with `NO_ERROR`, a remote `REFUSED_STREAM`, and a request hyper handed back
+//! unsent (over HTTP/1.1, a pooled connection closed before the request was written).
+//! [`ChainFacts::connection_rotated`] reports them; the circuit breaker does not
 //! count them and the loop retries them at once (see the crate docs). This is independent of the
 //! evidence: a GOAWAY stays `SentNoResponse`. A GOAWAY with any other code (`ENHANCE_YOUR_CALM`,
 //! `INTERNAL_ERROR`, ...) is the server complaining, and is not rotation.
@@ -109,7 +109,7 @@ impl ChainFacts {
                 facts.legacy_connect_info = l.connect_info().is_some();
             }
             // The first hyper::Error counts: a canceled request nests the connection error
-            // that canceled it (research §1).
+            // that canceled it.
             if let Some(h) = e.downcast_ref::<hyper::Error>()
                 && !facts.hyper
             {

@@ -22,7 +22,7 @@ fn simulate(
         let tick = Tick::at(origin, origin + t);
         let bin = &mut bins[(t.as_millis() / 100) as usize];
         bin.0 += 1;
-        if let Some(sent) = throttle.admit(AttemptKind::First, tick, || rng.f64()) {
+        if let Some(sent) = throttle.admit(Work::First, tick, || rng.f64()) {
             bin.1 += 1;
             let ok = rng.f64() < accept(t);
             bin.2 += u64::from(ok);
@@ -103,7 +103,7 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     // 100 sent, 30 accepted: first attempts are refused a tenth of the time (3 x 30 falls 10
     // short of 100), extra attempts pass about 30 % of the time.
     for i in 0..100 {
-        let sent = throttle.admit(AttemptKind::First, tick, || 1.0).unwrap();
+        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
         throttle.record(sent, i < 30, tick);
     }
     let mut rng = fastrand::Rng::with_seed(7);
@@ -118,8 +118,8 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
             })
             .count()
     };
-    let first = pass(AttemptKind::First);
-    let extra = pass(AttemptKind::Extra);
+    let first = pass(Work::First);
+    let extra = pass(Work::Extra);
     // p_first = (100 - 90) / 101, p_extra = (100 - 1 - 30) / 101 (a hedge: its call sent one).
     assert!((8_800..9_200).contains(&first), "{first}");
     assert!((2_900..3_300).contains(&extra), "{extra}");
@@ -131,7 +131,7 @@ fn forgotten_attempts_leave_no_trace() {
     let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
     let tick = Tick::at(origin, origin + Duration::from_millis(10));
     for _ in 0..50 {
-        let sent = throttle.admit(AttemptKind::First, tick, || 0.0).unwrap();
+        let sent = throttle.admit(Work::First, tick, || 0.0).unwrap();
         throttle.forget(sent);
     }
     let epoch = throttle.clock.epoch_of(tick);
@@ -149,7 +149,7 @@ fn concurrent_admissions_and_answers_lose_no_count() {
             std::thread::spawn(move || {
                 for i in 0..10_000u32 {
                     // Never refused (the draw is 1.0), so every admission counts.
-                    let sent = throttle.admit(AttemptKind::First, tick, || 1.0).unwrap();
+                    let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
                     throttle.record(sent, (i + t) % 2 == 0, tick);
                 }
             })
@@ -187,11 +187,11 @@ fn a_lone_calls_retries_are_never_refused() {
     let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
     let tick = Tick::at(origin, origin + Duration::from_millis(10));
     // Three attempts of one call, each failing: the two retries pass whatever the draw.
-    let first = throttle.admit(AttemptKind::First, tick, || 0.0).unwrap();
+    let first = throttle.admit(Work::First, tick, || 0.0).unwrap();
     throttle.record(first, false, tick);
     for own in 1..=2 {
         assert!(throttle.admits_extra(tick, 0.0, own));
-        let retry = throttle.admit(AttemptKind::Extra, tick, || 1.0).unwrap();
+        let retry = throttle.admit(Work::Extra, tick, || 1.0).unwrap();
         throttle.record(retry, false, tick);
     }
     // Another call's retry after those three failures is extra work on a failing upstream.

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use super::{BoxError, ReplayBody};
-use crate::call::{Call, CallSpec, Step};
+use crate::call::{Attempts, Call, CallSpec, drive, no_reconcile};
 use crate::{Classify, Error, Evidence, IdempotencyKey, Pushback, Registry, propagation};
 
 /// Which registry a layer uses.
@@ -284,95 +284,119 @@ where
     };
     let replay = request.body().replayability();
     let (parts, body) = request.into_parts();
-    let mut call = Call::new(CallSpec {
+    let spec = CallSpec {
         registry,
-        upstream: registry
-            .upstream(&layer.upstream)
-            .map_err(TowerError::Runtime)?,
+        upstream,
         method: parts.method.clone(),
         key,
         replay,
         operation: None,
         reserve: Duration::ZERO,
-    });
-    let mut body = Some(body);
-    loop {
+    };
+    let attempts = Sends {
+        inner: &mut inner,
+        parts,
+        body: Some(body),
+        classify: layer.classify,
+    };
+    match drive(|| Ok(spec), attempts, no_reconcile).await {
+        Ok(response) => Ok(response),
+        // Not retried: hand the error response to the caller as a response.
+        Err(AttemptError::Response { response, .. }) => Ok(response),
+        Err(AttemptError::Failed(e)) => Err(e),
+    }
+}
+
+/// The attempts of one request through the wrapped service, each lent the service in turn.
+struct Sends<'s, S, B> {
+    inner: &'s mut S,
+    parts: http::request::Parts,
+    /// The body the next attempt sends.
+    body: Option<B>,
+    classify: ErrorClassifier,
+}
+
+impl<S, B, RB> Attempts<http::Response<RB>, AttemptError<http::Response<RB>>> for Sends<'_, S, B>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+{
+    async fn attempt(
+        &mut self,
+        call: &mut Call<'_>,
+    ) -> Result<http::Response<RB>, AttemptError<http::Response<RB>>> {
         // The original body goes out first; replays are copies made before it is sent.
-        let Some(this_body) = body.take() else {
+        let Some(this_body) = self.body.take() else {
             unreachable!(
                 "a body that could not be copied was downgraded to one-shot, so no retry reaches here"
             )
         };
-        body = this_body.replay();
-        if body.is_none() {
+        self.body = this_body.replay();
+        if self.body.is_none() {
             call.downgrade_replay(crate::Replayability::OneShot);
         }
-        let mut request = http::Request::from_parts(parts.clone(), this_body);
+        let mut request = http::Request::from_parts(self.parts.clone(), this_body);
         let propagate = call.upstream().config().propagate;
         let retries_left = call.retries_left();
-        let classify = layer.classify;
-        let inner = &mut inner;
-        let result = call
-            .attempt_with(|attempt| {
-                if propagate {
-                    propagation::write_headers(
-                        request.headers_mut(),
-                        attempt.timeout(),
-                        attempt.number(),
-                        retries_left,
-                    );
-                }
-                async move {
-                    std::future::poll_fn(|cx| inner.poll_ready(cx))
-                        .await
-                        .map_err(|e| {
-                            AttemptError::Failed(TowerError::Transport {
-                                evidence: Evidence::NotSent,
-                                source: e.into(),
-                            })
-                        })?;
-                    match inner.call(request).await {
-                        Ok(response) if response.status().as_u16() >= 400 => {
-                            let status = response.status().as_u16();
-                            let retry_after = response
-                                .headers()
-                                .get(http::header::RETRY_AFTER)
-                                .and_then(|v| {
-                                    crate::retry_after::parse_header(
-                                        v.as_bytes(),
-                                        SystemTime::now(),
-                                    )
-                                });
-                            let pushback = propagation::pushback(response.headers());
-                            Err(AttemptError::Response {
-                                response,
-                                status,
-                                retry_after,
-                                pushback,
-                            })
-                        }
-                        Ok(response) => Ok(response),
-                        Err(e) => {
-                            let source: BoxError = e.into();
-                            let evidence = classify(&*source);
-                            Err(AttemptError::Failed(TowerError::Transport {
-                                evidence,
-                                source,
-                            }))
-                        }
-                    }
-                }
-            })
-            .await;
-        match call.settle(result).await {
-            Step::Retry => continue,
-            Step::Done(Ok(response)) => return Ok(response),
-            // Not retried: hand the error response to the caller as a response.
-            Step::Done(Err(AttemptError::Response { response, .. })) => return Ok(response),
-            Step::Done(Err(AttemptError::Failed(e))) => return Err(e),
-            Step::Ambiguous { ambiguous, .. } => {
-                return Err(call.ambiguous::<TowerError>(ambiguous));
+        let classify = self.classify;
+        let inner = &mut *self.inner;
+        call.attempt_with(|attempt| {
+            if propagate {
+                propagation::write_headers(
+                    request.headers_mut(),
+                    attempt.timeout(),
+                    attempt.number(),
+                    retries_left,
+                );
             }
+            send_one(inner, request, classify)
+        })
+        .await
+    }
+}
+
+/// One attempt through the wrapped service.
+async fn send_one<S, B, RB>(
+    inner: &mut S,
+    request: http::Request<B>,
+    classify: ErrorClassifier,
+) -> Result<http::Response<RB>, AttemptError<http::Response<RB>>>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Error: Into<BoxError>,
+{
+    std::future::poll_fn(|cx| inner.poll_ready(cx))
+        .await
+        .map_err(|e| {
+            AttemptError::Failed(TowerError::Transport {
+                evidence: Evidence::NotSent,
+                source: e.into(),
+            })
+        })?;
+    match inner.call(request).await {
+        Ok(response) if response.status().as_u16() >= 400 => {
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| crate::retry_after::parse_header(v.as_bytes(), SystemTime::now()));
+            let pushback = propagation::pushback(response.headers());
+            Err(AttemptError::Response {
+                response,
+                status,
+                retry_after,
+                pushback,
+            })
+        }
+        Ok(response) => Ok(response),
+        Err(e) => {
+            let source: BoxError = e.into();
+            let evidence = classify(&*source);
+            Err(AttemptError::Failed(TowerError::Transport {
+                evidence,
+                source,
+            }))
         }
     }
 }

@@ -1,0 +1,399 @@
+//! The attempt loop: one [`Call`] drives the attempts of one retrying call.
+//!
+//! Every retrying call, from `#[retry]`, the builder ([`Retry`](crate::Retry)) or the tower
+//! layer, is this loop, one [`turn`](Call::turn) after another:
+//!
+//! ```text
+//! let mut call = Call::new(spec);           // upstream, scope, deadline, budget deposit
+//! loop {
+//!     match call.turn(body).await {         // next attempt · admit · run · settle · decide ·
+//!                                           // spend and back off
+//!         Step::Retry => continue,
+//!         Step::Done(result) => return result,
+//!         Step::Ambiguous { error, ambiguous } => /* reconcile, or report */,
+//!     }
+//! }
+//! ```
+//!
+//! [`drive`] is that loop for the builder and the tower layer. The macro writes it out in the
+//! annotated function, so the body can borrow `&mut self` and the call's arguments afresh on
+//! every attempt and a reconcile check can run between attempts with the same borrows; each of
+//! its turns is the same [`Call::turn`].
+//!
+//! This file is the skeleton, read top to bottom; each piece it calls has a file of its own:
+//! `admission` (every local gate, behind one seam whose permit gives everything back when
+//! dropped), `hedge`, `rotation` (free retries on a rotated connection), `refresh` (the 401
+//! credentials refresh), `ending` (denied, ambiguous, reconciled, drained), `transient` (what
+//! a durable queue may replay later) and `events` (every trace event and metric).
+//! Every decision has a named reason: the engine's ([`Decision`]) or the loop's own.
+
+mod admission;
+mod backoff;
+mod drive;
+mod ending;
+mod events;
+mod hedge;
+mod refresh;
+mod rotation;
+mod start;
+mod state;
+mod transient;
+
+use std::fmt::Display;
+use std::pin::Pin;
+
+use tokio::time::Instant;
+
+use crate::ambient::Frame;
+use crate::attempt::Attempt;
+use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
+use crate::decision::{Decision, RetryReason};
+use crate::engine::Context;
+use crate::observe::{AttemptOutcome, CallKind};
+use crate::window::Tick;
+use crate::{Ambiguous, Classify, Error, Evidence, Failure};
+
+use admission::{Admitted, AttemptEnd, AttemptKind, Permit};
+use state::{Local, Now};
+
+#[cfg(feature = "tower")]
+pub(crate) use drive::Attempts;
+pub(crate) use drive::{Hedged, Plain, drive, no_reconcile};
+pub use ending::Reconciled;
+pub use start::CallSpec;
+pub use state::Call;
+
+/// What to do after an attempt.
+#[derive(Debug)]
+pub enum Step<T, E> {
+    /// Retry: the backoff has already been slept.
+    Retry,
+    /// The call is over.
+    Done(Result<T, E>),
+    /// The outcome is ambiguous: reconcile, or report it with [`Call::ambiguous`].
+    Ambiguous {
+        /// The last attempt's error.
+        error: E,
+        /// What is known.
+        ambiguous: Ambiguous,
+    },
+}
+
+impl Call<'_> {
+    /// One turn of the loop: runs one attempt of `body` ([`attempt_with`](Self::attempt_with))
+    /// and settles it ([`settle`](Self::settle)).
+    pub async fn turn<T, E, F>(&mut self, body: F) -> Step<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        let result = self.attempt_with(|_| body).await;
+        self.settle(result).await
+    }
+
+    /// One turn whose attempt may be hedged: `make` makes a copy of the body (see
+    /// [`attempt_hedged_with`](Self::attempt_hedged_with)).
+    pub async fn turn_hedged<T, E, M, F>(&mut self, mut make: M) -> Step<T, E>
+    where
+        M: FnMut() -> F,
+        F: Future<Output = Result<T, E>>,
+        E: Classify + From<Error> + Display,
+    {
+        let result = self.attempt_hedged_with(|_| make()).await;
+        self.settle(result).await
+    }
+
+    /// Runs one attempt: the next attempt (or [`Error::DeadlineExceeded`] when less than the
+    /// minimum attempt budget is left), admitted by every local gate, its body made by `make`
+    /// and polled inside the attempt's scope and span until it completes or the attempt
+    /// timeout (clamped to the deadline) cuts it. What the gates lent (the bulkhead slot) goes
+    /// back as soon as the attempt ends, before any backoff.
+    pub(crate) async fn attempt_with<T, E, M, F>(&mut self, make: M) -> Result<T, E>
+    where
+        M: FnOnce(&Attempt) -> F,
+        F: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        // 1. The next attempt, if time is left for one.
+        let kind = AttemptKind::after(self.attempt);
+        let mut attempt = match self.next_attempt() {
+            Ok(attempt) => attempt,
+            Err(error) => return Err(E::from(error)),
+        };
+        // 2. Admission (written out: with a free bulkhead slot no waiting future is built).
+        let permit = match self.try_admit(kind) {
+            Ok(Admitted::Now(permit)) => permit,
+            Ok(Admitted::Queue(held)) => match self.wait_for_slot(&mut attempt, held).await {
+                Ok(permit) => permit,
+                Err(error) => return Err(E::from(error)),
+            },
+            Err(error) => return Err(E::from(error)),
+        };
+        // 3. Run the body.
+        let body = make(&attempt);
+        self.attempt_started = attempt.started;
+        let ends = attempt.ends();
+        self.attempt_ends = ends;
+        let scope = self.scope.for_attempt();
+        let lent = self.sleep.as_mut().map(Pin::as_mut);
+        let ended = AttemptFuture::new(Frame::attempt(attempt, scope), ends, lent, body).await;
+        // 4. Its end, told to the gates.
+        self.end_attempt(ended, permit, self.attempt)
+    }
+
+    /// The next attempt, if time is left for one.
+    fn next_attempt(&mut self) -> Result<Attempt, Error> {
+        let now = match self.attempt {
+            0 => self.created,
+            _ => Instant::now(),
+        };
+        if !self.has_time_at(now) {
+            self.on_no_time();
+            self.local = Local::NoTime;
+            return Err(Error::DeadlineExceeded {
+                upstream: self.upstream.name_arc().clone(),
+                attempts: self.attempt,
+                last_status: self.last_failure.and_then(|f| f.status),
+                last_evidence: self.last_failure.map(|f| f.evidence),
+            });
+        }
+        self.local = Local::Nothing;
+        Ok(self.begin_attempt(now))
+    }
+
+    /// Counts and describes an attempt starting at `now` (it has time, and, for a hedge,
+    /// everything else it needs).
+    #[inline]
+    fn begin_attempt(&mut self, now: Instant) -> Attempt {
+        self.attempt += 1;
+        self.retried_mark = self.scope.retried_failures();
+        Attempt {
+            upstream: self.upstream.clone(),
+            number: self.attempt,
+            method: self.method.clone(),
+            key: self.key.clone(),
+            deadline: self.deadline,
+            ends: self.attempt_ends(now),
+            started: now,
+            retries_left: self.scope.retries_left(),
+            span: events::attempt_span(&self.span, self.attempt, &self.method),
+        }
+    }
+
+    /// Ends the attempt numbered `number`: gives the bulkhead slot back, adopts a scope the
+    /// attempt opened, turns a timeout into the caller's error, and tells the gates how it
+    /// ended (the breaker counts it then).
+    fn end_attempt<T, E>(
+        &mut self,
+        ended: Ended<Result<T, E>>,
+        mut permit: Permit,
+        number: u32,
+    ) -> Result<T, E>
+    where
+        E: Classify + From<Error>,
+    {
+        permit.leave_bulkhead();
+        (self.failed_at, self.classified) = (None, None);
+        let waited = ended.waited;
+        self.scope.adopt(ended.opened);
+        self.replay = self.replay.min(ended.reported);
+        self.attempt_span = ended.span;
+        let result = match ended.output {
+            Ok(result) => result,
+            Err(TimedOut) => {
+                self.local = Local::TimedOut;
+                Err(E::from(Error::AttemptTimeout {
+                    upstream: self.upstream.name_arc().clone(),
+                    attempt: number,
+                    timeout: self
+                        .attempt_ends
+                        .saturating_duration_since(self.attempt_started),
+                }))
+            }
+        };
+        self.on_attempt_ended(match (&result, self.local) {
+            (Ok(_), _) => AttemptOutcome::Success,
+            (Err(_), Local::TimedOut) => AttemptOutcome::Timeout,
+            (Err(_), _) => AttemptOutcome::Failure,
+        });
+        if result.is_ok() {
+            // Progress: what makes further rotation retries free (`rotation`).
+            self.upstream.budget().record_progress();
+        }
+        if permit.counts() {
+            let end = match &result {
+                Ok(_) => AttemptEnd::Accepted,
+                Err(_) if self.local == Local::TimedOut => AttemptEnd::Failed,
+                Err(e) => {
+                    let failure = Failure::of(e);
+                    // What the error reports, kept for `settle` (it gets this same error).
+                    self.classified = Some(failure);
+                    AttemptEnd::of_failure(&failure)
+                }
+            };
+            let tick = self.ended_at(waited, end);
+            permit.end(&self.upstream, end, tick);
+        }
+        result
+    }
+
+    /// When an attempt that ended with `end` is counted, on the windows' clock: when it ended,
+    /// or, for one that completed in its first poll, when it started (no clock read; for the
+    /// first attempt that is when the call started). A failure's clock read is kept for the
+    /// decision that follows.
+    #[inline]
+    fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> Tick {
+        let failed = end == AttemptEnd::Failed;
+        if waited || failed {
+            let now = Instant::now();
+            if failed {
+                self.failed_at = Some(now);
+            }
+            return self.upstream.tick(now);
+        }
+        match self.attempt_started == self.created {
+            true => self.created_tick,
+            false => self.upstream.tick(self.attempt_started),
+        }
+    }
+
+    /// Decides after an attempt: ends the call on success, or classifies the failure, asks the
+    /// engine and carries its decision out ([`Step::Retry`] once the retry is spent and its
+    /// backoff slept). Nothing from the failed attempt is held while sleeping.
+    pub(crate) async fn settle<T, E>(&mut self, result: Result<T, E>) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        let error = match result {
+            Ok(value) => {
+                self.on_succeeded();
+                self.on_finished(CallKind::of(true, self.attempt));
+                return Step::Done(Ok(value));
+            }
+            Err(error) => error,
+        };
+        if self.local == Local::NoTime {
+            return self.out_of_time(error);
+        }
+        let failure = self.classify(&error);
+        // `max_attempts = 1` turns retries off, rotation retries included.
+        let free_rotation = failure.connection_rotated
+            && self.rotation_is_free()
+            && self.upstream.config().max_attempts > 1;
+        // One clock read for the decision, the budget and the backoff's start: the one that
+        // timed the failure for the breaker, if it did.
+        let now = self.failed_at.take().unwrap_or_else(Instant::now);
+        let at = self.now(now);
+        let decision = self.decide(&failure, free_rotation, at);
+        self.carry_out(decision, error, &failure, free_rotation, at)
+            .await
+    }
+
+    /// What the failed attempt's `error` reports, corrected by what the loop knows first-hand
+    /// (its own refusals and timeout), and recorded on the attempt's span.
+    fn classify<E: Classify>(&mut self, error: &E) -> Failure {
+        let mut failure = self.classified.take().unwrap_or_else(|| Failure::of(error));
+        if failure.evidence == Evidence::ResponseReceived && failure.status.is_none() {
+            self.on_status_missing::<E>();
+        }
+        match self.local {
+            Local::Refused(rejection) => failure.reject(rejection),
+            // Cut by our own timeout: the request may have been sent, whatever the error says.
+            Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
+            Local::Nothing | Local::NoTime => {}
+        }
+        if self.local != Local::Nothing {
+            failure.connection_rotated = false;
+        }
+        if self.scope.retried_failures() > self.retried_mark {
+            failure.already_retried = true;
+        }
+        self.on_failure_settled(&failure);
+        failure
+    }
+
+    /// Asks the engine. A free rotation retry (`free_rotation`) spends neither an attempt, nor
+    /// the operation's allowance, nor a budget token, so those rules are told there is room;
+    /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
+    /// applies as to any retry.
+    fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Now) -> Decision {
+        let remaining = self.deadline.saturating_duration_since(now.instant);
+        let config = self.upstream.config();
+        // Attempts that count: free rotation retries were not.
+        let mut attempt = self.attempt - self.rotations.free;
+        let mut operation_retries_left = self.scope.retries_left().unwrap_or(u32::MAX);
+        let budget_has_token = match free_rotation {
+            true => {
+                attempt = attempt.min(config.max_attempts.saturating_sub(1));
+                operation_retries_left = operation_retries_left.max(1);
+                true
+            }
+            false => self.upstream.budget().has_token_in(now.budget),
+        };
+        let ctx = Context {
+            attempt,
+            max_attempts: config.max_attempts,
+            operation_retries_left,
+            budget_has_token,
+            replay: self.replay,
+            draining: self.registry.drain().is_draining(),
+            remaining,
+            min_attempt_budget: config.min_attempt_budget,
+            safety: self.safety,
+            transient_500: config.transient_500,
+            can_refresh_auth: !self.auth_refresh_used && self.upstream.refresh_hook().is_some(),
+            backoff: &config.backoff,
+            previous_delay: self.previous_delay,
+        };
+        let registry = self.registry;
+        let rng = self.rng.get_or_insert_with(|| registry.rng());
+        registry.engine().decide(&ctx, failure, rng)
+    }
+
+    /// Carries the engine's decision out: a denial or an ambiguous outcome ends the call; a
+    /// retry is spent (a free rotation retry spends nothing), announced, and waited for (the
+    /// credentials refreshed first after a 401), holding nothing of the failed attempt.
+    async fn carry_out<T, E>(
+        &mut self,
+        decision: Decision,
+        error: E,
+        failure: &Failure,
+        free_rotation: bool,
+        now: Now,
+    ) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        let (delay, reason) = match decision {
+            Decision::Retry { delay, reason } => (delay, reason),
+            Decision::Denied(reason) => return self.stop(reason, error, failure),
+            Decision::Ambiguous(reason) => return self.ambiguous_step(reason, error, failure),
+        };
+        if free_rotation {
+            return self.free_rotation_retry(failure);
+        }
+        // Spend only now that the retry really happens: a denied retry is free.
+        if let Err(reason) = self.grant_retry(now.instant, now.budget) {
+            return self.stop(reason, error, failure);
+        }
+        self.last_failure = Some(*failure);
+        self.on_retry(reason, failure, delay);
+        // Drop the error (and any response or connection it holds) before waiting: the facts in
+        // `failure` are all a shutdown during the wait needs to tell the caller. The attempt's
+        // span ends here too: the wait is not part of the attempt.
+        drop(error);
+        self.attempt_span = tracing::Span::none();
+        if reason == RetryReason::RefreshAuth
+            && let Err(error) = self.refresh_credentials(failure).await
+        {
+            self.on_finished(CallKind::of(false, self.attempt));
+            return Step::Done(Err(E::from(error)));
+        }
+        if !delay.is_zero() && self.back_off(now.instant, delay).await.is_err() {
+            return self.drained(failure);
+        }
+        self.previous_delay = delay;
+        // Everything the retry waited for is done (refresh, backoff): it starts now.
+        Step::Retry
+    }
+}
