@@ -17,6 +17,7 @@ use backon::{ConstantBuilder, ExponentialBuilder, Retryable};
 use retry_runtime::backoff::Backoff;
 use retry_runtime::breaker::BreakerConfig;
 use retry_runtime::budget::BudgetConfig;
+use retry_runtime::throttle::ThrottleConfig;
 use retry_runtime::{Method, Registry, Retry, Upstream, UpstreamConfig};
 use tower::ServiceExt;
 use tower::retry::budget::{Budget, TpsBudget};
@@ -36,7 +37,9 @@ pub const BACKOFF: Duration = Duration::from_micros(1);
 /// The config of an upstream whose calls fail twice in three attempts: the defaults, with a
 /// 1 µs backoff, a budget that allows two retries per call (ratio 10; the default 0.2 refuses
 /// most of them, as it should under a real outage) and a breaker that stays closed at two
-/// failures in three attempts (failure rate 1.0; it still counts every attempt).
+/// failures in three attempts (failure rate 1.0; it still counts every attempt), and a throttle
+/// that admits an upstream accepting one attempt in three (multipliers 100; it still counts
+/// every attempt and draws its odds).
 pub fn failing_config() -> UpstreamConfig {
     UpstreamConfig::new()
         .with_backoff(
@@ -49,6 +52,11 @@ pub fn failing_config() -> UpstreamConfig {
             failure_rate: 1.0,
             ..BreakerConfig::new()
         }))
+        .with_throttle(Some(
+            ThrottleConfig::new()
+                .with_multiplier(100.0)
+                .with_retry_multiplier(100.0),
+        ))
 }
 
 /// A current-thread runtime with time and I/O, as every instruction count runs on (one thread:
@@ -142,14 +150,15 @@ pub async fn backon_timeout() -> u64 {
 
 /// backon + timeout, plus by hand the bookkeeping every call through an upstream owes it: find
 /// the upstream (an `Arc` clone, as a `#[retry]` site's kept entry), read the clock, ask the
-/// breaker, and count the outcome in the budget and the breaker when it happens. No deadline,
+/// breaker (window counters, as the default throttle's: give `upstream` one), and count the
+/// outcome in the budget and the breaker when it happens. No deadline,
 /// attempt, evidence or decision: a floor under what any call doing that bookkeeping costs.
 pub async fn floor(upstream: &Arc<Upstream>) -> u64 {
     let upstream = Arc::clone(upstream);
     let started = tokio::time::Instant::now();
     let breaker = upstream
         .breaker()
-        .expect("the default config has a breaker");
+        .expect("the floor's upstream has a breaker");
     let admission = breaker.admit().expect("a closed breaker admits");
     let result = (|| timed(work()))
         .retry(ExponentialBuilder::default())

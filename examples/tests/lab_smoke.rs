@@ -11,6 +11,8 @@ use retry_examples::lab::{self, Design, LabConfig, Quiet, RunMetrics, Scenario};
 fn config(scenarios: &[Scenario], designs: &[Design]) -> LabConfig {
     LabConfig {
         duration: Duration::from_secs(1),
+        // Counts of single operations: a cold start shows them as well as a warm one.
+        warmup: Duration::ZERO,
         load: 15.0,
         seed: 7,
         seeds: 1,
@@ -56,11 +58,14 @@ async fn one_retry_owner_never_duplicates_writes() {
         unkeyed.ambiguous > 0,
         "a reset after the write is reported as ambiguous"
     );
+    // A write reported as failed was never executed: it succeeded, was reported ambiguous,
+    // or was refused before anything was sent (the throttle, while the catalog's resets count
+    // against it).
     assert_eq!(
-        unkeyed.ok + unkeyed.ambiguous,
-        unkeyed.ops,
-        "every unkeyed write either succeeded or was reported ambiguous, none silently failed"
+        unkeyed.failed_but_done, 0,
+        "a write the catalog executed was reported as failed"
     );
+    assert!(unkeyed.ok + unkeyed.ambiguous > 0);
 }
 
 /// The brief slowdown's catalog has one worker and serves a queued request whose client has

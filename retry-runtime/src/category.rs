@@ -78,6 +78,9 @@ pub enum Rejection {
     CircuitOpen,
     /// The upstream's bulkhead had no free slot before the deadline.
     BulkheadFull,
+    /// The upstream's adaptive throttle refused it: the upstream currently accepts less than
+    /// it gets (see [`throttle`](crate::throttle)).
+    Throttled,
 }
 
 impl Rejection {
@@ -86,6 +89,7 @@ impl Rejection {
         match self {
             Rejection::CircuitOpen => "circuit_open",
             Rejection::BulkheadFull => "bulkhead_full",
+            Rejection::Throttled => "throttled",
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::breaker::BreakerConfig;
 use crate::budget::BudgetConfig;
 use crate::hedge::HedgeConfig;
+use crate::throttle::ThrottleConfig;
 
 /// The longest in-memory retry window allowed: beyond it, a handler holds
 /// a worker for too long; hand the work to a durable queue instead.
@@ -37,7 +38,8 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `propagate` | false | send the deadline and retry headers: turn it on for your own services behind the server layer |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
-/// | `breaker` | on: 80 % of >= 20 attempts in 10 s, open 5 s, 3 probes | retries without a breaker keep hitting a dead upstream |
+/// | `throttle` | on: first attempts up to 2x what the upstream accepted in the last 2 s, retries and hedges up to 1x | proportional and recovering at once, where a breaker refuses everything for its open time (see [`throttle`](crate::throttle)) |
+/// | `breaker` | none (off) | a hard stop for those who want one; the throttle already stops a dead upstream's traffic |
 /// | `hedge` | none (never hedged) | a hedge adds load: turn it on for an upstream with a slow tail |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -74,7 +76,12 @@ pub struct UpstreamConfig {
     pub budget: BudgetConfig,
     /// Most attempts in flight at once to this upstream (`None`: unlimited).
     pub bulkhead: Option<usize>,
-    /// The circuit breaker (`None`: disabled).
+    /// The adaptive throttle (`None`: disabled): refuses attempts locally in proportion to
+    /// what the upstream currently does not accept (see [`throttle`](crate::throttle)).
+    pub throttle: Option<ThrottleConfig>,
+    /// The circuit breaker (`None`: disabled, the default). It stops every attempt for its
+    /// `open_for` once most attempts fail; the throttle, on by default, already stops most of
+    /// a dead upstream's traffic in proportion and lets it recover at once.
     pub breaker: Option<BreakerConfig>,
     /// Hedging: when a further copy of a slow safe request is sent (`None`: never). Only calls
     /// that ask for it are hedged (`#[retry(hedge, ..)]`, [`RetryCall::hedged`]), and only
@@ -110,7 +117,8 @@ impl UpstreamConfig {
             propagate: false,
             budget: BudgetConfig::new(),
             bulkhead: None,
-            breaker: Some(BreakerConfig::new()),
+            throttle: Some(ThrottleConfig::new()),
+            breaker: None,
             hedge: None,
         }
     }
@@ -168,6 +176,11 @@ impl UpstreamConfig {
     /// Sets the bulkhead size (`None`: unlimited).
     pub fn with_bulkhead(mut self, max_in_flight: Option<usize>) -> Self {
         self.bulkhead = max_in_flight;
+        self
+    }
+    /// Sets the adaptive throttle (`None`: disabled).
+    pub fn with_throttle(mut self, throttle: Option<ThrottleConfig>) -> Self {
+        self.throttle = throttle;
         self
     }
     /// Sets the circuit breaker (`None`: disabled).
@@ -275,6 +288,11 @@ impl UpstreamConfig {
         }
         if self.bulkhead == Some(0) {
             push("bulkhead", "bulkhead = 0 would refuse every attempt: use the upstream's capacity, or remove the key for no limit".to_owned());
+        }
+        if let Some(t) = &self.throttle {
+            for (field, message) in t.violations() {
+                push(field, message);
+            }
         }
         if let Some(b) = &self.breaker {
             for (field, message) in b.violations() {

@@ -102,6 +102,9 @@ pub enum DenyReason {
     CircuitOpen,
     /// The upstream's bulkhead is full: not adding to the queue.
     BulkheadFull,
+    /// The upstream currently accepts less than it gets: its adaptive throttle refused the
+    /// attempt (see [`throttle`](crate::throttle)).
+    Throttled,
     /// Step 9: the status is not retryable (other 4xx, 501, a second 425, a 401 that cannot be
     /// refreshed, a 500 not registered as transient, ...).
     Status(u16),
@@ -129,6 +132,7 @@ impl DenyReason {
             DenyReason::Pushback(_) => "pushback",
             DenyReason::CircuitOpen => "circuit_open",
             DenyReason::BulkheadFull => "bulkhead_full",
+            DenyReason::Throttled => "throttled",
             DenyReason::Status(_) => "status_not_retryable",
             DenyReason::StatusUnknown => "status_unknown",
         }

@@ -175,6 +175,7 @@ impl EligibilityEngine for DefaultEngine {
         match f.rejection {
             Some(crate::Rejection::CircuitOpen) => return Decision::Denied(CircuitOpen),
             Some(crate::Rejection::BulkheadFull) => return Decision::Denied(BulkheadFull),
+            Some(crate::Rejection::Throttled) => return Decision::Denied(Throttled),
             None => {}
         }
         // 8. sent, no response, on an operation that is not safely idempotent

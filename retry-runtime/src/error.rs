@@ -109,6 +109,12 @@ pub enum Error {
         /// The upstream.
         upstream: Arc<str>,
     },
+    /// The upstream currently accepts less than it gets, and its adaptive throttle refused
+    /// the attempt: nothing was sent (see [`throttle`](crate::throttle)).
+    Throttled {
+        /// The upstream.
+        upstream: Arc<str>,
+    },
     /// Shutdown ([`Drain`](crate::Drain)) started while the call waited to retry: no further
     /// attempt was sent. (When the last attempt was a write whose outcome is unknown, the call
     /// ends [`Ambiguous`] instead.)
@@ -200,6 +206,12 @@ impl fmt::Display for Error {
                     "the bulkhead of `{upstream}` had no free slot before the deadline: nothing was sent"
                 )
             }
+            Error::Throttled { upstream } => {
+                write!(
+                    f,
+                    "`{upstream}` currently accepts less than it gets: refused locally without sending"
+                )
+            }
             Error::Draining {
                 upstream,
                 attempts,
@@ -274,6 +286,7 @@ impl Classify for Error {
             | Error::RefreshFailed(_)
             | Error::CircuitOpen { .. }
             | Error::BulkheadFull { .. }
+            | Error::Throttled { .. }
             | Error::Draining { .. } => Evidence::NotSent,
         }
     }
@@ -301,6 +314,7 @@ impl Classify for Error {
             | Error::DeadlineExceeded { .. }
             | Error::CircuitOpen { .. }
             | Error::BulkheadFull { .. }
+            | Error::Throttled { .. }
             | Error::Draining { .. } => None,
             #[cfg(feature = "http")]
             Error::Http(e) => e.permanent(),
@@ -327,6 +341,7 @@ impl Classify for Error {
         match self {
             Error::CircuitOpen { .. } => Some(crate::Rejection::CircuitOpen),
             Error::BulkheadFull { .. } => Some(crate::Rejection::BulkheadFull),
+            Error::Throttled { .. } => Some(crate::Rejection::Throttled),
             _ => None,
         }
     }

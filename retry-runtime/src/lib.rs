@@ -18,6 +18,15 @@
 //! add only a fraction of real traffic, and the [operation scope](operation) shares one retry
 //! allowance and one deadline across every layer of a business operation (3 calls, not 3 x 3).
 //!
+//! # Why a throttle, not a breaker
+//! A budget caps retries over its window, not at the moment an upstream slows down; a circuit
+//! breaker is all or nothing, and once a brief slowdown opens it, it refuses calls one attempt
+//! would complete for as long as it stays open. Each upstream's [`throttle`] follows what the
+//! upstream accepts over the last half second and refuses the rest locally, in proportion:
+//! first attempts up to three times what it accepts, retries and hedges only in the
+//! proportion it accepts. A dead upstream gets a few probes, a recovered one everything again
+//! within a few hundred milliseconds. The breaker stays available as an opt-in hard stop.
+//!
 //! # Quick start
 //! Name the upstream in code, tune it in the registry, send through the classifying path:
 //!
@@ -69,7 +78,7 @@
 //! GOAWAY with `NO_ERROR` (or a `REFUSED_STREAM`), over HTTP/1.1 a pooled connection closed
 //! before the request was written. The classifier reports it
 //! ([`Classify::connection_rotated`]), and the loop treats it as what it is:
-//! - the **circuit breaker does not count it** (neither failure nor success): it says nothing
+//! - the **throttle and the circuit breaker do not count it** (neither failure nor success): it says nothing
 //!   about the upstream's health. Connect failures, timeouts, 5xx and resets after the request
 //!   was sent still count;
 //! - a read or a keyed write (any method when nothing was sent) is **retried at once**, without
@@ -124,6 +133,7 @@ pub mod http;
 pub mod propagation;
 pub mod registry;
 pub mod retry_after;
+pub mod throttle;
 #[cfg(feature = "tower")]
 pub mod tower;
 

@@ -8,7 +8,8 @@
 //! - `retry.attempt.duration{upstream, outcome}` (histogram, seconds): each attempt, from
 //!   admission to its end; `outcome` is `success`, `failure` or `timeout`
 //! - `retry.rejections{upstream, reason}`: attempts refused locally before sending
-//!   (`circuit_open`, `bulkhead_full`): fail-fast load shedding, apart from retry denials
+//!   (`throttled`, `circuit_open`, `bulkhead_full`): fail-fast load shedding, apart from retry
+//!   denials
 //! - `retry.breaker.transitions{upstream, to}`: breaker state changes (`open`, `half_open`,
 //!   `closed`), counted by the breaker itself
 //! - `retry.rotations{upstream}`: attempts lost to connection rotation (GOAWAY `NO_ERROR`,
@@ -21,6 +22,10 @@
 //! - `retry.ambiguous{upstream}`: ambiguous outcomes
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
 //! - `retry.breaker.state{upstream}` (gauge): 0 closed, 1 half-open, 2 open (set as calls end)
+//! - `retry.throttle.refusal_probability{upstream}` (gauge): the probability that the adaptive
+//!   throttle refuses a first attempt now (0 while the upstream accepts what it gets); set as
+//!   calls fail and by `record_gauges`. The throttle's state changes are also tracing events
+//!   (target `retry_runtime::throttle`, field `state`: `throttling` or `open`).
 //!
 //! The gauges are set as calls retry or end, so between calls they show the last value set,
 //! not the state now: a budget refills as its window slides (every call deposits, but reading
@@ -36,7 +41,7 @@ use crate::decision::{DenyReason, RetryReason};
 
 /// Every metric the library records: name, kind, unit and the HELP text an exporter shows.
 #[cfg(feature = "metrics")]
-const METRICS: [(&str, Kind, &str); 13] = [
+const METRICS: [(&str, Kind, &str); 14] = [
     (
         "retry.calls",
         Kind::Counter,
@@ -55,7 +60,7 @@ const METRICS: [(&str, Kind, &str); 13] = [
     (
         "retry.rejections",
         Kind::Counter,
-        "Attempts refused locally before sending (open breaker, full bulkhead)",
+        "Attempts refused locally before sending (throttle, open breaker, full bulkhead)",
     ),
     (
         "retry.denials",
@@ -101,6 +106,11 @@ const METRICS: [(&str, Kind, &str); 13] = [
         "retry.breaker.state",
         Kind::Gauge,
         "Circuit breaker state: 0 closed, 1 half-open, 2 open",
+    ),
+    (
+        "retry.throttle.refusal_probability",
+        Kind::Gauge,
+        "Probability that the adaptive throttle refuses a first attempt now",
     ),
 ];
 
@@ -182,6 +192,14 @@ impl CallKind {
             (false, false) => CallKind::FailedWithoutRetry,
             (false, true) => CallKind::FailedWithRetry,
         }
+    }
+
+    /// Whether the call succeeded.
+    pub(crate) const fn succeeded(self) -> bool {
+        matches!(
+            self,
+            CallKind::SuccessfulWithoutRetry | CallKind::SuccessfulWithRetry
+        )
     }
 
     pub(crate) const fn as_str(self) -> &'static str {
@@ -276,6 +294,13 @@ pub(crate) fn breaker_state(upstream: &str, breaker: &CircuitBreaker) {
             crate::breaker::BreakerState::Open => 2.0,
         },
     );
+}
+
+/// The throttle's refusal probability as a gauge (read only when metrics are compiled in).
+pub(crate) fn throttle_state(upstream: &str, throttle: &crate::throttle::Throttle) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("retry.throttle.refusal_probability", "upstream" => upstream.to_owned())
+        .set(throttle.refusal_probability());
 }
 
 pub(crate) fn denied(upstream: &str, reason: DenyReason) {

@@ -181,6 +181,7 @@ fn config() -> UpstreamConfig {
     UpstreamConfig::new()
         .with_attempt_timeout(ms(1100))
         .with_breaker(None)
+        .with_throttle(None)
         .with_hedge(Some(HedgeConfig::after(ms(50))))
 }
 

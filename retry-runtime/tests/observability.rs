@@ -85,7 +85,10 @@ fn registry_with(breaker: Option<retry_runtime::breaker::BreakerConfig>) -> Regi
             "up",
             UpstreamConfig::new()
                 .with_backoff(quick)
-                .with_breaker(breaker),
+                .with_breaker(breaker)
+                // The throttle's own metrics are tested apart: here it would refuse some of
+                // the scripted failures' retries.
+                .with_throttle(None),
         )
         .seed(1)
         .build()
@@ -283,9 +286,12 @@ fn the_budget_gauge_shows_the_state_when_recorded() {
 
 /// A hedged read whose first copy is slow: the hedge answers first.
 async fn hedged_call() {
-    let config = UpstreamConfig::new().with_breaker(None).with_hedge(Some(
-        retry_runtime::hedge::HedgeConfig::after(std::time::Duration::from_millis(50)),
-    ));
+    let config = UpstreamConfig::new()
+        .with_breaker(None)
+        .with_throttle(None)
+        .with_hedge(Some(retry_runtime::hedge::HedgeConfig::after(
+            std::time::Duration::from_millis(50),
+        )));
     let reg = Registry::builder()
         .upstream("up", config)
         .seed(1)

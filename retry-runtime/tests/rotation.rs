@@ -105,7 +105,9 @@ async fn call(
 async fn while_the_upstream_makes_progress_rotation_retries_are_immediate_and_free() {
     // One connection serving 3 requests among 200 concurrent callers: a caller can be turned
     // away by dozens of GOAWAYs in a row while the others' requests succeed between them.
-    let reg = Arc::new(registry(UpstreamConfig::new()));
+    let with_breaker =
+        UpstreamConfig::new().with_breaker(Some(retry_runtime::breaker::BreakerConfig::new()));
+    let reg = Arc::new(registry(with_breaker));
     let up = reg.upstream("up").unwrap();
     let tokens = up.budget().available();
     let start = Instant::now();
@@ -123,8 +125,11 @@ async fn while_the_upstream_makes_progress_rotation_retries_are_immediate_and_fr
     assert_eq!(attempts, 41, "40 rotations, then the success");
     assert_eq!(start.elapsed(), Duration::ZERO, "no backoff");
     assert_eq!(up.budget().available(), tokens, "no budget token spent");
-    let breaker = up.breaker().expect("default breaker");
+    let breaker = up.breaker().expect("a breaker");
     assert_eq!(breaker.state(), BreakerState::Closed);
+    // Nor does the throttle count the rotations against the upstream.
+    let throttle = up.throttle().expect("the default throttle");
+    assert_eq!(throttle.refusal_probability(), 0.0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -54,6 +54,7 @@ fn registry(names: &[&str]) -> Arc<Registry> {
             *n,
             UpstreamConfig::new()
                 .with_breaker(None)
+                .with_throttle(None)
                 .with_propagate(true),
         );
     }
@@ -368,12 +369,14 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
                 "middle",
                 UpstreamConfig::new()
                     .with_breaker(None)
+                    .with_throttle(None)
                     .with_propagate(true),
             )
             .upstream(
                 "catalog",
                 UpstreamConfig::new()
                     .with_breaker(None)
+                    .with_throttle(None)
                     .with_budget(BudgetConfig::new().with_ratio(0.0).with_min_per_second(0)),
             )
             .build()

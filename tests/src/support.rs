@@ -21,6 +21,7 @@ pub fn fast_config() -> UpstreamConfig {
     UpstreamConfig::new()
         .with_propagate(true)
         .with_breaker(None)
+        .with_throttle(None)
         .with_max_attempts(3)
         .with_backoff(
             Backoff::new()

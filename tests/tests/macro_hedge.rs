@@ -22,6 +22,7 @@ impl Catalog {
     fn new(latencies: Vec<u64>, hedge: HedgeConfig) -> Self {
         let config = UpstreamConfig::new()
             .with_breaker(None)
+            .with_throttle(None)
             .with_hedge(Some(hedge));
         Catalog {
             registry: Registry::builder()

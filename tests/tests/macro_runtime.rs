@@ -21,7 +21,8 @@ fn setup() {
         let fast = Backoff::new()
             .with_initial(Duration::from_millis(10))
             .with_max_backoff(Duration::from_millis(40));
-        let base = UpstreamConfig::new().with_backoff(fast);
+        // The throttle is tested on its own: here it would refuse some scripted retries.
+        let base = UpstreamConfig::new().with_backoff(fast).with_throttle(None);
         let upstreams = [
             ("lint", base.clone()),
             ("macro-instrumented", base.clone().with_max_attempts(3)),
@@ -547,7 +548,8 @@ async fn an_injected_registry_configures_the_call() {
             "only-injected",
             UpstreamConfig::new()
                 .with_max_attempts(2)
-                .with_breaker(None),
+                .with_breaker(None)
+                .with_throttle(None),
         )
         .build()
         .unwrap();

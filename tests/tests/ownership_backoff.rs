@@ -162,6 +162,7 @@ async fn during_a_backoff_the_permit_is_back_and_no_connection_is_checked_out() 
                 "up",
                 UpstreamConfig::new()
                     .with_breaker(None)
+                    .with_throttle(None)
                     .with_bulkhead(Some(1))
                     .with_max_attempts(2)
                     .with_attempt_timeout(Duration::from_secs(2))

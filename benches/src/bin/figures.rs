@@ -220,6 +220,9 @@ async fn probe_in_process(case: &str, warm: u64, n: u64) -> [f64; 3] {
         "wait/backon" => drive(warm, n, inproc::backon).await,
         "wait/backon-timeout" => drive(warm, n, inproc::backon_timeout).await,
         "wait/floor" => {
+            let with_breaker = retry_runtime::UpstreamConfig::new()
+                .with_breaker(Some(retry_runtime::breaker::BreakerConfig::new()));
+            let registry = retry_benches::registry(&[UPSTREAM], with_breaker);
             let upstream = registry.upstream(UPSTREAM).expect("registered");
             drive(warm, n, || inproc::floor(&upstream)).await
         }

@@ -26,6 +26,12 @@ use super::servers::{self, Conn, FnService, Req, Resp, Server};
 /// The header carrying the idempotency key (the registry's default `idempotency_header`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// The first order id of a run's warm-up: the lab's load warms every chain up with healthy
+/// operations of ids from here on before the measured load starts (ids from 1), so the designs'
+/// budgets, throttles and breakers have seen a service that has been running. The catalog
+/// serves them without the scenario's fault, and the figures count only the measured ids.
+pub const WARMUP_IDS: u64 = 1 << 40;
+
 /// Time every request takes, so concurrency is visible even for fast errors.
 const SERVICE_TIME: Duration = Duration::from_millis(10);
 
@@ -95,9 +101,23 @@ impl CatalogState {
         })
     }
 
-    /// Marks the start of the load (the transient scenario's clock).
+    /// Marks the start of the measured load (the transient scenario's clock); the peak in
+    /// flight counts from here (the warm-up's is not the scenario's).
     pub fn start(&self, at: Instant) {
         *self.start.lock().unwrap() = Some(at);
+        self.peak.store(self.in_flight(), Ordering::Relaxed);
+        self.interval_peak
+            .store(self.in_flight(), Ordering::Relaxed);
+    }
+
+    /// The fault for the `nth` request of `order`: none for the warm-up's orders.
+    fn fault_of(&self, order: u64, nth: u32, elapsed: Duration, write: bool) -> Fault {
+        match order >= WARMUP_IDS {
+            true => Fault::None,
+            false => self
+                .scenario
+                .fault(self.seed, order, nth, elapsed, self.duration, write),
+        }
     }
 
     /// Requests in flight now.
@@ -165,9 +185,7 @@ impl CatalogState {
             *n - 1
         };
         let _serving = Serving(self.clone(), order);
-        let fault =
-            self.scenario
-                .fault(self.seed, order, nth, self.elapsed(), self.duration, write);
+        let fault = self.fault_of(order, nth, self.elapsed(), write);
         if let Some(workers) = &self.workers {
             // Queued for a worker, then served; in a task of its own, so a request whose client
             // gave up still waits its turn and takes its worker's time: the wasted work that
@@ -190,14 +208,10 @@ impl CatalogState {
                     return false;
                 }
                 let now = state.elapsed();
-                let busy =
-                    match state
-                        .scenario
-                        .fault(state.seed, order, nth, now, state.duration, write)
-                    {
-                        Fault::Slow(extra) => SERVICE_TIME + extra,
-                        _ => SERVICE_TIME,
-                    };
+                let busy = match state.fault_of(order, nth, now, write) {
+                    Fault::Slow(extra) => SERVICE_TIME + extra,
+                    _ => SERVICE_TIME,
+                };
                 tokio::time::sleep(busy).await;
                 true
             });

@@ -334,15 +334,18 @@ mod tests {
         assert_eq!(slow_tail.per_chain, 192);
         for (s, b) in &bounds.0 {
             assert!(b.files_needed() <= 20_000, "{s}: {b:?}");
-            if *s == Scenario::LongOutage {
-                // Twice as long: lowered below its margin, still above the 320 operations
-                // its 8 s bring at 40/s less 10 % (no default run has shed one).
-                assert!(b.limited_by_files && b.per_chain >= 288, "{b:?}");
-            } else {
-                assert!(!b.limited_by_files, "{s}: {b:?}");
+            // A longer run (a fault that clears runs 5 s more; the long outage twice as
+            // long) may be lowered below its margin, never below the operations its
+            // fault span brings less 10 % (no default run has shed one).
+            let span = match s {
+                Scenario::LongOutage => 8.0,
+                _ => 4.0,
+            };
+            match s.clears() {
+                true => assert!(b.per_chain as f64 >= 0.9 * 40.0 * span, "{s}: {b:?}"),
+                false => assert!(!b.limited_by_files, "{s}: {b:?}"),
             }
         }
-        assert!(bounds.describe().contains("in 1 of 12 scenarios"));
     }
 
     #[test]

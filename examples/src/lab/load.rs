@@ -75,8 +75,9 @@ fn classify(status: http::StatusCode, tag: Option<&http::HeaderValue>) -> Outcom
     }
 }
 
-/// Sends one operation per entry of `schedule` to `api`, from `start`; `write` selects
-/// `POST /orders/{id}/register` over `GET /orders/{id}`. `done` is called as each one ends.
+/// Sends one operation per entry of `schedule` to `api`, from `start`, with ids from
+/// `first_id`; `write` selects `POST /orders/{id}/register` over `GET /orders/{id}`. `done` is
+/// called as each one ends.
 ///
 /// At most `max_in_flight` operations are in flight at once, the API's own bound: one that
 /// starts while that many are is [`Outcome::Shed`] without a connection, as the API would
@@ -87,6 +88,7 @@ pub async fn drive(
     write: bool,
     schedule: &[Duration],
     start: Instant,
+    first_id: u64,
     max_in_flight: usize,
     done: impl Fn() + Send + Sync + Clone + 'static,
 ) -> Vec<OpRecord> {
@@ -102,7 +104,7 @@ pub async fn drive(
     // One timer at a time: each operation is spawned when it is due, not all at the start
     // (thousands of tasks and timers the runtime would otherwise carry for the whole run).
     for (i, offset) in schedule.iter().enumerate() {
-        let id = i as u64 + 1;
+        let id = first_id + i as u64;
         let at = start + *offset;
         tokio::time::sleep_until(at).await;
         let users = users.clone();

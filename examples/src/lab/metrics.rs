@@ -38,6 +38,8 @@ pub struct RunMetrics {
     pub design: Design,
     /// The seed.
     pub seed: u64,
+    /// How long the measured load ran.
+    pub duration: Duration,
     /// Operations sent.
     pub ops: usize,
     /// Operations that succeeded.
@@ -85,6 +87,9 @@ pub struct RunMetrics {
     /// Operations whose write the catalog executed by the end of the run (after the durable
     /// tier drained): writes completed eventually, whatever the user was told at first.
     pub completed: usize,
+    /// Writes the user was told were deferred that the catalog never executed: lost by the
+    /// durable tier.
+    pub deferred_lost: usize,
     /// The durable queue's outstanding tasks over time: (seconds from start, tasks); empty
     /// without a durable tier.
     pub backlog: Vec<(f64, u64)>,
@@ -186,6 +191,7 @@ pub fn compute(
         scenario,
         design,
         seed,
+        duration,
         ops: records.len(),
         ok: records.iter().filter(|r| r.outcome == Outcome::Ok).count(),
         ambiguous: records
@@ -227,6 +233,10 @@ pub fn compute(
             .filter(|r| r.outcome == Outcome::Deferred)
             .count(),
         completed: records.iter().filter(|r| executed(r.id) > 0).count(),
+        deferred_lost: records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Deferred && executed(r.id) == 0)
+            .count(),
         backlog: Vec::new(),
         drained_after: None,
         starts: records.iter().map(|r| r.start).collect(),
@@ -299,6 +309,8 @@ pub struct Aggregate {
     pub overlapping: u64,
     /// See [`RunMetrics::failed_but_done`], summed.
     pub failed_but_done: usize,
+    /// See [`RunMetrics::deferred_lost`], summed.
+    pub deferred_lost: usize,
     /// (succeeded, started) per bin, summed over seeds.
     pub timeline: Vec<(usize, usize)>,
     /// The catalog's in-flight peak per sample, averaged over seeds.
@@ -406,6 +418,7 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
         duplicates: runs.iter().map(|m| m.duplicates).sum(),
         overlapping: runs.iter().map(|m| m.overlapping).sum(),
         failed_but_done: runs.iter().map(|m| m.failed_but_done).sum(),
+        deferred_lost: runs.iter().map(|m| m.deferred_lost).sum(),
         timeline,
         concurrency,
         lag_p99: runs.iter().map(|m| m.lag_p99).max().unwrap_or_default(),

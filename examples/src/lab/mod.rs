@@ -47,6 +47,12 @@ pub use designs::Design;
 pub use metrics::{Aggregate, RunMetrics};
 pub use scenarios::Scenario;
 
+/// The default warm-up before each scenario ([`LabConfig::warmup`]).
+pub const WARMUP: Duration = Duration::from_secs(10);
+
+/// Mixed into a run's seed for its warm-up schedule.
+const WARMUP_SEED: u64 = 0x5741_524d;
+
 /// How often the catalog's concurrency is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The longest the lab waits for operations still in flight after the load stops (longer
@@ -56,8 +62,13 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(20);
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LabConfig {
-    /// How long the load runs per scenario.
+    /// How long the load runs per scenario (the fault's span: a fault that clears is followed
+    /// by [`scenarios::AFTER_FAULT`] more).
     pub duration: Duration,
+    /// How long each chain serves healthy load at the same rate before a scenario's measured
+    /// load starts, so that its budget, throttle and breaker have seen a service that has been
+    /// running (a service meets an outage warm, not at start-up). Not in the figures.
+    pub warmup: Duration,
     /// Operations per second, per design and seed.
     pub load: f64,
     /// The first seed: seeds the load, the faults and the registries' jitter.
@@ -87,6 +98,7 @@ impl Default for LabConfig {
     fn default() -> Self {
         LabConfig {
             duration: Duration::from_secs(4),
+            warmup: WARMUP,
             load: 40.0,
             seed: 42,
             seeds: 3,
@@ -118,7 +130,8 @@ impl LabConfig {
             .collect()
     }
 
-    /// Seconds of load in a run of this configuration (the measurement, without the drains).
+    /// Seconds of load in a run of this configuration, warm-ups included (without the
+    /// drains).
     pub fn measured_seconds(&self) -> f64 {
         self.scenarios
             .iter()
@@ -128,7 +141,7 @@ impl LabConfig {
                 } else {
                     1
                 };
-                rounds as f64 * s.run_length(self.duration).as_secs_f64()
+                rounds as f64 * (self.warmup + s.run_length(self.duration)).as_secs_f64()
             })
             .sum()
     }
@@ -337,7 +350,29 @@ async fn run_together(
     }
     // Let every server reach its accept loop before the clock starts.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let start = Instant::now();
+    // The warm-up: healthy operations (ids the catalog serves without the fault) at the same
+    // rate, ending where the measured load starts.
+    let warmup_start = Instant::now();
+    let start = warmup_start + config.warmup;
+    let mut warmups = JoinSet::new();
+    for (_, seed, _, _, _, chain) in &chains {
+        let schedule = load::schedule(seed ^ WARMUP_SEED, config.load, config.warmup);
+        let api = chain.api.addr();
+        let write = scenario.is_write();
+        warmups.spawn(async move {
+            load::drive(
+                api,
+                write,
+                &schedule,
+                warmup_start,
+                catalog::WARMUP_IDS,
+                max_in_flight,
+                || {},
+            )
+            .await
+        });
+    }
+    tokio::time::sleep_until(start).await;
     if let Some(started) = started {
         let _ = started.send(start);
     }
@@ -363,6 +398,7 @@ async fn run_together(
                     scenario.is_write(),
                     &schedule,
                     start,
+                    1,
                     max_in_flight,
                     done,
                 ),
@@ -399,6 +435,8 @@ async fn run_together(
             (design, seed, state, records, refused, backlog)
         });
     }
+    // The warm-up's stragglers ended long before the measured load did.
+    while warmups.join_next().await.is_some() {}
     let mut results = Vec::new();
     while let Some(run) = runs.join_next().await {
         let (design, seed, state, records, refused, backlog) =

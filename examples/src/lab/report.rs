@@ -301,12 +301,12 @@ pub fn summary(results: &[Aggregate]) -> String {
         let fast = name(r.pick_within(USER_P99));
         let _ = writeln!(
             out,
-            "{}: use {} (most successful without duplicate side effects: {}; of those, fewest catalog calls, then lowest p99); with p99 <= {} s: {}\n  success   {}\n  calls/op  {}\n  p99       {}",
+            "{}: use {} (with p99 <= {} s: of the designs whose users wait at most that long, the most successful without duplicate side effects; of those, fewest catalog calls, then lowest p99); users waiting up to 15 s: {} (most successful: {})\n  success   {}\n  calls/op  {}\n  p99       {}",
             r.scenario,
+            fast,
+            USER_P99.as_secs(),
             name(r.pick()),
             best.join(", "),
-            USER_P99.as_secs(),
-            fast,
             ranked(&r.success, |a| {
                 let dup = if a.duplicates > 0 {
                     format!(" ({} duplicates)", a.duplicates)
@@ -326,7 +326,8 @@ pub fn summary(results: &[Aggregate]) -> String {
 /// design's retry window, the share of operations no in-memory retry could carry past it, and
 /// what the breaker refused.
 pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<String> {
-    let (from, until) = Scenario::Transient.outage_window(config.duration)?;
+    let (from, until) =
+        Scenario::Transient.outage_window(Scenario::Transient.run_length(config.duration))?;
     let runs: Vec<&Aggregate> = results
         .iter()
         .filter(|a| a.scenario == Scenario::Transient)
@@ -335,7 +336,7 @@ pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<Strin
         return None;
     }
     let mut out = format!(
-        "The outage lasts {} (40 % of the {} run). A retry in memory carries an operation past \
+        "The outage lasts {} (40 % of the {} --duration). A retry in memory carries an operation past \
          it only if the operation started less than its retry window before the outage ended, \
          and only if the retries are made. ",
         secs(until - from),
@@ -867,7 +868,7 @@ pub fn html(
     h.push_str(&violations_html(&violations));
     let _ = writeln!(
         h,
-        "<h2>Which design, when</h2><table class=\"rank\"><tr><th>scenario</th><th>use</th><th>use if p99 &le; {} s</th><th>success (higher first)</th><th>catalog calls/op (fewer first)</th><th>p99 ms (lower first)</th></tr>",
+        "<h2>Which design, when</h2><table class=\"rank\"><tr><th>scenario</th><th>use (p99 &le; {} s)</th><th>use if users wait up to 15 s</th><th>success (higher first)</th><th>catalog calls/op (fewer first)</th><th>p99 ms (lower first)</th></tr>",
         USER_P99.as_secs()
     );
     for r in rankings(&aggregates) {
@@ -889,9 +890,9 @@ pub fn html(
             h,
             "<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"pick\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
             r.scenario,
-            pick.map_or("none".to_owned(), |d| d.to_string()),
             r.pick_within(USER_P99)
                 .map_or("none".to_owned(), |a| a.design.to_string()),
+            pick.map_or("none".to_owned(), |d| d.to_string()),
             cell(&r.success, &|a| {
                 let dup = if a.duplicates > 0 {
                     format!(" ({} duplicates)", a.duplicates)
@@ -904,8 +905,8 @@ pub fn html(
             cell(&r.p99, &|a| format!("{:.0}", a.p99_ms.pooled)),
         );
     }
-    h.push_str("</table><p><i>use</i>: of the designs without duplicate side effects whose success is within two standard errors of the best of them, the one with the fewest catalog calls, and of those within 5 % of the fewest calls, the lowest p99 (bold); \
-                <i>use if p99 &le; 3 s</i>: the same among the designs whose users wait at most that long in 99 % of operations.</p>\n");
+    h.push_str("</table><p><i>use</i>: of the designs whose users wait at most 3 s in 99 % of operations and that make no duplicate side effect, the one whose success is within two standard errors of the best of them with the fewest catalog calls, and of those within 5 % of the fewest calls, the lowest p99; \
+                <i>use if users wait up to 15 s</i>: the same without the latency limit (bold).</p>\n");
     let _ = writeln!(h, "<h2>All figures</h2><pre>{}</pre>", escape(LEGEND));
     h.push_str("<table><tr>");
     for col in COLUMNS {

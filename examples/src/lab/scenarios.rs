@@ -87,11 +87,13 @@ impl Scenario {
             Scenario::RateLimited429 => "half the catalog requests answer 429 with Retry-After: 1",
             Scenario::Flaky503 => "half the catalog requests answer 503 without Retry-After",
             Scenario::Transient => {
-                "every catalog request answers 503 from 20% to 60% of the run, then healthy"
+                "every catalog request answers 503 from 20% to 60% of --duration, then healthy \
+                 (for 5 s more)"
             }
             Scenario::Slowdown => {
                 "the catalog serves one request at a time per 40 operations/s of load, 10 ms \
-                 each (2.5 times the load); from 20% to 40% of the run each takes 500 ms; it \
+                 each (2.5 times the load); from 20% to 40% of --duration each takes 500 ms \
+                 (then healthy, for 5 s more); it \
                  skips a queued request whose caller said (retry-deadline-ms) it stopped waiting"
             }
             Scenario::SlowdownIgnoresDeadline => {
@@ -108,9 +110,9 @@ impl Scenario {
                 "writes without a key whose result can be checked (GET /orders/{id})"
             }
             Scenario::LongOutage => {
-                "keyed writes; every catalog request answers 503 from 12.5% to 87.5% of a run \
-                 twice as long as the others (6 s of 8 s by default; --duration 20: 30 s of \
-                 40 s); B and B-tuned defer to the durable queue (SQLite)"
+                "keyed writes; every catalog request answers 503 from 12.5% to 87.5% of twice \
+                 --duration (6 s of 8 s by default; --duration 20: 30 s of 40 s), then 5 s \
+                 healthy; B and B-tuned defer to the durable queue (SQLite)"
             }
         }
     }
@@ -126,14 +128,31 @@ impl Scenario {
         )
     }
 
-    /// How long this scenario's load runs when the others run `duration`: the long outage
-    /// runs twice as long, so its outage outlasts the in-memory retry window (5 s at most) at
-    /// the default `--duration`.
+    /// How long this scenario's measured load runs for a `--duration` of `duration`: the span
+    /// its fault is placed in (twice `duration` for the long outage, so its outage outlasts
+    /// the in-memory retry window (5 s at most) at the default `--duration`), and, for a fault
+    /// that clears, [`AFTER_FAULT`] more of healthy load, so that recovery is measured rather
+    /// than cut off by the end of the run.
     pub fn run_length(self, duration: Duration) -> Duration {
-        match self {
+        let span = match self {
             Scenario::LongOutage => duration * 2,
             _ => duration,
+        };
+        match self.clears() {
+            true => span + AFTER_FAULT,
+            false => span,
         }
+    }
+
+    /// Whether the fault ends before the run does.
+    pub const fn clears(self) -> bool {
+        matches!(
+            self,
+            Scenario::Transient
+                | Scenario::LongOutage
+                | Scenario::Slowdown
+                | Scenario::SlowdownIgnoresDeadline
+        )
     }
 
     /// How the write is protected: a key, a reconcile check, or nothing.
@@ -146,9 +165,11 @@ impl Scenario {
         }
     }
 
-    /// The fault window of the transient scenarios, as fractions of the load duration (the
-    /// scenario's [`run_length`](Self::run_length)).
-    pub fn outage_window(self, duration: Duration) -> Option<(Duration, Duration)> {
+    /// The fault window of the transient scenarios in a run of `length` (the scenario's
+    /// [`run_length`](Self::run_length)), as fractions of the span before the
+    /// [`AFTER_FAULT`] tail.
+    pub fn outage_window(self, length: Duration) -> Option<(Duration, Duration)> {
+        let duration = length.saturating_sub(AFTER_FAULT);
         match self {
             Scenario::Transient => Some((duration.mul_f64(0.2), duration.mul_f64(0.6))),
             Scenario::LongOutage => Some((duration.mul_f64(0.125), duration.mul_f64(0.875))),
@@ -180,6 +201,10 @@ impl Scenario {
         }
     }
 }
+
+/// How long a scenario whose fault clears runs after its fault span: recovery is measured
+/// over it.
+pub const AFTER_FAULT: Duration = Duration::from_secs(5);
 
 /// What a request takes on top of the catalog's service time during the slowdown.
 const SLOWDOWN_EXTRA: Duration = Duration::from_millis(490);
@@ -330,7 +355,8 @@ mod tests {
 
     #[test]
     fn the_slowdown_slows_what_is_served_during_it_and_limits_the_workers() {
-        let d = Duration::from_secs(5);
+        let d = Scenario::Slowdown.run_length(Duration::from_secs(5));
+        assert_eq!(d, Duration::from_secs(10), "5 s more after the fault span");
         let during = Duration::from_millis(1500);
         let after = Duration::from_millis(2500);
         assert_eq!(

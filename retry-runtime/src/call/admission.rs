@@ -1,15 +1,16 @@
 //! Admission: every local gate an attempt passes before it is sent, behind one seam.
 //!
 //! An attempt starts only with a [`Permit`]. [`admit`] asks each gate in turn (the upstream's
-//! circuit breaker, then its bulkhead), with an [`Ask`] saying which attempt it is (the first,
+//! adaptive [`throttle`](crate::throttle), its circuit breaker, then its bulkhead), with an [`Ask`] saying which attempt it is (the first,
 //! a retry or a hedge) and the call's deadline; the first refusal ends admission with that
 //! gate's [`Rejection`], and what the earlier gates granted is given back as the partial
 //! permit drops. When the attempt ends, [`Permit::end`] tells every gate how
 //! (an [`AttemptEnd`]); a permit dropped before that (the attempt never started, its future
 //! was dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
-//! itself: the bulkhead slot, and a half-open breaker's probe slot (a
-//! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded). No path
-//! releases anything by hand.
+//! itself: the bulkhead slot, a half-open breaker's probe slot (a
+//! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded), and
+//! the attempt's count in the throttle (a [`ThrottleClaim`] takes it back when dropped
+//! unrecorded). No path releases anything by hand.
 //!
 //! A retry or a hedge also costs a retry ([`spend`]): one from the operation's shared
 //! allowance, then a token of the upstream's retry budget. A retry spends when the engine
@@ -24,6 +25,8 @@
 //! that wants the attempt's latency keeps its admission's start in its field and reads the
 //! clock in `end`.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::{Call, Local};
@@ -34,6 +37,7 @@ use crate::bulkhead::Slot;
 use crate::decision::DenyReason;
 use crate::registry::Upstream;
 use crate::scope::CallScope;
+use crate::throttle::{self, Sent, Throttle, Work};
 use crate::window::Tick;
 use crate::{Error, Failure, Rejection};
 
@@ -59,10 +63,12 @@ impl AttemptKind {
     }
 }
 
-/// What a gate is asked: which attempt, and the call's deadline.
+/// What a gate is asked: which attempt, when it starts, and the call's deadline.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ask {
     pub(crate) kind: AttemptKind,
+    /// When the attempt starts (the throttle counts it then).
+    pub(crate) at: Instant,
     /// The call's deadline: a gate that waits never waits past it.
     pub(crate) deadline: Instant,
 }
@@ -78,6 +84,10 @@ pub(crate) enum AttemptEnd {
     Failed,
     /// Says nothing about the upstream either way: a server rotating a healthy connection.
     Unjudged,
+    /// Failed, but the callee says it spent the operation's retries below it
+    /// ([`throttle::accepted_anyway`]): a failure to the breaker, accepted work to the
+    /// throttle (its dependency failed, not it).
+    FailedBelow,
 }
 
 impl AttemptEnd {
@@ -87,7 +97,10 @@ impl AttemptEnd {
         if failure.connection_rotated {
             AttemptEnd::Unjudged
         } else if breaker::is_upstream_failure(failure) {
-            AttemptEnd::Failed
+            match throttle::accepted_anyway(failure) {
+                true => AttemptEnd::FailedBelow,
+                false => AttemptEnd::Failed,
+            }
         } else {
             AttemptEnd::Accepted
         }
@@ -99,8 +112,34 @@ impl AttemptEnd {
 #[derive(Debug)]
 #[must_use = "a permit dropped at once gives its admission back"]
 pub(crate) struct Permit {
+    throttle: Option<ThrottleClaim>,
     breaker: Option<Admission>,
     slot: Option<Slot>,
+}
+
+/// An admitted attempt's count in its upstream's throttle: [`end`](Self::end) says whether the
+/// upstream accepted it; dropped without that (cancelled, never started, lost to connection
+/// rotation), it takes the count back, since the attempt says nothing about the upstream.
+#[derive(Debug)]
+pub(crate) struct ThrottleClaim {
+    throttle: Arc<Throttle>,
+    sent: Option<Sent>,
+}
+
+impl ThrottleClaim {
+    fn end(mut self, accepted: bool, tick: Tick) {
+        if let Some(sent) = self.sent.take() {
+            self.throttle.record(sent, accepted, tick);
+        }
+    }
+}
+
+impl Drop for ThrottleClaim {
+    fn drop(&mut self) {
+        if let Some(sent) = self.sent.take() {
+            self.throttle.forget(sent);
+        }
+    }
 }
 
 /// What [`admit`] found: the attempt may start now, or every gate but the bulkhead admitted
@@ -111,10 +150,37 @@ pub(crate) enum Admitted {
     Queue(Permit),
 }
 
-/// Asks every gate of `upstream` to admit the attempt `ask` describes. A full bulkhead
-/// answers [`Admitted::Queue`], except to a hedge, which it refuses.
+/// Asks every gate of `upstream` to admit the attempt `ask` describes, `draw` giving a uniform
+/// number in `[0, 1)` if the throttle needs one. A full bulkhead answers [`Admitted::Queue`],
+/// except to a hedge, which it refuses.
 #[inline]
-pub(crate) fn admit(upstream: &Upstream, ask: Ask) -> Result<Admitted, Rejection> {
+pub(crate) fn admit(
+    upstream: &Upstream,
+    ask: Ask,
+    draw: impl FnOnce() -> f64,
+) -> Result<Admitted, Rejection> {
+    let throttle = match upstream.throttle_arc() {
+        Some(throttle) => {
+            let work = match ask.kind {
+                AttemptKind::First => Work::First,
+                AttemptKind::Retry | AttemptKind::Hedge => Work::Extra,
+            };
+            // A retry drew its odds when the engine granted it (`carry_out`): it is only
+            // counted now.
+            let draw = || match ask.kind {
+                AttemptKind::Retry => 1.0,
+                _ => draw(),
+            };
+            match throttle.admit(work, upstream.tick(ask.at), draw) {
+                Some(sent) => Some(ThrottleClaim {
+                    throttle: Arc::clone(throttle),
+                    sent: Some(sent),
+                }),
+                None => return Err(Rejection::Throttled),
+            }
+        }
+        None => None,
+    };
     let breaker = match upstream.breaker() {
         Some(breaker) => match breaker.admit() {
             Some(admission) => Some(admission),
@@ -124,17 +190,20 @@ pub(crate) fn admit(upstream: &Upstream, ask: Ask) -> Result<Admitted, Rejection
     };
     let Some(bulkhead) = upstream.bulkhead() else {
         return Ok(Admitted::Now(Permit {
+            throttle,
             breaker,
             slot: None,
         }));
     };
     match bulkhead.try_enter() {
         Some(slot) => Ok(Admitted::Now(Permit {
+            throttle,
             breaker,
             slot: Some(slot),
         })),
         None if ask.kind == AttemptKind::Hedge => Err(Rejection::BulkheadFull),
         None => Ok(Admitted::Queue(Permit {
+            throttle,
             breaker,
             slot: None,
         })),
@@ -196,7 +265,7 @@ impl Permit {
     /// classifies the failure nor reads the clock for [`end`](Self::end).
     #[inline]
     pub(crate) fn counts(&self) -> bool {
-        self.breaker.is_some()
+        self.breaker.is_some() || self.throttle.is_some()
     }
 
     /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock: the
@@ -205,6 +274,7 @@ impl Permit {
     #[inline]
     pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) {
         let Permit {
+            throttle,
             breaker: admission,
             slot,
         } = self;
@@ -212,8 +282,17 @@ impl Permit {
         if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
             match end {
                 AttemptEnd::Accepted => breaker.record_on(admission, false, tick),
-                AttemptEnd::Failed => breaker.record_on(admission, true, tick),
+                AttemptEnd::Failed | AttemptEnd::FailedBelow => {
+                    breaker.record_on(admission, true, tick)
+                }
                 AttemptEnd::Unjudged => drop(admission),
+            }
+        }
+        if let Some(claim) = throttle {
+            match end {
+                AttemptEnd::Accepted | AttemptEnd::FailedBelow => claim.end(true, tick),
+                AttemptEnd::Failed => claim.end(false, tick),
+                AttemptEnd::Unjudged => drop(claim),
             }
         }
     }
@@ -225,24 +304,51 @@ pub(crate) fn refusal(rejection: Rejection, upstream: &Upstream) -> Error {
     match rejection {
         Rejection::CircuitOpen => Error::CircuitOpen { upstream },
         Rejection::BulkheadFull => Error::BulkheadFull { upstream },
+        Rejection::Throttled => Error::Throttled { upstream },
     }
 }
 
 impl Call<'_> {
     /// What the gates are asked about the call's next attempt of `kind`.
     #[inline]
-    pub(super) fn ask(&self, kind: AttemptKind) -> Ask {
+    pub(super) fn ask(&self, kind: AttemptKind, at: Instant) -> Ask {
         Ask {
             kind,
+            at,
             deadline: self.deadline,
         }
+    }
+
+    /// Grants the retry the engine decided at `now`: the upstream's throttle lets it go (extra
+    /// work reaches the upstream only in the proportion it currently accepts, judged on what
+    /// the other calls met: this call's own attempts are what the retry is for; the odds are
+    /// drawn now, before the backoff, and the retry is counted as sent when its attempt
+    /// starts), then it is [spent](Self::spend).
+    pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<(), DenyReason> {
+        if let Some(throttle) = self.upstream.throttle() {
+            let own = self.attempt - self.rotations.free;
+            let registry = self.registry;
+            let draw = self.rng.get_or_insert_with(|| registry.rng()).f64();
+            if !throttle.admits_extra(self.upstream.tick(now), draw, own) {
+                return Err(DenyReason::Throttled);
+            }
+        }
+        self.spend(at)
     }
 
     /// [`admit`] for the call's next attempt (not a hedge): a refusal ends the attempt with
     /// the gate's error, counted as a local rejection.
     #[inline]
     pub(super) fn try_admit(&mut self, kind: AttemptKind) -> Result<Admitted, Error> {
-        match admit(&self.upstream, self.ask(kind)) {
+        // The first attempt starts when the call did (no clock read).
+        let at = match kind {
+            AttemptKind::First => self.created,
+            _ => Instant::now(),
+        };
+        let ask = self.ask(kind, at);
+        let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
+        let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
+        match admit(upstream, ask, draw) {
             Ok(admitted) => Ok(admitted),
             Err(rejection) => Err(self.refused(rejection)),
         }
@@ -255,7 +361,7 @@ impl Call<'_> {
         attempt: &mut Attempt,
         queued: Permit,
     ) -> Result<Permit, Error> {
-        let ask = self.ask(AttemptKind::after(attempt.number - 1));
+        let ask = self.ask(AttemptKind::after(attempt.number - 1), attempt.started);
         match wait_for_slot(&self.upstream, queued, ask).await {
             Ok(permit) => {
                 let now = Instant::now();

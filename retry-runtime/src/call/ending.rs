@@ -85,7 +85,10 @@ impl Call<'_> {
         }
         if matches!(
             reason,
-            DenyReason::BudgetExhausted | DenyReason::CircuitOpen | DenyReason::BulkheadFull
+            DenyReason::BudgetExhausted
+                | DenyReason::CircuitOpen
+                | DenyReason::BulkheadFull
+                | DenyReason::Throttled
         ) {
             // The upstream is failing or saturated for everyone: a caller in another process
             // that retried the whole chain would only add calls the budget just refused.

@@ -302,5 +302,10 @@ impl Call<'_> {
         if let Some(breaker) = self.upstream.breaker() {
             observe::breaker_state(self.upstream.name(), breaker);
         }
+        // The throttle's gauge moves when calls fail; a success leaves it (its reading costs a
+        // clock read, which the happy path does not pay).
+        if let (Some(throttle), false) = (self.upstream.throttle(), kind.succeeded()) {
+            observe::throttle_state(self.upstream.name(), throttle);
+        }
     }
 }

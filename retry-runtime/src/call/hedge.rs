@@ -191,7 +191,10 @@ impl Call<'_> {
             self.on_no_hedge(reason, in_flight);
             return None;
         }
-        let admitted = admission::admit(&self.upstream, self.ask(AttemptKind::Hedge));
+        let ask = self.ask(AttemptKind::Hedge, now);
+        let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
+        let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
+        let admitted = admission::admit(upstream, ask, draw);
         let permit = match admitted {
             Ok(Admitted::Now(permit)) => permit,
             // (Not answered to a hedge: the seam refuses it a slot it would have to wait for.)

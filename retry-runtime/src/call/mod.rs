@@ -371,7 +371,7 @@ impl Call<'_> {
             return self.free_rotation_retry(failure);
         }
         // Spend only now that the retry really happens: a denied retry is free.
-        if let Err(reason) = self.spend(now.budget) {
+        if let Err(reason) = self.grant_retry(now.instant, now.budget) {
             return self.stop(reason, error, failure);
         }
         self.last_failure = Some(*failure);

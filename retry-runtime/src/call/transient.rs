@@ -43,6 +43,7 @@ impl Call<'_> {
         match reason {
             DenyReason::CircuitOpen
             | DenyReason::BulkheadFull
+            | DenyReason::Throttled
             | DenyReason::RuntimeDraining
             | DenyReason::RetryAfterBeyondWindow
             | DenyReason::Pushback(_) => true,
@@ -57,6 +58,7 @@ impl Call<'_> {
                         | Decision::Denied(
                             DenyReason::CircuitOpen
                                 | DenyReason::BulkheadFull
+                                | DenyReason::Throttled
                                 | DenyReason::Pushback(_)
                         )
                 )

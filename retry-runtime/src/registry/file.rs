@@ -15,7 +15,7 @@ use super::env::{self, Override};
 use super::errors::{ConfigError, ConfigErrors, Location};
 use super::keys::{
     self, BREAKER, BREAKER_KEYS, BUDGET, BUDGET_KEYS, HEDGE, HEDGE_KEYS, KeySpec, Settings,
-    UPSTREAM_KEYS, Value,
+    THROTTLE, THROTTLE_KEYS, UPSTREAM_KEYS, Value,
 };
 use crate::budget::BudgetConfig;
 use crate::config::UpstreamConfig;
@@ -163,6 +163,8 @@ enum Table {
     Upstream,
     /// `[upstreams.<name>.budget]`.
     Budget,
+    /// `[upstreams.<name>.throttle]`.
+    Throttle,
     /// `[upstreams.<name>.breaker]`.
     Breaker,
     /// `[upstreams.<name>.hedge]`.
@@ -171,12 +173,13 @@ enum Table {
 
 impl Table {
     /// The sub-tables of an upstream.
-    const SUBTABLES: [Table; 3] = [Table::Budget, Table::Breaker, Table::Hedge];
+    const SUBTABLES: [Table; 4] = [Table::Budget, Table::Throttle, Table::Breaker, Table::Hedge];
 
     fn keys(self) -> &'static [KeySpec] {
         match self {
             Table::Upstream => UPSTREAM_KEYS,
             Table::Budget => BUDGET_KEYS,
+            Table::Throttle => THROTTLE_KEYS,
             Table::Breaker => BREAKER_KEYS,
             Table::Hedge => HEDGE_KEYS,
         }
@@ -187,6 +190,7 @@ impl Table {
         match self {
             Table::Upstream => "",
             Table::Budget => BUDGET,
+            Table::Throttle => THROTTLE,
             Table::Breaker => BREAKER,
             Table::Hedge => HEDGE,
         }
@@ -451,7 +455,11 @@ mod tests {
         let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["catalog", "sber", "sms-gateway"]);
         let sber = &configs[1].1;
-        assert_eq!(sber, &UpstreamConfig::new());
+        // Every documented default, and the breaker its table turns on.
+        assert_eq!(
+            sber,
+            &UpstreamConfig::new().with_breaker(Some(crate::breaker::BreakerConfig::new()))
+        );
         let catalog = &configs[0].1;
         assert_eq!(catalog.max_attempts, 2);
         assert_eq!(catalog.backoff.initial, Duration::from_millis(200));
@@ -568,7 +576,7 @@ failure_rate = 1.5
   - upstreams.toml:3:16: upstream `sber`: max_attempts = 7 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
   - upstreams.toml:4:19: upstream `sber`: `initial_backoff` = "500" is not a valid duration: it has no unit: write "500ms" or "500s"
   - upstreams.toml:5:14: upstream `sber`: multiplier = 1 must be above 1: linear or fixed backoff hammers a failing upstream; use 2.0
-  - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, breaker, hedge
+  - upstreams.toml:6:1: upstream `sber`: unknown key `jiter` in [upstreams.sber]: did you mean `jitter`? valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, throttle, breaker, hedge
   - upstreams.toml:7:11: upstream `sber`: backoff = "linear" is refused: linear retry piles load onto a failing upstream; use "exponential" with a multiplier such as 2.0
   - upstreams.toml:8:17: upstream `sber`: `transient_500` must be true or false, found a string: write `transient_500 = false`
   - upstreams.toml:12:10: upstream `sber`: `budget.window` = "5sec" is not a valid duration: unknown unit `sec`: use one of ns, us, ms, s, m, h

@@ -12,6 +12,7 @@ use crate::backoff::Jitter;
 use crate::breaker::BreakerConfig;
 use crate::config::UpstreamConfig;
 use crate::hedge::HedgeConfig;
+use crate::throttle::ThrottleConfig;
 
 /// What a key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +80,8 @@ const fn key(name: &'static str, path: &'static str, kind: Kind, example: &'stat
 
 /// The table of budget settings inside an upstream.
 pub(crate) const BUDGET: &str = "budget";
+/// The table of adaptive throttle settings inside an upstream.
+pub(crate) const THROTTLE: &str = "throttle";
 /// The table of circuit-breaker settings inside an upstream.
 pub(crate) const BREAKER: &str = "breaker";
 /// The table of hedging settings inside an upstream.
@@ -113,10 +116,19 @@ pub(crate) const BUDGET_KEYS: &[KeySpec] = &[
     key("window",         "budget.window",         Kind::Duration, "10s"),
 ];
 
+/// The keys of `[upstreams.<name>.throttle]`.
+#[rustfmt::skip]
+pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
+    key("enabled",    "throttle.enabled",    Kind::Flag,     "true"),
+    key("multiplier", "throttle.multiplier", Kind::Number,   "3.0"),
+    key("retry_multiplier", "throttle.retry_multiplier", Kind::Number, "1.0"),
+    key("window",     "throttle.window",     Kind::Duration, "500ms"),
+];
+
 /// The keys of `[upstreams.<name>.breaker]`.
 #[rustfmt::skip]
 pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
-    key("enabled",          "breaker.enabled",          Kind::Flag,     "true"),
+    key("enabled",          "breaker.enabled",          Kind::Flag,     "false"),
     key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.8"),
     key("min_attempts",     "breaker.min_attempts",     Kind::Count,    "20"),
     key("window",           "breaker.window",           Kind::Duration, "10s"),
@@ -140,6 +152,7 @@ pub(crate) fn all() -> impl Iterator<Item = &'static KeySpec> {
     UPSTREAM_KEYS
         .iter()
         .chain(BUDGET_KEYS)
+        .chain(THROTTLE_KEYS)
         .chain(BREAKER_KEYS)
         .chain(HEDGE_KEYS)
 }
@@ -155,8 +168,13 @@ pub(crate) fn by_path(path: &str) -> Option<&'static KeySpec> {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     config: UpstreamConfig,
+    throttle: ThrottleConfig,
+    throttle_enabled: bool,
     breaker: BreakerConfig,
-    breaker_enabled: bool,
+    /// Whether any breaker key was written: writing one turns the breaker on...
+    breaker_written: bool,
+    /// ...unless `breaker.enabled = false` says otherwise.
+    breaker_enabled: Option<bool>,
     /// Hedging as written so far (its delays unset until a key sets them).
     hedge: HedgeConfig,
     /// Whether any hedge key was written: writing one turns hedging on...
@@ -170,8 +188,11 @@ impl Settings {
     pub(crate) fn new() -> Self {
         let config = UpstreamConfig::new();
         Settings {
+            throttle: config.throttle.unwrap_or_default(),
+            throttle_enabled: config.throttle.is_some(),
             breaker: config.breaker.unwrap_or_default(),
-            breaker_enabled: config.breaker.is_some(),
+            breaker_written: config.breaker.is_some(),
+            breaker_enabled: None,
             hedge: HedgeConfig {
                 delay: None,
                 ..HedgeConfig::after(Duration::ZERO)
@@ -185,7 +206,11 @@ impl Settings {
     /// The config these settings describe.
     pub(crate) fn config(&self) -> UpstreamConfig {
         let mut config = self.config.clone();
-        config.breaker = self.breaker_enabled.then_some(self.breaker);
+        config.throttle = self.throttle_enabled.then_some(self.throttle);
+        config.breaker = self
+            .breaker_enabled
+            .unwrap_or(self.breaker_written)
+            .then_some(self.breaker);
         config.hedge = self
             .hedge_enabled
             .unwrap_or(self.hedge_written)
@@ -283,9 +308,13 @@ impl KeySpec {
     pub(crate) fn apply(&self, settings: &mut Settings, value: Value<'_>) -> Result<(), String> {
         let config = &mut settings.config;
         let breaker = &mut settings.breaker;
+        let throttle = &mut settings.throttle;
         let hedge = &mut settings.hedge;
         if self.path.starts_with("hedge.") && self.path != "hedge.enabled" {
             settings.hedge_written = true;
+        }
+        if self.path.starts_with("breaker.") && self.path != "breaker.enabled" {
+            settings.breaker_written = true;
         }
         match self.path {
             "max_attempts" => config.max_attempts = self.count(value)?,
@@ -327,7 +356,11 @@ impl KeySpec {
                     format!("`bulkhead` = {n} is out of range: {}", self.fix(value))
                 })?);
             }
-            "breaker.enabled" => settings.breaker_enabled = self.flag(value)?,
+            "throttle.enabled" => settings.throttle_enabled = self.flag(value)?,
+            "throttle.multiplier" => throttle.multiplier = self.number(value)?,
+            "throttle.retry_multiplier" => throttle.retry_multiplier = self.number(value)?,
+            "throttle.window" => throttle.window = self.duration(value)?,
+            "breaker.enabled" => settings.breaker_enabled = Some(self.flag(value)?),
             "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
             "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,
             "breaker.window" => breaker.window = self.duration(value)?,
@@ -399,7 +432,9 @@ mod tests {
     fn every_key_sets_its_default_from_its_example() {
         // The examples are the documented defaults: applying them to a default config changes
         // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
-        for key in all().filter(|k| k.path != "bulkhead" && !k.path.starts_with("hedge.")) {
+        for key in all().filter(|k| {
+            k.path != "bulkhead" && !k.path.starts_with("hedge.") && !k.path.starts_with("breaker.")
+        }) {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.path));
@@ -411,6 +446,24 @@ mod tests {
         let bulkhead = by_path("bulkhead").unwrap();
         bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
         assert_eq!(settings.config().bulkhead, Some(100));
+        // The breaker is off until a breaker key is written, with the documented defaults,
+        // and `enabled = false` keeps it off.
+        assert_eq!(UpstreamConfig::new().breaker, None);
+        for key in all().filter(|k| k.path.starts_with("breaker.") && k.path != "breaker.enabled") {
+            let mut settings = Settings::new();
+            key.apply(&mut settings, Value::Env(key.example)).unwrap();
+            assert_eq!(
+                settings.config().breaker,
+                Some(BreakerConfig::new()),
+                "{}",
+                key.path
+            );
+            by_path("breaker.enabled")
+                .unwrap()
+                .apply(&mut settings, Value::Env("false"))
+                .unwrap();
+            assert_eq!(settings.config().breaker, None, "{}", key.path);
+        }
         // Hedging is off until a hedge key is written, and `enabled = false` keeps it off.
         assert_eq!(UpstreamConfig::new().hedge, None);
         let mut settings = Settings::new();

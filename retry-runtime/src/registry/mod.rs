@@ -35,8 +35,13 @@
 //! min_per_second = 10
 //! window = "10s"
 //!
-//! [upstreams.sber.breaker]
+//! [upstreams.sber.throttle]
 //! enabled = true
+//! multiplier = 3.0
+//! retry_multiplier = 1.0
+//! window = "500ms"
+//!
+//! [upstreams.sber.breaker]   # no default: left out, no breaker
 //! failure_rate = 0.8
 //! min_attempts = 20
 //! window = "10s"
@@ -68,7 +73,11 @@
 //! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
 //! | `budget.min_per_second` | integer | 10 | |
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
-//! | `breaker.enabled` | boolean | `true` | retries without a breaker keep hitting a dead upstream |
+//! | `throttle.enabled` | boolean | `true` | adaptive admission: see [`throttle`](crate::throttle) |
+//! | `throttle.multiplier` | number | 3.0 | 1..=100: first attempts reach at most this many times what the upstream accepts |
+//! | `throttle.retry_multiplier` | number | 1.0 | 1..=100: the same for retries and hedges |
+//! | `throttle.window` | duration | `"500ms"` | 500ms..=600s |
+//! | `breaker.enabled` | boolean | `true` once a breaker key is set | a hard stop, off by default: the throttle already stops a dead upstream's traffic |
 //! | `breaker.failure_rate` | number | 0.8 | above 0, at most 1 (below 0.8 it opens on an upstream that is only flaky) |
 //! | `breaker.min_attempts` | integer | 20 | at least 1 |
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |
@@ -163,6 +172,7 @@ use crate::config::UpstreamConfig;
 use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
 use crate::latency::LatencyWindow;
+use crate::throttle::Throttle;
 use crate::window::Tick;
 use crate::{Drain, Error};
 
@@ -203,6 +213,7 @@ pub struct Upstream {
     name: Arc<str>,
     config: UpstreamConfig,
     budget: Arc<RetryBudget>,
+    throttle: Option<Arc<Throttle>>,
     breaker: Option<Arc<CircuitBreaker>>,
     bulkhead: Option<Arc<Bulkhead>>,
     /// Recent attempt latencies, kept only for a hedge delay at a percentile.
@@ -218,6 +229,7 @@ impl fmt::Debug for Upstream {
             .field("name", &self.name)
             .field("config", &self.config)
             .field("budget", &self.budget)
+            .field("throttle", &self.throttle)
             .field("breaker", &self.breaker)
             .field("bulkhead", &self.config.bulkhead)
             .field("refresh", &self.refresh.is_some())
@@ -250,6 +262,17 @@ impl Upstream {
     /// Its retry budget (shared across reloads while the budget settings stay the same).
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// Its adaptive throttle, if enabled (shared across reloads while its settings stay the
+    /// same).
+    pub fn throttle(&self) -> Option<&Throttle> {
+        self.throttle.as_deref()
+    }
+
+    /// Its adaptive throttle, shared (an admitted attempt holds it until it ends).
+    pub(crate) fn throttle_arc(&self) -> Option<&Arc<Throttle>> {
+        self.throttle.as_ref()
     }
 
     /// Its circuit breaker, if enabled.
@@ -455,6 +478,9 @@ impl Registry {
                 if let Some(breaker) = upstream.breaker() {
                     crate::observe::breaker_state(&name, breaker);
                 }
+                if let Some(throttle) = upstream.throttle() {
+                    crate::observe::throttle_state(&name, throttle);
+                }
             }
         }
     }
@@ -519,6 +545,13 @@ impl Registry {
                 )),
                 (_, None) => None,
             };
+            let throttle = match (previous, config.throttle) {
+                (Some(u), Some(t)) if u.config.throttle == Some(t) => u.throttle.clone(),
+                (_, Some(t)) => Some(Arc::new(
+                    Throttle::counting_from(t, self.origin).named(Arc::from(name.as_str())),
+                )),
+                (_, None) => None,
+            };
             let bulkhead = match (previous, config.bulkhead) {
                 (Some(u), Some(n)) if u.config.bulkhead == Some(n) => u.bulkhead.clone(),
                 (_, Some(n)) => Some(Arc::new(Bulkhead::new(n))),
@@ -540,6 +573,7 @@ impl Registry {
                     name,
                     config,
                     budget,
+                    throttle,
                     breaker,
                     bulkhead,
                     latency,
@@ -599,6 +633,7 @@ impl Registry {
                 name: u.name.clone(),
                 config: u.config.clone(),
                 budget: u.budget.clone(),
+                throttle: u.throttle.clone(),
                 breaker: u.breaker.clone(),
                 bulkhead: u.bulkhead.clone(),
                 latency: u.latency.clone(),
@@ -870,7 +905,10 @@ mod tests {
     async fn an_upstreams_budget_and_breaker_count_from_one_origin_across_reloads() {
         let registry = Registry::new();
         registry
-            .replace([("a".to_owned(), UpstreamConfig::new())])
+            .replace([(
+                "a".to_owned(),
+                UpstreamConfig::new().with_breaker(Some(crate::breaker::BreakerConfig::new())),
+            )])
             .unwrap();
         let before = registry.upstream("a").unwrap();
         tokio::time::advance(Duration::from_secs(3)).await;

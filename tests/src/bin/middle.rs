@@ -97,6 +97,7 @@ async fn serve(args: Args) {
         .with_propagate(true)
         // The breaker stays out of the way: these tests measure the allowance and the budget.
         .with_breaker(None)
+        .with_throttle(None)
         .with_max_attempts(3)
         .with_backoff(
             Backoff::new()

@@ -1,0 +1,199 @@
+use super::*;
+
+use proptest::prelude::*;
+
+/// Offers `rate` first attempts per second for `seconds` to a throttle whose upstream accepts
+/// an admitted attempt with probability `accept(t)` (answers come back at once), and returns
+/// per 100 ms bin (offered, admitted, accepted).
+fn simulate(
+    config: ThrottleConfig,
+    rate: u32,
+    seconds: u32,
+    seed: u64,
+    accept: impl Fn(Duration) -> f64,
+) -> Vec<(u64, u64, u64)> {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(config, origin);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let step = Duration::from_secs(1) / rate;
+    let mut bins = vec![(0, 0, 0); seconds as usize * 10];
+    for i in 0..rate * seconds {
+        let t = step * i;
+        let tick = Tick::at(origin, origin + t);
+        let bin = &mut bins[(t.as_millis() / 100) as usize];
+        bin.0 += 1;
+        if let Some(sent) = throttle.admit(Work::First, tick, || rng.f64()) {
+            bin.1 += 1;
+            let ok = rng.f64() < accept(t);
+            bin.2 += u64::from(ok);
+            throttle.record(sent, ok, tick);
+        }
+    }
+    bins
+}
+
+fn totals(bins: &[(u64, u64, u64)]) -> (u64, u64, u64) {
+    bins.iter()
+        .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
+}
+
+#[test]
+fn a_healthy_upstream_gets_every_attempt() {
+    let bins = simulate(ThrottleConfig::new(), 200, 10, 1, |_| 1.0);
+    let (offered, admitted, _) = totals(&bins);
+    assert_eq!(admitted, offered);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// At steady load, an upstream that accepts a fraction `a` of what it gets receives at
+    /// most `K x a` of what is offered, plus a floor of a few times the square root of a
+    /// window's calls per window (the attempts that keep probing it: about that root at the
+    /// fixed point for a dead upstream, three times leaves room for the draws' noise).
+    #[test]
+    fn an_upstream_accepting_a_fraction_gets_at_most_k_times_that_fraction_plus_a_floor(
+        seed in any::<u64>(),
+        rate in 20u32..2_000,
+        accepts in 0.0f64..0.2,
+    ) {
+        let config = ThrottleConfig::new();
+        let bins = simulate(config, rate, 30, seed, |_| accepts);
+        // Steady state: skip the first window (the throttle starts with an empty window).
+        let (offered, admitted, accepted) = totals(&bins[20..]);
+        let windows = 28.0 / config.window.as_secs_f64();
+        let per_window = f64::from(rate) * config.window.as_secs_f64();
+        let floor = windows * 3.0 * per_window.sqrt();
+        let share = (config.multiplier * accepts).min(1.0);
+        prop_assert!(
+            admitted as f64 <= share * offered as f64 + floor,
+            "admitted {admitted} of {offered} (accepted {accepted}), floor {floor:.0}"
+        );
+    }
+
+    /// Once a dead upstream accepts again, admission returns to at least 95 % of what is
+    /// offered within half a second, at any rate from 20 calls per second.
+    #[test]
+    fn after_recovery_admission_returns_to_95_percent_within_half_a_second(
+        seed in any::<u64>(),
+        rate in 20u32..2_000,
+    ) {
+        let recovered = Duration::from_secs(10);
+        let bins = simulate(ThrottleConfig::new(), rate, 13, seed, |t| {
+            if t < recovered { 0.0 } else { 1.0 }
+        });
+        // The bins from 500 ms after recovery on.
+        let (offered, admitted, _) = totals(&bins[105..]);
+        prop_assert!(
+            admitted as f64 >= 0.95 * offered as f64,
+            "admitted {admitted} of {offered} from 0.5 s after recovery"
+        );
+        // And it had been refusing while the upstream was dead (at 20 calls per second a
+        // window holds 10, and about 3 of them keep probing).
+        let (dead_offered, dead_admitted, _) = totals(&bins[50..100]);
+        prop_assert!(dead_admitted * 2 < dead_offered, "{dead_admitted} of {dead_offered}");
+    }
+}
+
+#[test]
+fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin + Duration::from_millis(500));
+    // 100 sent, 30 accepted: first attempts are refused a tenth of the time (3 x 30 falls 10
+    // short of 100), extra attempts pass about 30 % of the time.
+    for i in 0..100 {
+        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
+        throttle.record(sent, i < 30, tick);
+    }
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut pass = |kind| {
+        (0..10_000)
+            .filter(|_| match throttle.admit(kind, tick, || rng.f64()) {
+                Some(sent) => {
+                    throttle.forget(sent);
+                    true
+                }
+                None => false,
+            })
+            .count()
+    };
+    let first = pass(Work::First);
+    let extra = pass(Work::Extra);
+    // p_first = (100 - 90) / 101, p_extra = (100 - 1 - 30) / 101 (a hedge: its call sent one).
+    assert!((8_800..9_200).contains(&first), "{first}");
+    assert!((2_900..3_300).contains(&extra), "{extra}");
+}
+
+#[test]
+fn forgotten_attempts_leave_no_trace() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin + Duration::from_millis(10));
+    for _ in 0..50 {
+        let sent = throttle.admit(Work::First, tick, || 0.0).unwrap();
+        throttle.forget(sent);
+    }
+    let epoch = throttle.clock.epoch_of(tick);
+    assert_eq!(throttle.sent.sum(epoch), 0);
+}
+
+#[test]
+fn concurrent_admissions_and_answers_lose_no_count() {
+    let origin = Instant::now();
+    let throttle = Arc::new(Throttle::counting_from(ThrottleConfig::new(), origin));
+    let tick = Tick::at(origin, origin + Duration::from_millis(10));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let throttle = throttle.clone();
+            std::thread::spawn(move || {
+                for i in 0..10_000u32 {
+                    // Never refused (the draw is 1.0), so every admission counts.
+                    let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
+                    throttle.record(sent, (i + t) % 2 == 0, tick);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let epoch = throttle.clock.epoch_of(tick);
+    assert_eq!(throttle.sent.sum(epoch), 80_000);
+    assert_eq!(throttle.accepted.sum(epoch), 40_000);
+}
+
+#[test]
+fn settings_outside_their_range_are_refused_with_the_fix() {
+    let bad = ThrottleConfig::new()
+        .with_multiplier(0.5)
+        .with_window(Duration::from_millis(10));
+    let v = bad.violations();
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert!(v[0].1.contains("use 3"), "{}", v[0].1);
+    assert_eq!(v[1].0, "throttle.window");
+    assert!(ThrottleConfig::new().violations().is_empty());
+    assert!(
+        !ThrottleConfig::new()
+            .with_multiplier(f64::NAN)
+            .violations()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_lone_calls_retries_are_never_refused() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin + Duration::from_millis(10));
+    // Three attempts of one call, each failing: the two retries pass whatever the draw.
+    let first = throttle.admit(Work::First, tick, || 0.0).unwrap();
+    throttle.record(first, false, tick);
+    for own in 1..=2 {
+        assert!(throttle.admits_extra(tick, 0.0, own));
+        let retry = throttle.admit(Work::Extra, tick, || 1.0).unwrap();
+        throttle.record(retry, false, tick);
+    }
+    // Another call's retry after those three failures is extra work on a failing upstream.
+    assert!(!throttle.admits_extra(tick, 0.0, 1));
+}
