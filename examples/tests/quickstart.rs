@@ -30,7 +30,7 @@ fn blocks(text: &str, lang: &str) -> Vec<String> {
 /// What `?` in the quick start's `main` prints for [`BROKEN`]; the README shows it.
 const BROKEN_REPORT: &str = "Error: 3 configuration error(s):
   - upstreams.toml:2:16: upstream `payments`: max_attempts = 9 is outside 1..=5: 3 is typical; beyond 5, hand off to the durable queue
-  - upstreams.toml:3:1: upstream `payments`: unknown key `timeout` in [upstreams.payments]: valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, breaker, hedge
+  - upstreams.toml:3:1: upstream `payments`: unknown key `timeout` in [upstreams.payments]: valid keys: max_attempts, initial_backoff, multiplier, max_backoff, jitter, backoff, attempt_timeout, deadline, min_attempt_budget, transient_500, idempotency_header, dedups_idempotency_key, propagate, bulkhead, budget, throttle, breaker, hedge
   - upstreams.toml:4:19: upstream `payments`: `initial_backoff` = \"100\" is not a valid duration: it has no unit: write \"100ms\" or \"100s\"
 ";
 

@@ -160,8 +160,9 @@ pub struct Throttle {
     clock: Clock,
     sent: Counter,
     accepted: Counter,
-    /// Whether the last admission found the upstream accepting less than first attempts may
-    /// reach (for the state-change event).
+    /// Whether the throttle has refused an attempt since the upstream last accepted all that
+    /// first attempts may reach (for the state-change event: a failure alone, which makes the
+    /// odds positive for a moment, is not an event).
     throttling: AtomicBool,
     name: Arc<str>,
 }
@@ -226,12 +227,15 @@ impl Throttle {
         let sent = self.sent.sum(epoch);
         let accepted = self.accepted.sum(epoch);
         let first = refusal(sent, accepted, self.config.multiplier);
-        self.note_state(first > 0.0);
+        if first == 0.0 {
+            self.note_state(false);
+        }
         let p = match kind {
             Work::First => first,
             Work::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier, 1),
         };
         if p > 0.0 && rng() < p {
+            self.note_state(true);
             return None;
         }
         self.sent.add(epoch, 1);
@@ -267,7 +271,7 @@ impl Throttle {
         self.sent.sub_one(sent.epoch);
     }
 
-    /// Emits the state-change event when the upstream starts or stops being throttled.
+    /// Emits the state-change event when the throttle starts refusing, or stops.
     fn note_state(&self, throttling: bool) {
         if self.throttling.load(Ordering::Relaxed) == throttling
             || self.throttling.swap(throttling, Ordering::Relaxed) == throttling
