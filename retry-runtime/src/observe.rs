@@ -258,10 +258,11 @@ pub(crate) fn rotation_retried(upstream: &str) {
     metrics::counter!("retry.rotation_retries", "upstream" => upstream.to_owned()).increment(1);
 }
 
-/// A hedge sent.
-pub(crate) fn hedged(upstream: &str) {
+/// A hedge sent; it spent a budget token as a retry does, so the budget gauge is set too.
+pub(crate) fn hedged(upstream: &str, budget: &RetryBudget) {
     #[cfg(feature = "metrics")]
     metrics::counter!("retry.hedges", "upstream" => upstream.to_owned()).increment(1);
+    set_budget_gauge(upstream, budget);
 }
 
 /// Copies cancelled because another answered first.
