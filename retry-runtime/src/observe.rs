@@ -22,11 +22,13 @@
 //! - `retry.budget.available{upstream}` (gauge): whole retries left in the budget
 //! - `retry.breaker.state{upstream}` (gauge): 0 closed, 1 half-open, 2 open (set as calls end)
 //!
-//! The gauges are set as calls retry or end, so between calls they show the last value set,
-//! not the state now: a budget refills as its window slides (every call deposits, but reading
-//! the balance costs every call a pass over the window, which the happy path does not pay).
-//! Call [`Registry::record_gauges`](crate::Registry::record_gauges) where metrics are scraped (or on a timer) so both gauges
-//! show every upstream's state when read.
+//! The gauges are set as calls retry, hedge or end, so between calls they show the last value
+//! set, not the state now: a budget refills as its window slides (every call deposits, but
+//! reading the balance costs every call a pass over the window, which the happy path does not
+//! pay). Call [`Registry::record_gauges`](crate::Registry::record_gauges) where metrics are
+//! scraped (or on a timer) so both gauges show every upstream's state when read. An upstream a
+//! reload removed reads 0 on both from the next `record_gauges` on: the `metrics` facade has no
+//! way to delete a series.
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
@@ -226,6 +228,15 @@ pub(crate) fn set_budget_gauge(upstream: &str, budget: &RetryBudget) {
     #[cfg(feature = "metrics")]
     metrics::gauge!("retry.budget.available", "upstream" => upstream.to_owned())
         .set(budget.available() as f64);
+}
+
+/// Both gauges of an upstream a reload removed, at zero: the `metrics` facade cannot delete a
+/// series, and its last values would otherwise be scraped for ever as if it were still there.
+pub(crate) fn clear_gauges(upstream: &str) {
+    #[cfg(feature = "metrics")]
+    for name in ["retry.budget.available", "retry.breaker.state"] {
+        metrics::gauge!(name, "upstream" => upstream.to_owned()).set(0.0);
+    }
 }
 
 /// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open (read only when metrics are
