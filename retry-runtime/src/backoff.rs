@@ -8,7 +8,7 @@
 //! - **decorrelated jitter**: `sleep = min(max_backoff, random(initial, previous * multiplier))`
 //!   (AWS uses a factor of 3; here the upstream's multiplier plays that role).
 //!
-//! The engine further bounds the delay by `Retry-After` and the remaining deadline.
+//! The engine waits at least the server's `Retry-After` and never past the remaining deadline.
 
 use std::fmt;
 use std::str::FromStr;

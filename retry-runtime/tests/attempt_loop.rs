@@ -192,7 +192,7 @@ async fn same_seed_gives_the_same_schedule() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn retry_after_is_honoured_exactly() {
+async fn a_retry_after_above_the_backoff_is_the_delay() {
     let reg = registry(UpstreamConfig::new());
     let (starts, _) = starts_of_failing_call(&reg, || Fail {
         retry_after: Some(Duration::from_secs(1)),
