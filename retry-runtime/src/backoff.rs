@@ -203,6 +203,38 @@ mod tests {
         assert_eq!(b.worst_case_total(2), ms(1500));
     }
 
+    /// The sum term by term, as the ceiling is defined: what the closed form must equal.
+    fn linear_total(b: &Backoff, retries: u32) -> Duration {
+        (1..=retries)
+            .map(|r| match b.jitter {
+                Jitter::Full => b.ceiling(r),
+                Jitter::Decorrelated => b.ceiling(r + 1).max(b.initial.min(b.max_backoff)),
+            })
+            .fold(Duration::ZERO, Duration::saturating_add)
+    }
+
+    /// Any number of retries a program may ask about, up to `u32::MAX`, is answered at once
+    /// (the term-by-term sum took minutes there) and exactly.
+    #[test]
+    fn worst_case_total_of_any_number_of_retries_is_exact() {
+        let b = Backoff::new()
+            .with_initial(ms(500))
+            .with_max_backoff(Duration::from_secs(1));
+        // 500 ms, then the 1 s cap for every other retry.
+        let expect = Duration::from_secs(u64::from(u32::MAX) - 1) + ms(500);
+        assert_eq!(b.worst_case_total(u32::MAX), expect);
+        let decorrelated = b.with_jitter(Jitter::Decorrelated);
+        assert_eq!(
+            decorrelated.worst_case_total(u32::MAX),
+            Duration::from_secs(u64::from(u32::MAX))
+        );
+        // A multiplier that never reaches the cap: the initial delay every time.
+        let flat = b.with_multiplier(1.0);
+        assert_eq!(flat.worst_case_total(u32::MAX), ms(500) * u32::MAX);
+        let huge = b.with_max_backoff(Duration::MAX).with_initial(Duration::MAX);
+        assert_eq!(huge.worst_case_total(u32::MAX), Duration::MAX);
+    }
+
     #[test]
     fn same_seed_same_delays() {
         let b = Backoff::new();
@@ -225,6 +257,25 @@ mod tests {
             let d = b.delay(retry, Duration::ZERO, &mut fastrand::Rng::with_seed(seed));
             prop_assert!(d <= b.ceiling(retry));
             prop_assert!(d <= ms(cap_ms));
+        }
+
+        /// The closed form equals the term-by-term sum, across the exponent the ceiling
+        /// stops growing at (1,024), for any multiplier (below 1 and NaN included) and
+        /// durations up to `Duration::MAX`.
+        #[test]
+        fn worst_case_total_equals_the_sum_of_its_ceilings(
+            retries in prop_oneof![0u32..8, 1_000u32..1_100, 0u32..3_000],
+            initial_ns in prop_oneof![1u64..10_000_000_000, Just(0), Just(u64::MAX)],
+            cap_ns in prop_oneof![1u64..10_000_000_000, Just(0), Just(u64::MAX)],
+            mult in prop_oneof![1.0f64..1.01, 1.01f64..10.0, Just(0.5), Just(f64::NAN), Just(f64::INFINITY)],
+            max_initial: bool,
+            decorrelated: bool,
+        ) {
+            let initial = if max_initial { Duration::MAX } else { Duration::from_nanos(initial_ns) };
+            let jitter = if decorrelated { Jitter::Decorrelated } else { Jitter::Full };
+            let b = Backoff::new().with_initial(initial).with_multiplier(mult)
+                .with_max_backoff(Duration::from_nanos(cap_ns)).with_jitter(jitter);
+            prop_assert_eq!(b.worst_case_total(retries), linear_total(&b, retries));
         }
 
         #[test]
