@@ -116,7 +116,7 @@ impl Backoff {
     /// The un-jittered ceiling of the delay before retry number `retry` (1-based):
     /// `min(max_backoff, initial * multiplier^(retry-1))`. Saturates instead of overflowing.
     pub fn ceiling(&self, retry: u32) -> Duration {
-        let exp = retry.saturating_sub(1).min(1024) as i32;
+        let exp = retry.saturating_sub(1).min(MAX_EXPONENT) as i32;
         let factor = self.multiplier.max(1.0).powi(exp);
         let secs = self.initial.as_secs_f64() * factor;
         let cap = self.max_backoff.as_secs_f64();
@@ -152,17 +152,37 @@ impl Backoff {
     }
 
     /// The largest total of `retries` delays this backoff can produce (the in-memory retry
-    /// window, without attempt time).
+    /// window, without attempt time). Saturates at [`Duration::MAX`].
+    ///
+    /// At most about a thousand terms are added whatever `retries` is: past the exponent where
+    /// [`ceiling`](Self::ceiling) stops growing, every delay is the same, and the rest is one
+    /// multiplication.
     pub fn worst_case_total(&self, retries: u32) -> Duration {
-        (1..=retries)
-            .map(|r| match self.jitter {
-                Jitter::Full => self.ceiling(r),
-                Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
-            })
-            // Saturating: ceilings near `Duration::MAX` given in code must not overflow.
-            .fold(Duration::ZERO, Duration::saturating_add)
+        let longest = |r: u32| match self.jitter {
+            Jitter::Full => self.ceiling(r),
+            Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
+        };
+        // The first retry whose longest delay every later one shares.
+        let last_growing = match self.jitter {
+            Jitter::Full => MAX_EXPONENT + 1,
+            Jitter::Decorrelated => MAX_EXPONENT,
+        };
+        let summed = retries.min(last_growing);
+        // Saturating: ceilings near `Duration::MAX` given in code must not overflow.
+        let head = (1..=summed)
+            .map(longest)
+            .fold(Duration::ZERO, Duration::saturating_add);
+        match retries - summed {
+            0 => head,
+            rest => head.saturating_add(longest(last_growing).saturating_mul(rest)),
+        }
     }
 }
+
+/// The largest exponent [`Backoff::ceiling`] raises the multiplier to (any multiplier the
+/// registry accepts has passed every cap long before): every later ceiling is the same, which
+/// bounds the terms [`Backoff::worst_case_total`] adds one by one.
+const MAX_EXPONENT: u32 = 1024;
 
 /// A uniformly random duration in `[low, high]`, at nanosecond resolution.
 fn uniform(rng: &mut fastrand::Rng, low: Duration, high: Duration) -> Duration {
