@@ -100,15 +100,27 @@ async fn draining_during_a_credentials_refresh_sends_no_retry() {
 /// before shutdown started; it must not begin after.
 #[tokio::test(start_paused = true)]
 async fn draining_while_a_retry_waits_for_a_bulkhead_slot_sends_no_retry() {
+    retry_queued_for_a_slot_while_draining_starts(false).await;
+}
+
+/// The same for a call that may be hedged: its retry's first copy is held to the same check.
+#[tokio::test(start_paused = true)]
+async fn draining_while_a_hedged_retry_waits_for_a_bulkhead_slot_sends_no_retry() {
+    retry_queued_for_a_slot_while_draining_starts(true).await;
+}
+
+async fn retry_queued_for_a_slot_while_draining_starts(hedged: bool) {
     // Exactly 100 ms between attempts: decorrelated jitter between equal bounds.
     let backoff = Backoff::new()
         .with_initial(Duration::from_millis(100))
         .with_max_backoff(Duration::from_millis(100))
         .with_jitter(Jitter::Decorrelated);
+    let hedge = retry_runtime::hedge::HedgeConfig::after(Duration::from_millis(500));
     let reg = registry(
         UpstreamConfig::new()
             .with_bulkhead(Some(1))
-            .with_backoff(backoff),
+            .with_backoff(backoff)
+            .with_hedge(Some(hedge)),
     );
     let first_failed = Notify::new();
     let holder_in = Notify::new();
@@ -116,13 +128,20 @@ async fn draining_while_a_retry_waits_for_a_bulkhead_slot_sends_no_retry() {
     let starts = Mutex::new(Vec::new());
 
     // The call under test: a 503, then a retry that must wait for the one slot.
-    let call = Retry::in_registry(&reg, "up").method(Method::GET).run(|a| {
+    let body = |a: retry_runtime::Attempt| {
         starts.lock().unwrap().push(a.number());
         if a.number() == 1 {
             first_failed.notify_one();
         }
         async { Err::<(), _>(Fail::Status(503)) }
-    });
+    };
+    let call = async {
+        let call = Retry::in_registry(&reg, "up").method(Method::GET);
+        match hedged {
+            true => call.hedged().run(body).await,
+            false => call.run(body).await,
+        }
+    };
     // Another call takes the slot while the first backs off, and holds it until released.
     let holder = async {
         first_failed.notified().await;
