@@ -251,7 +251,9 @@ mod tests {
         // A multiplier that never reaches the cap: the initial delay every time.
         let flat = b.with_multiplier(1.0);
         assert_eq!(flat.worst_case_total(u32::MAX), ms(500) * u32::MAX);
-        let huge = b.with_max_backoff(Duration::MAX).with_initial(Duration::MAX);
+        let huge = b
+            .with_max_backoff(Duration::MAX)
+            .with_initial(Duration::MAX);
         assert_eq!(huge.worst_case_total(u32::MAX), Duration::MAX);
     }
 

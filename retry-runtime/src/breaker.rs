@@ -512,7 +512,10 @@ mod tests {
             ..BreakerConfig::new()
         };
         let errors = crate::Registry::builder()
-            .upstream("bank", crate::UpstreamConfig::new().with_breaker(Some(config)))
+            .upstream(
+                "bank",
+                crate::UpstreamConfig::new().with_breaker(Some(config)),
+            )
             .build()
             .unwrap_err();
         assert_eq!(errors.0.len(), 1, "{errors}");

@@ -509,8 +509,8 @@ fn the_attempt_span_closes_before_the_backoff() {
 fn hedges_refresh_the_budget_gauge() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let capture = Capture::default();
-    let hedge = retry_runtime::hedge::HedgeConfig::after(Duration::from_millis(50))
-        .with_max_copies(3);
+    let hedge =
+        retry_runtime::hedge::HedgeConfig::after(Duration::from_millis(50)).with_max_copies(3);
     // No ratio, 1 retry per second over 4 s: 4 tokens, and calls earn none.
     let budget = retry_runtime::budget::BudgetConfig::new()
         .with_ratio(0.0)
@@ -552,7 +552,11 @@ fn hedges_refresh_the_budget_gauge() {
     assert_eq!(capture.get("retry.hedges{upstream=up}"), 2);
     let available = reg.upstream("up").unwrap().budget().available();
     assert_eq!(available, 2, "two hedges, two tokens");
-    assert_eq!(capture.get(gauge), available, "the gauge shows what is left");
+    assert_eq!(
+        capture.get(gauge),
+        available,
+        "the gauge shows what is left"
+    );
 }
 
 /// An upstream a reload removed is no longer there: `record_gauges` reads its gauges as zero
