@@ -5,7 +5,6 @@ use std::fmt::Display;
 
 use tokio::time::Instant;
 
-use super::admission::Permit;
 use super::{Call, Local, Step};
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
 use crate::engine::Safety;
@@ -143,12 +142,11 @@ impl Call<'_> {
         self.attempt > 1 && self.registry.drain().is_draining()
     }
 
-    /// A retry that shutdown stopped before it began: `permit` goes back as it drops, the
-    /// attempt is not counted, and [`settle`](Self::settle) ends the call
+    /// A retry that shutdown stopped before it began (what admitted it goes back as its permit
+    /// drops): the attempt is not counted, and [`settle`](Self::settle) ends the call
     /// ([`drained`](Self::drained)).
     #[cold]
-    pub(super) fn retry_not_begun(&mut self, permit: Permit) -> Error {
-        drop(permit);
+    pub(super) fn retry_not_begun(&mut self) -> Error {
         self.attempt -= 1;
         self.local = Local::Draining;
         self.draining_error(&self.last_failure.unwrap_or(Failure::new(Evidence::NotSent)))

@@ -83,7 +83,8 @@ impl Call<'_> {
         };
         // As in `attempt_with`: a retry does not begin once shutdown has started.
         if self.draining_before_retry() {
-            return Err(E::from(self.retry_not_begun(permit)));
+            drop(permit);
+            return Err(E::from(self.retry_not_begun()));
         }
         let max_copies = hedge.max_copies as usize;
         let mut copies = Vec::with_capacity(max_copies);

@@ -132,7 +132,8 @@ impl Call<'_> {
         };
         // 3. The last step before a retry begins: shutdown may have started since its decision.
         if self.draining_before_retry() {
-            return Err(E::from(self.retry_not_begun(permit)));
+            drop(permit);
+            return Err(E::from(self.retry_not_begun()));
         }
         // 4. Run the body.
         let body = make(&attempt);
