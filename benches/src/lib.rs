@@ -83,16 +83,16 @@ impl Classify for BenchError {
     }
 }
 
-/// One GET whose body is read in full; a non-2xx status is an error (its body read too, so
-/// the connection goes back to the pool).
+/// One GET whose body is read in full; a non-2xx status is an error, its body dropped unread,
+/// as the library's send path (`send_attempt`), reqwest's `error_for_status` and
+/// reqwest-retry do: every contender of the failure path then does the same work per 503.
 pub async fn get(client: &reqwest::Client, url: &str) -> Result<bytes::Bytes, BenchError> {
     let response = client.get(url).send().await?;
     let status = response.status();
-    let body = response.bytes().await?;
-    match status.is_success() {
-        true => Ok(body),
-        false => Err(BenchError::Status(status.as_u16())),
+    if !status.is_success() {
+        return Err(BenchError::Status(status.as_u16()));
     }
+    Ok(response.bytes().await?)
 }
 
 /// A registry with `names`, each configured with `config`, seeded for reproducible jitter.

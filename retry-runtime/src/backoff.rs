@@ -8,7 +8,7 @@
 //! - **decorrelated jitter**: `sleep = min(max_backoff, random(initial, previous * multiplier))`
 //!   (AWS uses a factor of 3; here the upstream's multiplier plays that role).
 //!
-//! The engine further bounds the delay by `Retry-After` and the remaining deadline.
+//! The engine waits at least the server's `Retry-After` and never past the remaining deadline.
 
 use std::fmt;
 use std::str::FromStr;
@@ -116,7 +116,7 @@ impl Backoff {
     /// The un-jittered ceiling of the delay before retry number `retry` (1-based):
     /// `min(max_backoff, initial * multiplier^(retry-1))`. Saturates instead of overflowing.
     pub fn ceiling(&self, retry: u32) -> Duration {
-        let exp = retry.saturating_sub(1).min(1024) as i32;
+        let exp = retry.saturating_sub(1).min(MAX_EXPONENT) as i32;
         let factor = self.multiplier.max(1.0).powi(exp);
         let secs = self.initial.as_secs_f64() * factor;
         let cap = self.max_backoff.as_secs_f64();
@@ -152,17 +152,37 @@ impl Backoff {
     }
 
     /// The largest total of `retries` delays this backoff can produce (the in-memory retry
-    /// window, without attempt time).
+    /// window, without attempt time). Saturates at [`Duration::MAX`].
+    ///
+    /// At most about a thousand terms are added whatever `retries` is: past the exponent where
+    /// [`ceiling`](Self::ceiling) stops growing, every delay is the same, and the rest is one
+    /// multiplication.
     pub fn worst_case_total(&self, retries: u32) -> Duration {
-        (1..=retries)
-            .map(|r| match self.jitter {
-                Jitter::Full => self.ceiling(r),
-                Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
-            })
-            // Saturating: ceilings near `Duration::MAX` given in code must not overflow.
-            .fold(Duration::ZERO, Duration::saturating_add)
+        let longest = |r: u32| match self.jitter {
+            Jitter::Full => self.ceiling(r),
+            Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
+        };
+        // The first retry whose longest delay every later one shares.
+        let last_growing = match self.jitter {
+            Jitter::Full => MAX_EXPONENT + 1,
+            Jitter::Decorrelated => MAX_EXPONENT,
+        };
+        let summed = retries.min(last_growing);
+        // Saturating: ceilings near `Duration::MAX` given in code must not overflow.
+        let head = (1..=summed)
+            .map(longest)
+            .fold(Duration::ZERO, Duration::saturating_add);
+        match retries - summed {
+            0 => head,
+            rest => head.saturating_add(longest(last_growing).saturating_mul(rest)),
+        }
     }
 }
+
+/// The largest exponent [`Backoff::ceiling`] raises the multiplier to (any multiplier the
+/// registry accepts has passed every cap long before): every later ceiling is the same, which
+/// bounds the terms [`Backoff::worst_case_total`] adds one by one.
+const MAX_EXPONENT: u32 = 1024;
 
 /// A uniformly random duration in `[low, high]`, at nanosecond resolution.
 fn uniform(rng: &mut fastrand::Rng, low: Duration, high: Duration) -> Duration {
@@ -203,6 +223,40 @@ mod tests {
         assert_eq!(b.worst_case_total(2), ms(1500));
     }
 
+    /// The sum term by term, as the ceiling is defined: what the closed form must equal.
+    fn linear_total(b: &Backoff, retries: u32) -> Duration {
+        (1..=retries)
+            .map(|r| match b.jitter {
+                Jitter::Full => b.ceiling(r),
+                Jitter::Decorrelated => b.ceiling(r + 1).max(b.initial.min(b.max_backoff)),
+            })
+            .fold(Duration::ZERO, Duration::saturating_add)
+    }
+
+    /// Any number of retries a program may ask about, up to `u32::MAX`, is answered at once
+    /// (the term-by-term sum took minutes there) and exactly.
+    #[test]
+    fn worst_case_total_of_any_number_of_retries_is_exact() {
+        let b = Backoff::new()
+            .with_initial(ms(500))
+            .with_max_backoff(Duration::from_secs(1));
+        // 500 ms, then the 1 s cap for every other retry.
+        let expect = Duration::from_secs(u64::from(u32::MAX) - 1) + ms(500);
+        assert_eq!(b.worst_case_total(u32::MAX), expect);
+        let decorrelated = b.with_jitter(Jitter::Decorrelated);
+        assert_eq!(
+            decorrelated.worst_case_total(u32::MAX),
+            Duration::from_secs(u64::from(u32::MAX))
+        );
+        // A multiplier that never reaches the cap: the initial delay every time.
+        let flat = b.with_multiplier(1.0);
+        assert_eq!(flat.worst_case_total(u32::MAX), ms(500) * u32::MAX);
+        let huge = b
+            .with_max_backoff(Duration::MAX)
+            .with_initial(Duration::MAX);
+        assert_eq!(huge.worst_case_total(u32::MAX), Duration::MAX);
+    }
+
     #[test]
     fn same_seed_same_delays() {
         let b = Backoff::new();
@@ -225,6 +279,25 @@ mod tests {
             let d = b.delay(retry, Duration::ZERO, &mut fastrand::Rng::with_seed(seed));
             prop_assert!(d <= b.ceiling(retry));
             prop_assert!(d <= ms(cap_ms));
+        }
+
+        /// The closed form equals the term-by-term sum, across the exponent the ceiling
+        /// stops growing at (1,024), for any multiplier (below 1 and NaN included) and
+        /// durations up to `Duration::MAX`.
+        #[test]
+        fn worst_case_total_equals_the_sum_of_its_ceilings(
+            retries in prop_oneof![0u32..8, 1_000u32..1_100, 0u32..3_000],
+            initial_ns in prop_oneof![1u64..10_000_000_000, Just(0), Just(u64::MAX)],
+            cap_ns in prop_oneof![1u64..10_000_000_000, Just(0), Just(u64::MAX)],
+            mult in prop_oneof![1.0f64..1.01, 1.01f64..10.0, Just(0.5), Just(f64::NAN), Just(f64::INFINITY)],
+            max_initial: bool,
+            decorrelated: bool,
+        ) {
+            let initial = if max_initial { Duration::MAX } else { Duration::from_nanos(initial_ns) };
+            let jitter = if decorrelated { Jitter::Decorrelated } else { Jitter::Full };
+            let b = Backoff::new().with_initial(initial).with_multiplier(mult)
+                .with_max_backoff(Duration::from_nanos(cap_ns)).with_jitter(jitter);
+            prop_assert_eq!(b.worst_case_total(retries), linear_total(&b, retries));
         }
 
         #[test]

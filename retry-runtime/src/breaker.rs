@@ -53,11 +53,16 @@ pub struct BreakerConfig {
     pub min_attempts: u32,
     /// How long an attempt counts.
     pub window: Duration,
-    /// How long the breaker stays open before probing.
+    /// How long the breaker stays open before probing (above zero, at most 2^64 ns: about 584
+    /// years, as long as its clock counts).
     pub open_for: Duration,
     /// Probe attempts let through while half-open; all must succeed to close.
     pub half_open_probes: u32,
 }
+
+/// The longest `open_for` the breaker's clock can count: it keeps times as nanoseconds in a
+/// `u64`.
+const MAX_OPEN_FOR: Duration = Duration::from_nanos(u64::MAX);
 
 impl Default for BreakerConfig {
     fn default() -> Self {
@@ -108,6 +113,15 @@ impl BreakerConfig {
             v.push((
                 "breaker.open_for",
                 "breaker open_for must be above zero: use 5s".to_owned(),
+            ));
+        } else if self.open_for > MAX_OPEN_FOR {
+            v.push((
+                "breaker.open_for",
+                format!(
+                    "breaker open_for {:?} is longer than the breaker's clock counts (2^64 ns, \
+                     about 584 years): use 5s",
+                    self.open_for
+                ),
             ));
         }
         if self.half_open_probes == 0 {
@@ -348,7 +362,9 @@ impl CircuitBreaker {
 
     fn open_elapsed(&self) -> bool {
         let opened = self.opened_at_nanos.load(Ordering::Acquire);
-        self.now_nanos().saturating_sub(opened) >= self.config.open_for.as_nanos() as u64
+        // Validation refuses longer; a breaker built without it stays open rather than wrap.
+        let open_for = u64::try_from(self.config.open_for.as_nanos()).unwrap_or(u64::MAX);
+        self.now_nanos().saturating_sub(opened) >= open_for
     }
 
     /// Asks to start an attempt: `None` means fail fast (open, or half-open with every probe
@@ -482,6 +498,42 @@ mod tests {
             half_open_probes: 2,
             ..BreakerConfig::new()
         })
+    }
+
+    /// An `open_for` longer than the breaker's nanosecond clock can hold is refused by
+    /// validation, located at its key; a breaker built with one anyway stays open (it does not
+    /// wrap round to a fraction of a second).
+    #[tokio::test(start_paused = true)]
+    async fn an_open_for_beyond_the_clock_is_refused_and_never_wraps() {
+        let huge = Duration::from_secs(18_446_744_074);
+        let config = BreakerConfig {
+            open_for: huge,
+            min_attempts: 1,
+            ..BreakerConfig::new()
+        };
+        let errors = crate::Registry::builder()
+            .upstream(
+                "bank",
+                crate::UpstreamConfig::new().with_breaker(Some(config)),
+            )
+            .build()
+            .unwrap_err();
+        assert_eq!(errors.0.len(), 1, "{errors}");
+        assert_eq!(errors.0[0].field, "breaker.open_for", "{errors}");
+        assert_eq!(errors.0[0].upstream, "bank", "{errors}");
+        assert!(errors.0[0].message.contains("584 years"), "{errors}");
+        let longest = BreakerConfig {
+            open_for: Duration::from_nanos(u64::MAX),
+            ..config
+        };
+        assert_eq!(longest.violations(), vec![]);
+
+        let b = CircuitBreaker::new(config);
+        b.record(b.admit().unwrap(), true);
+        assert_eq!(b.state(), BreakerState::Open);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(b.state(), BreakerState::Open, "still open an hour later");
+        assert!(b.admit().is_none());
     }
 
     /// The default: a flaky upstream (half its attempts fail) is left to the retries and their

@@ -215,6 +215,12 @@ impl RetryBudget {
     }
 
     /// [`withdraw`](Self::withdraw) at `now`.
+    ///
+    /// A `now` older than the window the budget already counts (read long before the call)
+    /// is counted at the newest time the budget has seen instead: a withdrawal outside the
+    /// window would otherwise be dropped by it and granted without being paid for. The
+    /// token is then held for a full window from that newer time, never less. One that cannot
+    /// be counted even then (the budget holds counts dated later than now) is refused.
     pub fn withdraw_at(&self, now: tokio::time::Instant) -> bool {
         self.withdraw_in(self.moment(now))
     }
@@ -229,10 +235,18 @@ impl RetryBudget {
         self.balance_milli(at.0) >= 1000
     }
 
-    /// [`withdraw`](Self::withdraw) at a moment already read.
+    /// [`withdraw`](Self::withdraw) at a moment already read (see
+    /// [`withdraw_at`](Self::withdraw_at) for one older than the window).
     pub(crate) fn withdraw_in(&self, at: Moment) -> bool {
-        let epoch = at.0;
-        self.withdrawals.add(epoch, 1);
+        let mut epoch = at.0;
+        if !self.withdrawals.add(epoch, 1) {
+            // The window moved past `at`: count it at the newest time the budget has seen.
+            epoch = self.withdrawals.head().max(self.epoch());
+            if !self.withdrawals.add(epoch, 1) {
+                // Counts newer still (dated in the future): refused, never granted unpaid.
+                return false;
+            }
+        }
         if self.balance_milli(epoch) >= 0 {
             return true;
         }

@@ -468,6 +468,18 @@ mod tests {
         ]
     }
 
+    /// `retry_window` is public: any `max_attempts`, up to `u32::MAX`, is answered at once and
+    /// saturates (validation refuses it, but a caller may ask first).
+    #[test]
+    fn the_retry_window_of_any_max_attempts_is_answered() {
+        let c = UpstreamConfig::new().with_max_attempts(u32::MAX);
+        // 500 ms, then the 1 s cap, for u32::MAX - 1 retries; a 1 s timeout for every attempt.
+        let backoffs = Duration::from_secs(u64::from(u32::MAX) - 2) + Duration::from_millis(500);
+        let attempts = Duration::from_secs(u64::from(u32::MAX));
+        assert_eq!(c.retry_window(), backoffs + attempts);
+        assert_eq!(c.violations()[0].field, "max_attempts");
+    }
+
     #[test]
     fn window_above_five_seconds_is_refused() {
         let c = UpstreamConfig::new().with_attempt_timeout(Duration::from_secs(2));

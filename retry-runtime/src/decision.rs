@@ -11,7 +11,8 @@ use crate::category::{PermanentCategory, Pushback, Rejection};
 pub enum Decision {
     /// Retry after `delay`.
     Retry {
-        /// How long to wait first (already bounded by `Retry-After`, max backoff and deadline).
+        /// How long to wait first: the jittered backoff, at least the server's `Retry-After`,
+        /// within the deadline.
         delay: Duration,
         /// Why the failure is retryable.
         reason: RetryReason,

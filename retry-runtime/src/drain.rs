@@ -2,7 +2,10 @@
 //!
 //! A retry started during shutdown holds a worker and a connection for another backoff and
 //! attempt the process may not live to finish. Draining lets in-flight attempts complete but
-//! denies every further retry with [`DenyReason::RuntimeDraining`](crate::DenyReason).
+//! denies every further retry with [`DenyReason::RuntimeDraining`](crate::DenyReason): the
+//! decision reads the switch, a backoff wakes when it flips, and a retry reads it again as the
+//! last step before its attempt begins (after a credentials refresh, or a wait for a bulkhead
+//! slot), so no retry begins after [`Drain::start`] returns.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +38,8 @@ impl Drain {
         GLOBAL.get_or_init(Drain::new)
     }
 
-    /// Starts draining: every later retry decision is denied.
+    /// Starts draining: every later retry decision is denied, and no retry that has not begun
+    /// its attempt by the time this returns begins it.
     pub fn start(&self) {
         if !self.inner.flag.swap(true, Ordering::AcqRel) {
             self.inner.started.notify_waiters();

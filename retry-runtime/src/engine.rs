@@ -236,11 +236,15 @@ pub fn status_rule(ctx: &Context<'_>, status: u16) -> Result<RetryReason, Decisi
     }
 }
 
-/// The delay before the retry: `Retry-After` when the server sent one, else the jittered
-/// backoff. Denied with [`DenyReason::Deadline`] when waiting would leave less than the minimum
-/// attempt budget, and with [`DenyReason::RetryAfterBeyondWindow`] when the server asks for a
-/// wait beyond the in-memory window (a deadline inherited from a scope may be longer than the
-/// window; no single wait in memory is).
+/// The delay before the retry: the jittered backoff, or the server's `Retry-After` when that is
+/// longer. The hint is a floor (RFC 9110 §10.2.3: how long the client ought to wait), never a
+/// way under the backoff: a server or proxy saying `0` under overload would otherwise get
+/// every client's retry at once, unjittered. (AWS's SDKs clamp `x-amz-retry-after` the same
+/// way, to no less than the computed backoff.) Denied with [`DenyReason::Deadline`] when
+/// waiting would leave less than the minimum attempt budget, and with
+/// [`DenyReason::RetryAfterBeyondWindow`] when the server asks for a wait beyond the
+/// in-memory window (a deadline inherited from a scope may be longer than the window; no
+/// single wait in memory is).
 fn delay(
     ctx: &Context<'_>,
     f: &Failure,
@@ -254,17 +258,17 @@ fn delay(
     if reason == RetryReason::RefreshAuth {
         return Ok(Duration::ZERO);
     }
-    match f.retry_after {
-        // A server's hint is a floor, never a reason to retry past the deadline.
-        Some(hint) if hint > room => Err(DenyReason::Deadline),
-        Some(hint) if hint > MAX_IN_MEMORY_WINDOW => Err(DenyReason::RetryAfterBeyondWindow),
-        Some(hint) => Ok(hint),
-        None => Ok(ctx
-            .backoff
-            .delay(ctx.attempt, ctx.previous_delay, rng)
-            .min(room)
-            .min(MAX_IN_MEMORY_WINDOW)),
-    }
+    // A server's hint is a floor, never a reason to retry past the deadline.
+    let floor = match f.retry_after {
+        Some(hint) if hint > room => return Err(DenyReason::Deadline),
+        Some(hint) if hint > MAX_IN_MEMORY_WINDOW => {
+            return Err(DenyReason::RetryAfterBeyondWindow);
+        }
+        Some(hint) => hint,
+        None => Duration::ZERO,
+    };
+    let backoff = ctx.backoff.delay(ctx.attempt, ctx.previous_delay, rng);
+    Ok(backoff.min(room).min(MAX_IN_MEMORY_WINDOW).max(floor))
 }
 
 #[cfg(test)]

@@ -25,6 +25,10 @@ pub enum KeyError {
     TooLong(usize),
     /// The key holds a byte not allowed in an HTTP header value (CR, LF, NUL, other controls).
     NotAHeaderValue,
+    /// The key begins or ends with a space or a tab (or is nothing else), which HTTP strips
+    /// from a header value (RFC 9110 §5.5): the upstream would receive another key than the
+    /// one the caller holds, empty or the same as a key without the whitespace.
+    Whitespace,
     /// A durable replay computed a key other than the one stored with its task: the key
     /// expression does not depend on the arguments alone (a clock, a random UUID), so each
     /// replay would be a new write.
@@ -37,6 +41,7 @@ impl fmt::Display for KeyError {
             KeyError::Empty => f.write_str("the idempotency key is empty: derive it from the operation (e.g. UUID v5 of order id + operation)"),
             KeyError::TooLong(n) => write!(f, "the idempotency key is {n} bytes, above 255: use a UUID"),
             KeyError::NotAHeaderValue => f.write_str("the idempotency key contains control characters (CR, LF, ...) that cannot go in a header: use a UUID"),
+            KeyError::Whitespace => f.write_str("the idempotency key begins or ends with whitespace, which HTTP strips from header values, so the upstream would see another key: trim it, or use a UUID"),
             KeyError::ChangedOnReplay => f.write_str("the idempotency key of this durable replay differs from the one its task was queued with: derive the key from the call's arguments only (never a clock or a random UUID), so every replay is the same write"),
         }
     }
@@ -48,7 +53,8 @@ impl IdempotencyKey {
     /// The longest key accepted, in bytes.
     pub const MAX_LEN: usize = 255;
 
-    /// Validates `key`: non-empty, at most 255 bytes, a valid visible header value.
+    /// Validates `key`: non-empty, at most 255 bytes, a valid header value that HTTP sends
+    /// unchanged (no control bytes, no space or tab at either end).
     pub fn new(key: impl Into<Arc<str>>) -> Result<Self, KeyError> {
         let key: Arc<str> = key.into();
         if key.is_empty() {
@@ -62,6 +68,9 @@ impl IdempotencyKey {
             .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
         {
             return Err(KeyError::NotAHeaderValue);
+        }
+        if key.trim_matches([' ', '\t']).len() != key.len() {
+            return Err(KeyError::Whitespace);
         }
         Ok(IdempotencyKey(key))
     }
@@ -146,6 +155,20 @@ mod tests {
             Err(KeyError::NotAHeaderValue)
         );
         assert_eq!(IdempotencyKey::new("a\0b"), Err(KeyError::NotAHeaderValue));
+    }
+
+    /// HTTP strips the whitespace around a header value (RFC 9110 §5.5): the upstream would
+    /// receive an empty key, or one that collides with the key without it.
+    #[test]
+    fn keys_that_http_would_trim_are_refused() {
+        for key in ["   ", "\t", " k-1 ", " k-1", "k-1\t"] {
+            let refused = IdempotencyKey::new(key).map(|k| k.as_str().to_owned());
+            assert!(
+                matches!(&refused, Err(e) if e.to_string().contains("whitespace")),
+                "{key:?}: {refused:?}"
+            );
+        }
+        assert_eq!(IdempotencyKey::new("k 1").unwrap().as_str(), "k 1");
     }
 
     #[test]

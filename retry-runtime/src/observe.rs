@@ -27,11 +27,13 @@
 //!   calls fail and by `record_gauges`. The throttle's state changes are also tracing events
 //!   (target `retry_runtime::throttle`, field `state`: `throttling` or `open`).
 //!
-//! The gauges are set as calls retry or end, so between calls they show the last value set,
-//! not the state now: a budget refills as its window slides (every call deposits, but reading
-//! the balance costs every call a pass over the window, which the happy path does not pay).
-//! Call [`Registry::record_gauges`](crate::Registry::record_gauges) where metrics are scraped (or on a timer) so both gauges
-//! show every upstream's state when read.
+//! The gauges are set as calls retry, hedge or end, so between calls they show the last value
+//! set, not the state now: a budget refills as its window slides (every call deposits, but
+//! reading the balance costs every call a pass over the window, which the happy path does not
+//! pay). Call [`Registry::record_gauges`](crate::Registry::record_gauges) where metrics are
+//! scraped (or on a timer) so both gauges show every upstream's state when read. An upstream a
+//! reload removed reads 0 on both from the next `record_gauges` on: the `metrics` facade has no
+//! way to delete a series.
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
@@ -283,6 +285,19 @@ pub(crate) fn set_budget_gauge(upstream: &str, budget: &RetryBudget) {
         .set(budget.available() as f64);
 }
 
+/// Both gauges of an upstream a reload removed, at zero: the `metrics` facade cannot delete a
+/// series, and its last values would otherwise be scraped for ever as if it were still there.
+pub(crate) fn clear_gauges(upstream: &str) {
+    #[cfg(feature = "metrics")]
+    for name in [
+        "retry.budget.available",
+        "retry.breaker.state",
+        "retry.throttle.refusal_probability",
+    ] {
+        metrics::gauge!(name, "upstream" => upstream.to_owned()).set(0.0);
+    }
+}
+
 /// The breaker's state as a gauge: 0 closed, 1 half-open, 2 open (read only when metrics are
 /// compiled in).
 pub(crate) fn breaker_state(upstream: &str, breaker: &CircuitBreaker) {
@@ -320,10 +335,11 @@ pub(crate) fn rotation_retried(upstream: &str) {
     metrics::counter!("retry.rotation_retries", "upstream" => upstream.to_owned()).increment(1);
 }
 
-/// A hedge sent.
-pub(crate) fn hedged(upstream: &str) {
+/// A hedge sent; it spent a budget token as a retry does, so the budget gauge is set too.
+pub(crate) fn hedged(upstream: &str, budget: &RetryBudget) {
     #[cfg(feature = "metrics")]
     metrics::counter!("retry.hedges", "upstream" => upstream.to_owned()).increment(1);
+    set_budget_gauge(upstream, budget);
 }
 
 /// Copies cancelled because another answered first.

@@ -205,6 +205,12 @@ impl Counter {
         }
     }
 
+    /// The newest epoch whose window the slots hold: a count at it is never dropped (until
+    /// time moves a window further).
+    pub(crate) fn head(&self) -> u64 {
+        self.head.load(Ordering::Acquire)
+    }
+
     /// Takes one back from this epoch's count. A no-op when the epoch counted nothing.
     pub(crate) fn sub_one(&self, epoch: u64) {
         let tag = epoch & EPOCH_MASK;

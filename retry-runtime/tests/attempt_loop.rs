@@ -193,7 +193,7 @@ async fn same_seed_gives_the_same_schedule() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn retry_after_is_honoured_exactly() {
+async fn a_retry_after_above_the_backoff_is_the_delay() {
     let reg = registry(UpstreamConfig::new());
     let (starts, _) = starts_of_failing_call(&reg, || Fail {
         retry_after: Some(Duration::from_secs(1)),
@@ -203,6 +203,25 @@ async fn retry_after_is_honoured_exactly() {
     assert_eq!(starts.len(), 3);
     assert_eq!(starts[1] - starts[0], Duration::from_secs(1));
     assert_eq!(starts[2] - starts[1], Duration::from_secs(1));
+}
+
+/// `Retry-After` is a floor under the backoff, not a replacement for it: a 429 saying `0` (a
+/// server meaning "now", or a proxy under overload) is retried after the same jittered backoff
+/// as one without a hint, never at once.
+#[tokio::test(start_paused = true)]
+async fn retry_after_zero_still_waits_the_backoff() {
+    let gaps = |starts: Vec<Instant>| starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
+    let (hinted, _) = starts_of_failing_call(&registry(UpstreamConfig::new()), || Fail {
+        retry_after: Some(Duration::ZERO),
+        ..Fail::status(429)
+    })
+    .await;
+    let (plain, _) =
+        starts_of_failing_call(&registry(UpstreamConfig::new()), || Fail::status(429)).await;
+    assert_eq!(hinted.len(), 3);
+    let hinted = gaps(hinted);
+    assert!(hinted.iter().all(|gap| !gap.is_zero()), "{hinted:?}");
+    assert_eq!(hinted, gaps(plain), "the backoff the same seed draws");
 }
 
 #[tokio::test(start_paused = true)]

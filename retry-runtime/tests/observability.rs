@@ -657,3 +657,108 @@ fn a_response_without_a_status_warns_unless_the_error_declares_it_permanent() {
         "the error type is named: {out}"
     );
 }
+
+/// A hedge spends a budget token as a retry does, and the budget gauge follows it: the gauge
+/// is not left at the balance from before the hedges.
+#[test]
+fn hedges_refresh_the_budget_gauge() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let capture = Capture::default();
+    let hedge =
+        retry_runtime::hedge::HedgeConfig::after(Duration::from_millis(50)).with_max_copies(3);
+    // No ratio, 1 retry per second over 4 s: 4 tokens, and calls earn none.
+    let budget = retry_runtime::budget::BudgetConfig::new()
+        .with_ratio(0.0)
+        .with_min_per_second(1)
+        .with_window(Duration::from_secs(4));
+    let reg = Registry::builder()
+        .upstream(
+            "up",
+            UpstreamConfig::new()
+                .with_breaker(None)
+                .with_throttle(None)
+                .with_hedge(Some(hedge))
+                .with_budget(budget),
+        )
+        .seed(1)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let gauge = "retry.budget.available{upstream=up}";
+    metrics::with_local_recorder(&capture, || {
+        reg.record_gauges();
+        assert_eq!(capture.get(gauge), 4);
+        // The first two copies are slow; the third (the second hedge) answers.
+        let result: Result<u32, Error> = rt.block_on(
+            Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .hedged()
+                .run(|a| async move {
+                    let wait = if a.number() < 3 { 900 } else { 10 };
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                    Ok(a.number())
+                }),
+        );
+        assert_eq!(result.unwrap(), 3);
+    });
+    assert_eq!(capture.get("retry.hedges{upstream=up}"), 2);
+    let available = reg.upstream("up").unwrap().budget().available();
+    assert_eq!(available, 2, "two hedges, two tokens");
+    assert_eq!(
+        capture.get(gauge),
+        available,
+        "the gauge shows what is left"
+    );
+}
+
+/// An upstream a reload removed is no longer there: `record_gauges` reads its gauges as zero
+/// instead of leaving its last values in every scrape.
+#[test]
+fn record_gauges_zeroes_an_upstream_a_reload_removed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let capture = Capture::default();
+    // Opens on the first failure.
+    let breaker = retry_runtime::breaker::BreakerConfig {
+        min_attempts: 1,
+        ..Default::default()
+    };
+    let gone = UpstreamConfig::new()
+        .with_max_attempts(1)
+        .with_breaker(Some(breaker));
+    let reg = Registry::builder()
+        .upstream("stays", UpstreamConfig::new())
+        .upstream("gone", gone)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let (budget, state) = (
+        "retry.budget.available{upstream=gone}",
+        "retry.breaker.state{upstream=gone}",
+    );
+    metrics::with_local_recorder(&capture, || {
+        let failed: Result<(), Error> = rt.block_on(
+            Retry::in_registry(&reg, "gone")
+                .method(Method::GET)
+                .run(|_| async { Err(timeout()) }),
+        );
+        assert!(failed.is_err());
+        reg.record_gauges();
+        assert_eq!(capture.get(budget), 100, "10/s over 10 s");
+        assert_eq!(capture.get(state), 2, "open");
+
+        reg.replace([("stays".to_owned(), UpstreamConfig::new())])
+            .unwrap();
+        reg.record_gauges();
+    });
+    assert_eq!(capture.get(budget), 0, "a removed upstream has no retries");
+    assert_eq!(capture.get(state), 0, "nor a breaker");
+    assert_eq!(capture.get("retry.budget.available{upstream=stays}"), 100);
+}

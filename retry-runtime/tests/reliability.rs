@@ -24,6 +24,28 @@ async fn a_late_deposit_does_not_erase_newer_deposits() {
     assert_eq!(b.available(), 20, "100 calls at 0.2 earn 20 retries");
 }
 
+/// A withdrawal dated before the window the budget now counts (a caller passing an instant it
+/// read long ago) falls outside the window, which drops the count: it must not be granted
+/// without being counted. It is counted in the newest window instead, so a budget of one
+/// grants one.
+#[tokio::test(start_paused = true)]
+async fn a_stale_withdrawal_is_counted_not_granted_for_free() {
+    let b = RetryBudget::new(
+        BudgetConfig::new()
+            .with_ratio(0.0)
+            .with_min_per_second(1)
+            .with_window(Duration::from_secs(1)),
+    )
+    .unwrap();
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(b.available(), 1, "the floor: 1 per second over 1 s");
+    let stale = tokio::time::Instant::now() - Duration::from_secs(5);
+    let granted = (0..1_000).filter(|_| b.withdraw_at(stale)).count();
+    assert_eq!(granted, 1);
+    assert_eq!(b.available(), 0);
+    assert!(!b.withdraw(), "the stale withdrawal spent the token");
+}
+
 /// A hot reload racing a refresh-hook registration: a writer that built on the snapshot it read
 /// before the other stored its own would silently revert the reload or drop the hook. Every
 /// round here races one reload against one registration, then checks that both took effect.

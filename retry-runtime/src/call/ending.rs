@@ -1,11 +1,11 @@
 //! How a call ends when it does not succeed: a denied retry, an ambiguous write, a reconcile
-//! check's answer, shutdown during the backoff, no time left for an attempt.
+//! check's answer, shutdown before a retry began, no time left for an attempt.
 
 use std::fmt::Display;
 
 use tokio::time::Instant;
 
-use super::{Call, Step};
+use super::{Call, Local, Step};
 use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
 use crate::engine::Safety;
 use crate::observe::CallKind;
@@ -122,24 +122,50 @@ impl Call<'_> {
         Step::Ambiguous { error, ambiguous }
     }
 
-    /// Shutdown started during the backoff: the call ends without another attempt, with the
-    /// outcome the last failure had (ambiguous for a write that may have executed).
+    /// Shutdown started before the retry's attempt began (during its backoff, or after it:
+    /// [`draining_before_retry`](Self::draining_before_retry)): the call ends without it, with
+    /// the outcome the last failure had (ambiguous for a write that may have executed).
     pub(super) fn drained<T, E>(&mut self, failure: &Failure) -> Step<T, E>
     where
         E: Classify + From<Error> + Display,
     {
+        let error = E::from(self.draining_error(failure));
+        // The retry that was granted did not happen (a free rotation retry spent nothing).
+        if !self.rotations.granted_free {
+            self.scope.give_back_retry();
+        }
+        self.stop(DenyReason::RuntimeDraining, error, failure)
+    }
+
+    /// The last check before a retry's attempt begins, after whatever led to it (a backoff, a
+    /// credentials refresh, no delay at all, a wait for a bulkhead slot): once shutdown has
+    /// started, the retry does not begin ([`retry_not_begun`](Self::retry_not_begun)).
+    #[inline]
+    pub(super) fn draining_before_retry(&self) -> bool {
+        self.attempt > 1 && self.registry.drain().is_draining()
+    }
+
+    /// A retry that shutdown stopped before it began (what admitted it goes back as its permit
+    /// drops): the attempt is not counted, and [`settle`](Self::settle) ends the call
+    /// ([`drained`](Self::drained)).
+    #[cold]
+    pub(super) fn retry_not_begun(&mut self) -> Error {
+        self.attempt -= 1;
+        self.local = Local::Draining;
+        self.draining_error(&self.last_failure.unwrap_or(Failure::new(Evidence::NotSent)))
+    }
+
+    /// [`Error::Draining`], after the attempts made so far, the last failing with `failure`.
+    fn draining_error(&self, failure: &Failure) -> Error {
         let last_error = match failure.status {
             Some(status) => format!("status {status}"),
             None => format!("no response ({})", failure.evidence.as_str()),
         };
-        let error = E::from(Error::Draining {
+        Error::Draining {
             upstream: self.upstream.name_arc().clone(),
             attempts: self.attempt,
             last_error,
-        });
-        // The retry that was granted did not happen.
-        self.scope.give_back_retry();
-        self.stop(DenyReason::RuntimeDraining, error, failure)
+        }
     }
 
     /// After a reconcile check answered [`Reconciled::NotHappened`]: the

@@ -252,7 +252,7 @@ impl Call<'_> {
                 "the request is slower than usual: sending another copy"
             )
         });
-        observe::hedged(self.upstream.name());
+        observe::hedged(self.upstream.name(), self.upstream.budget());
     }
 
     /// No hedge was sent, for `reason`.

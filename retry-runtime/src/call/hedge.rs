@@ -81,6 +81,11 @@ impl Call<'_> {
             },
             Err(error) => return Err(E::from(error)),
         };
+        // As in `attempt_with`: a retry does not begin once shutdown has started.
+        if self.draining_before_retry() {
+            drop(permit);
+            return Err(E::from(self.retry_not_begun()));
+        }
         let max_copies = hedge.max_copies as usize;
         let mut copies = Vec::with_capacity(max_copies);
         let delay = self.upstream.hedge_delay(attempt.started);

@@ -105,8 +105,9 @@ impl Call<'_> {
 
     /// Runs one attempt: the next attempt (or [`Error::DeadlineExceeded`] when less than the
     /// minimum attempt budget is left), admitted by every local gate, its body made by `make`
-    /// and polled inside the attempt's scope and span until it completes or the attempt
-    /// timeout (clamped to the deadline) cuts it. What the gates lent (the bulkhead slot) goes
+    /// (unless it is a retry and shutdown has started meanwhile: [`Error::Draining`]) and
+    /// polled inside the attempt's scope and span until it completes or the attempt timeout
+    /// (clamped to the deadline) cuts it. What the gates lent (the bulkhead slot) goes
     /// back as soon as the attempt ends, before any backoff.
     pub(crate) async fn attempt_with<T, E, M, F>(&mut self, make: M) -> Result<T, E>
     where
@@ -129,7 +130,12 @@ impl Call<'_> {
             },
             Err(error) => return Err(E::from(error)),
         };
-        // 3. Run the body.
+        // 3. The last step before a retry begins: shutdown may have started since its decision.
+        if self.draining_before_retry() {
+            drop(permit);
+            return Err(E::from(self.retry_not_begun()));
+        }
+        // 4. Run the body.
         let body = make(&attempt);
         self.attempt_started = attempt.started;
         let ends = attempt.ends();
@@ -137,7 +143,7 @@ impl Call<'_> {
         let scope = self.scope.for_attempt();
         let lent = self.sleep.as_mut().map(Pin::as_mut);
         let ended = AttemptFuture::new(Frame::attempt(attempt, scope), ends, lent, body).await;
-        // 4. Its end, told to the gates.
+        // 5. Its end, told to the gates.
         self.end_attempt(ended, permit, self.attempt)
     }
 
@@ -275,6 +281,11 @@ impl Call<'_> {
         if self.local == Local::NoTime {
             return self.out_of_time(error);
         }
+        if self.local == Local::Draining {
+            // The granted retry did not begin: the call ends on the failure that led to it.
+            let last = self.last_failure.unwrap_or(Failure::new(Evidence::NotSent));
+            return self.drained(&last);
+        }
         let failure = self.classify(&error);
         // `max_attempts = 1` turns retries off, rotation retries included.
         let free_rotation = failure.connection_rotated
@@ -298,7 +309,7 @@ impl Call<'_> {
             Local::Refused(rejection) => failure.reject(rejection),
             // Cut by our own timeout: the request may have been sent, whatever the error says.
             Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
-            Local::Nothing | Local::NoTime => {}
+            Local::Nothing | Local::NoTime | Local::Draining => {}
         }
         if self.local != Local::Nothing {
             failure.connection_rotated = false;
@@ -374,6 +385,7 @@ impl Call<'_> {
         if let Err(reason) = self.grant_retry(now.instant, now.budget) {
             return self.stop(reason, error, failure);
         }
+        self.rotations.granted_free = false;
         self.last_failure = Some(*failure);
         self.on_retry(reason, failure, delay);
         // Drop the error (and any response or connection it holds) before waiting: the facts in
@@ -391,7 +403,9 @@ impl Call<'_> {
             return self.drained(failure);
         }
         self.previous_delay = delay;
-        // Everything the retry waited for is done (refresh, backoff): it starts now.
+        // Everything the retry waited for here is done (refresh, backoff). It begins in the next
+        // turn, once admitted (perhaps after waiting for a bulkhead slot), if shutdown has not
+        // started by then (`draining_before_retry`).
         Step::Retry
     }
 }

@@ -31,6 +31,8 @@ use crate::Failure;
 pub(super) struct Rotations {
     /// Free rotation retries granted so far (attempts not counted against the limit).
     pub(super) free: u32,
+    /// Whether the retry granted last was a free one (it spent no allowance to give back).
+    pub(super) granted_free: bool,
     /// The upstream's progress when this call saw its last two rotations (older, newer).
     marks: [Option<u64>; 2],
 }
@@ -51,6 +53,9 @@ impl Call<'_> {
     /// spending nothing.
     pub(super) fn free_rotation_retry<T, E>(&mut self, failure: &Failure) -> Step<T, E> {
         self.rotations.free += 1;
+        self.rotations.granted_free = true;
+        // What the caller is told if the retry cannot begin (shutdown, no time left).
+        self.last_failure = Some(*failure);
         self.on_free_rotation(failure);
         Step::Retry
     }

@@ -29,6 +29,8 @@ pub(super) enum Local {
     Refused(Rejection),
     /// Cut by the attempt timeout: the request may have been sent.
     TimedOut,
+    /// Not started: shutdown began before this retry's attempt did.
+    Draining,
 }
 
 /// One clock read, on the clocks a decision and its retry use (the budget's check and its

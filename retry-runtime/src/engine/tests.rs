@@ -301,6 +301,45 @@ fn retry_after_is_the_delay_and_past_the_deadline_denies() {
     assert_eq!(denied(decide(&tight, &f)), Some(DenyReason::Deadline));
 }
 
+/// `Retry-After` is a floor under the jittered backoff (RFC 9110 §10.2.3: how long the client
+/// ought to wait at least): the larger of the two is the delay.
+#[test]
+fn retry_after_is_a_floor_under_the_backoff() {
+    // Decorrelated jitter between equal bounds: a backoff of exactly 400 ms.
+    let fixed = Backoff::new()
+        .with_initial(ms(400))
+        .with_max_backoff(ms(400))
+        .with_jitter(crate::backoff::Jitter::Decorrelated);
+    let ctx = Context {
+        backoff: Box::leak(Box::new(fixed)),
+        ..open()
+    };
+    for (hint, delay) in [(0, 400), (100, 400), (400, 400), (1000, 1000)] {
+        let f = Failure::status(429).with_retry_after(ms(hint));
+        assert_eq!(
+            decide(&ctx, &f),
+            Decision::Retry {
+                delay: ms(delay),
+                reason: RetryReason::Status(429)
+            },
+            "Retry-After {hint} ms"
+        );
+    }
+    // A backoff clamped to the room left still waits at least the hint.
+    let clamped = Context {
+        remaining: ms(350),
+        ..ctx
+    };
+    let f = Failure::status(503).with_retry_after(ms(200));
+    assert_eq!(
+        decide(&clamped, &f),
+        Decision::Retry {
+            delay: ms(300),
+            reason: RetryReason::Status(503)
+        }
+    );
+}
+
 #[test]
 fn backoff_is_clamped_to_the_remaining_deadline() {
     let b = Backoff::new()

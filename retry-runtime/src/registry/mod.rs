@@ -154,7 +154,7 @@
 //! At start-up, `Registry::global().load_file("upstreams.toml")` configures the registry that
 //! `#[retry]` and [`Retry::upstream`](crate::Retry::upstream) use.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -379,6 +379,9 @@ pub struct Registry {
     /// other could each build on the snapshot before the other's, and the later store would
     /// silently revert the reload or lose the hook. Readers never take it.
     hooks: Mutex<HashMap<String, Arc<dyn RefreshAuth>>>,
+    /// Upstreams a reload removed and no later one brought back: [`Registry::record_gauges`]
+    /// sets their gauges to zero. Changed under `hooks`' lock, with the snapshot.
+    removed: Mutex<BTreeSet<Arc<str>>>,
     drain: Drain,
     engine: Arc<dyn EligibilityEngine>,
     seed: Option<u64>,
@@ -410,6 +413,7 @@ impl Registry {
             origin: tokio::time::Instant::now(),
             snapshot_number: AtomicU64::new(next_snapshot_number()),
             hooks: Mutex::new(HashMap::new()),
+            removed: Mutex::new(BTreeSet::new()),
             drain: Drain::new(),
             engine: Arc::new(DefaultEngine),
             seed: None,
@@ -468,20 +472,27 @@ impl Registry {
 
     /// Sets the `retry.budget.available` and `retry.breaker.state` gauges of every upstream to
     /// its state now (feature `metrics`; a no-op without it). Call it where metrics are scraped
-    /// (or on a timer): the gauges are otherwise set only as calls retry or end, so a budget
-    /// that refilled since, or a breaker whose open time ran out, would not show. Costs one pass
-    /// over each upstream's window counters and one allocation per upstream name.
+    /// (or on a timer): the gauges are otherwise set only as calls retry, hedge or end, so a
+    /// budget that refilled since, or a breaker whose open time ran out, would not show. Costs
+    /// one pass over each upstream's window counters and the metrics' label per gauge.
+    ///
+    /// An upstream a reload removed reads 0 on both gauges (no retries, no breaker): the
+    /// `metrics` facade cannot delete a series, and its last values would otherwise be
+    /// scraped as if it were still there.
     pub fn record_gauges(&self) {
-        for name in self.names() {
-            if let Ok(upstream) = self.upstream(&name) {
-                crate::observe::set_budget_gauge(&name, upstream.budget());
-                if let Some(breaker) = upstream.breaker() {
-                    crate::observe::breaker_state(&name, breaker);
-                }
-                if let Some(throttle) = upstream.throttle() {
-                    crate::observe::throttle_state(&name, throttle);
-                }
+        let snapshot = self.snapshot.load();
+        for (name, upstream) in &snapshot.upstreams {
+            crate::observe::set_budget_gauge(name, upstream.budget());
+            if let Some(breaker) = upstream.breaker() {
+                crate::observe::breaker_state(name, breaker);
             }
+            if let Some(throttle) = upstream.throttle() {
+                crate::observe::throttle_state(name, throttle);
+            }
+        }
+        let removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        for name in removed.iter() {
+            crate::observe::clear_gauges(name);
         }
     }
 
@@ -582,6 +593,15 @@ impl Registry {
                 }),
             );
         }
+        let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        removed.extend(
+            old.upstreams
+                .keys()
+                .filter(|name| !upstreams.contains_key(&***name))
+                .cloned(),
+        );
+        removed.retain(|name| !upstreams.contains_key(&**name));
+        drop(removed);
         self.swap_in(Snapshot { upstreams });
         drop(hooks);
         tracing::info!(target: "retry_runtime::registry", upstreams = ?self.names(), "registry loaded");
