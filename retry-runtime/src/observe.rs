@@ -285,7 +285,7 @@ pub(crate) fn set_budget_gauge(upstream: &str, budget: &RetryBudget) {
         .set(budget.available() as f64);
 }
 
-/// Both gauges of an upstream a reload removed, at zero: the `metrics` facade cannot delete a
+/// The gauges of an upstream a reload removed, at zero: the `metrics` facade cannot delete a
 /// series, and its last values would otherwise be scraped for ever as if it were still there.
 pub(crate) fn clear_gauges(upstream: &str) {
     #[cfg(feature = "metrics")]
