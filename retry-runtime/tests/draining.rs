@@ -48,9 +48,11 @@ impl Classify for Fail {
     }
 }
 
+/// The throttle is tested on its own: these tests script failures to reach a retry, which it
+/// would refuse at random.
 fn registry(config: UpstreamConfig) -> Registry {
     Registry::builder()
-        .upstream("up", config.with_breaker(None))
+        .upstream("up", config.with_breaker(None).with_throttle(None))
         .seed(42)
         .build()
         .unwrap()
