@@ -66,7 +66,8 @@
 //!
 //! Without the macro: [`Retry::upstream`]. Across services: [`propagation`] headers and the
 //! `retry_runtime::tower` layers (feature `tower`). For outages longer than the in-memory
-//! window: the durable queue (features `durable-sqlite`, `durable-postgres`).
+//! window: `#[retry(durable = ...)]` (feature `durable`) and the
+//! [`retry-durable`](https://docs.rs/retry-durable) queue.
 //!
 //! Every rule, its reason and its source: the [`rules`] page. What the library promises when
 //! things go wrong, with the test behind each promise: the [`guarantees`] page. What it reports (spans, events, metrics): the [`observability`] page.
@@ -110,6 +111,8 @@ mod decision;
 mod drain;
 mod error;
 mod evidence;
+#[cfg(feature = "durable")]
+mod hand_off;
 mod key;
 mod latency;
 mod macro_support;
@@ -253,7 +256,7 @@ pub mod __private {
         () => {
             ::core::compile_error!(
                 "`#[retry(durable = ...)]` needs the durable queue: enable retry-runtime's \
-                 `durable-sqlite` or `durable-postgres` feature"
+                 `durable` feature and add the `retry-durable` crate"
             );
         };
     }

@@ -21,8 +21,9 @@ pub struct CallSite {
     pub(crate) upstream: &'static str,
     pub(crate) method: http::Method,
     pub(crate) operation: &'static str,
-    /// `durable = ...`: the attempts end [`HAND_OFF_RESERVE`] before the deadline.
-    pub(crate) durable: bool,
+    /// Time kept back from the deadline for the end of the call: a durable call's hand-off
+    /// (see `CallSite::durable`), zero otherwise.
+    pub(crate) reserve: Duration,
     last: ArcSwapOption<Found>,
 }
 
@@ -32,12 +33,6 @@ struct Found {
     snapshot: u64,
     upstream: Arc<Upstream>,
 }
-
-/// How long before its deadline a durable call stops its in-memory attempts, so that writing
-/// it to the durable queue ends while its caller still waits: a hand-off the caller no longer
-/// waits for reaches it as a timeout, and a keyed write that timed out is reported as unknown
-/// instead of deferred.
-pub const HAND_OFF_RESERVE: Duration = Duration::from_millis(100);
 
 impl CallSite {
     /// A call site of `upstream`, sending `method`, naming its own scope `operation`.
@@ -50,14 +45,20 @@ impl CallSite {
             upstream,
             method,
             operation,
-            durable: false,
+            reserve: Duration::ZERO,
             last: ArcSwapOption::const_empty(),
         }
     }
 
-    /// A call site of a `durable = ...` function: see [`HAND_OFF_RESERVE`].
+    /// A call site of a `durable = ...` function: its attempts end `HAND_OFF_RESERVE` before
+    /// the deadline. (Without the `durable` feature the expansion is refused before this
+    /// matters, with a message naming the feature.)
+    #[cfg_attr(not(feature = "durable"), allow(unused_mut))]
     pub const fn durable(mut self) -> Self {
-        self.durable = true;
+        #[cfg(feature = "durable")]
+        {
+            self.reserve = crate::hand_off::HAND_OFF_RESERVE;
+        }
         self
     }
 

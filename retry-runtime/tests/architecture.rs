@@ -1,7 +1,7 @@
-//! The runtime's modules form the layered, acyclic picture drawn in `ARCHITECTURE.md`: every
-//! file of `retry-runtime/src` is on one layer there, and imports only from layers below its
-//! own. A new import that points up (the start of a cycle) or a file left out of the picture
-//! fails this test, so the picture stays true.
+//! The modules of `retry-runtime` and of `retry-durable` form the layered, acyclic pictures
+//! drawn in `ARCHITECTURE.md`: every file of each crate's `src` is on one layer there, and
+//! imports only from layers below its own. A new import that points up (the start of a cycle)
+//! or a file left out of the picture fails this test, so the pictures stay true.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -9,14 +9,37 @@ use std::path::{Path, PathBuf};
 /// A file's module path inside the crate: `call`, `http/send`, `http` (for `http/mod.rs`).
 type Node = String;
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// A crate of the workspace: its `src` and the name of its block in `ARCHITECTURE.md`.
+#[derive(Clone, Copy)]
+struct Crate {
+    dir: &'static str,
+    block: &'static str,
+}
+
+const RUNTIME: Crate = Crate {
+    dir: "retry-runtime",
+    block: "layers",
+};
+
+const DURABLE: Crate = Crate {
+    dir: "retry-durable",
+    block: "layers retry-durable",
+};
+
+impl Crate {
+    fn src(self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(self.dir)
+            .join("src")
+    }
 }
 
 /// Every source file but `lib.rs` and unit-test files, by node.
-fn files() -> BTreeMap<Node, PathBuf> {
+fn files(krate: Crate) -> BTreeMap<Node, PathBuf> {
+    let src = krate.src();
     let mut out = BTreeMap::new();
-    let mut dirs = vec![src()];
+    let mut dirs = vec![src.clone()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
@@ -25,7 +48,7 @@ fn files() -> BTreeMap<Node, PathBuf> {
                 continue;
             }
             let rel = path
-                .strip_prefix(src())
+                .strip_prefix(&src)
                 .unwrap()
                 .to_string_lossy()
                 .replace('\\', "/");
@@ -150,8 +173,8 @@ fn resolve(
 }
 
 /// `pub use module::{A, B};` lines of `lib.rs`: root item -> module.
-fn root_items() -> BTreeMap<String, String> {
-    let lib = code(&src().join("lib.rs"));
+fn root_items(krate: Crate) -> BTreeMap<String, String> {
+    let lib = code(&krate.src().join("lib.rs"));
     let mut out = BTreeMap::new();
     for line in lib.lines() {
         let Some(rest) = line.trim().strip_prefix("pub use ") else {
@@ -175,9 +198,9 @@ fn root_items() -> BTreeMap<String, String> {
 }
 
 /// What each file imports.
-fn graph() -> BTreeMap<Node, BTreeSet<Node>> {
-    let files = files();
-    let roots = root_items();
+fn graph(krate: Crate) -> BTreeMap<Node, BTreeSet<Node>> {
+    let files = files(krate);
+    let roots = root_items(krate);
     let mut graph = BTreeMap::new();
     for (node, path) in &files {
         let code = code(path);
@@ -210,17 +233,17 @@ fn graph() -> BTreeMap<Node, BTreeSet<Node>> {
     graph
 }
 
-/// The layers drawn in `ARCHITECTURE.md`, bottom (0) first: each line of its `layers` block is
-/// `N  name  files...` (a `dir/*` entry stands for every file of `dir/`).
-fn layers(files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize> {
+/// The layers drawn in `ARCHITECTURE.md` for `krate`, bottom (0) first: each line of its block
+/// is `N  name  files...` (a `dir/*` entry stands for every file of `dir/`).
+fn layers(krate: Crate, files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize> {
     let doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md"))
             .expect("ARCHITECTURE.md at the repository root");
     let block = doc
-        .split("```layers\n")
+        .split(&format!("```{}\n", krate.block))
         .nth(1)
         .and_then(|b| b.split("```").next())
-        .expect("a ```layers block in ARCHITECTURE.md");
+        .unwrap_or_else(|| panic!("a ```{} block in ARCHITECTURE.md", krate.block));
     let mut out = BTreeMap::new();
     for line in block.lines().filter(|l| !l.trim().is_empty()) {
         let mut words = line.split_whitespace();
@@ -236,7 +259,8 @@ fn layers(files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize> {
                 None => {
                     assert!(
                         files.contains_key(word),
-                        "ARCHITECTURE.md names `{word}`, which is not a file of src"
+                        "ARCHITECTURE.md names `{word}`, which is not a file of {}/src",
+                        krate.dir
                     );
                     out.insert(word.to_owned(), level);
                 }
@@ -246,15 +270,16 @@ fn layers(files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize> {
     out
 }
 
-#[test]
-fn every_import_points_down_the_layers_of_architecture_md() {
-    let files = files();
-    let layers = layers(&files);
-    let graph = graph();
+/// Fails naming every import of `krate` that does not point down its layers.
+fn assert_layered(krate: Crate) {
+    let files = files(krate);
+    let layers = layers(krate, &files);
+    let graph = graph(krate);
     let missing: Vec<_> = files.keys().filter(|f| !layers.contains_key(*f)).collect();
     assert!(
         missing.is_empty(),
-        "files not drawn in ARCHITECTURE.md: {missing:?}"
+        "files of {} not drawn in ARCHITECTURE.md: {missing:?}",
+        krate.dir
     );
     let mut upward = Vec::new();
     for (node, deps) in &graph {
@@ -269,15 +294,78 @@ fn every_import_points_down_the_layers_of_architecture_md() {
     }
     assert!(
         upward.is_empty(),
-        "imports that do not point down:\n{}",
+        "imports of {} that do not point down:\n{}",
+        krate.dir,
         upward.join("\n")
     );
 }
 
 #[test]
+fn every_import_points_down_the_layers_of_architecture_md() {
+    assert_layered(RUNTIME);
+}
+
+#[test]
+fn the_durable_queue_is_layered_too() {
+    assert_layered(DURABLE);
+}
+
+/// Each file's edges collapsed to its top-level module (`registry/durable` -> `registry`).
+fn folder_graph(krate: Crate) -> BTreeMap<Node, BTreeSet<Node>> {
+    let top = |n: &str| n.split('/').next().unwrap_or(n).to_owned();
+    let mut out: BTreeMap<Node, BTreeSet<Node>> = BTreeMap::new();
+    for (node, deps) in graph(krate) {
+        let from = top(&node);
+        let entry = out.entry(from.clone()).or_default();
+        entry.extend(deps.iter().map(|d| top(d)).filter(|d| *d != from));
+    }
+    out
+}
+
+#[test]
+fn the_durable_seam_is_in_no_folder_cycle() {
+    // Layered files cannot form a cycle, but two folders still can (a file of each importing
+    // a file of the other): then neither folder can be understood without the other. The
+    // durable seam is checked here: `durable/` sits above the loop and the registry, and what
+    // the registry and the call site need of it (`hand_off`) sits below them.
+    for (krate, checked) in [
+        (RUNTIME, &["durable", "hand_off"][..]),
+        (
+            DURABLE,
+            &["sql", "sqlite", "postgres", "worker", "queue"][..],
+        ),
+    ] {
+        let graph = folder_graph(krate);
+        let mut cycles = Vec::new();
+        for (from, deps) in graph.iter().filter(|(f, _)| checked.contains(&f.as_str())) {
+            // Reachability from each dependency back to `from`.
+            for dep in deps {
+                let mut seen = BTreeSet::new();
+                let mut todo = vec![dep.clone()];
+                while let Some(n) = todo.pop() {
+                    if !seen.insert(n.clone()) {
+                        continue;
+                    }
+                    todo.extend(graph.get(&n).into_iter().flatten().cloned());
+                }
+                if seen.contains(from) {
+                    cycles.push(format!("{from} -> {dep} -> ... -> {from}"));
+                }
+            }
+        }
+        assert!(
+            cycles.is_empty(),
+            "folders of {} that import each other:\n{}",
+            krate.dir,
+            cycles.join("\n")
+        );
+    }
+}
+
+#[test]
 fn the_reader_finds_real_imports() {
     // Guards the reader itself: a few edges that exist must be found.
-    let graph = graph();
+    let graph = graph(RUNTIME);
     for (from, to) in [
         ("call", "attempt_future"),
         ("call", "call/state"),
@@ -291,6 +379,14 @@ fn the_reader_finds_real_imports() {
             graph[from].contains(to),
             "{from} -> {to} not found: {:?}",
             graph[from]
+        );
+    }
+    let durable = self::graph(DURABLE);
+    for (from, to) in [("worker", "store"), ("sqlite", "sql"), ("replay", "worker")] {
+        assert!(
+            durable[from].contains(to),
+            "{from} -> {to} not found: {:?}",
+            durable[from]
         );
     }
 }

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use retry_runtime::durable::sqlx::{self, AssertSqlSafe};
-use retry_runtime::durable::{
+use retry_durable::sqlx::{self, AssertSqlSafe};
+use retry_durable::{
     DurableQueue, DurableStore, EnqueueOptions, PgStore, PgStoreOptions, SqliteStore, TaskContext,
     Timestamp, Worker, WorkerConfig,
 };

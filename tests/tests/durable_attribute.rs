@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use retry_runtime::durable::{
+use retry_durable::{
     Durable, DurableQueue, DurableStore, ManualClock, Outcome, TaskStatus, Timestamp, Worker,
     WorkerConfig,
 };
@@ -133,13 +133,13 @@ async fn upstream(seen: Arc<Mutex<Seen>>) -> Server {
     .expect("serve")
 }
 
-fn adapter(server: &Server, queue: impl retry_runtime::durable::HandOff) -> Arc<Adapter> {
+fn adapter(server: &Server, queue: impl retry_durable::HandOff) -> Arc<Adapter> {
     adapter_with(server, queue, fast_config())
 }
 
 fn adapter_with(
     server: &Server,
-    queue: impl retry_runtime::durable::HandOff,
+    queue: impl retry_durable::HandOff,
     config: retry_runtime::UpstreamConfig,
 ) -> Arc<Adapter> {
     let registry = Registry::builder()

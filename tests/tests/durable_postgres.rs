@@ -13,8 +13,8 @@
 mod durable_support;
 
 use durable_support::PgDb;
-use retry_runtime::durable::sqlx;
-use retry_runtime::durable::{
+use retry_durable::sqlx;
+use retry_durable::{
     DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore, PgStoreOptions, TaskContext,
     Worker,
 };
@@ -62,19 +62,17 @@ async fn a_queue_from_before_the_key_table_keeps_its_keys() {
         (
             1,
             "task_table",
-            include_str!("../../retry-runtime/src/durable/migrations/postgres/0001_task_table.sql"),
+            include_str!("../../retry-durable/migrations/postgres/0001_task_table.sql"),
         ),
         (
             2,
             "task_output",
-            include_str!(
-                "../../retry-runtime/src/durable/migrations/postgres/0002_task_output.sql"
-            ),
+            include_str!("../../retry-durable/migrations/postgres/0002_task_output.sql"),
         ),
         (
             3,
             "notify",
-            include_str!("../../retry-runtime/src/durable/migrations/postgres/0003_notify.sql"),
+            include_str!("../../retry-durable/migrations/postgres/0003_notify.sql"),
         ),
     ];
     let Some(db) = PgDb::new().await else { return };

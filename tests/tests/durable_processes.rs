@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use durable_support::upstream::{self, Upstream};
 use durable_support::{PgDb, SqliteDb};
-use retry_runtime::durable::{
+use retry_durable::{
     AttemptError, DurableBackoff, DurableQueue, DurableStore, EnqueueOptions, ManualClock, PgStore,
     PgStoreOptions, SqliteStore, TaskContext, TaskStatus, Timestamp, Worker, WorkerConfig,
 };

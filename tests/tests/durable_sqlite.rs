@@ -4,8 +4,8 @@
 mod durable_support;
 
 use durable_support::SqliteDb;
-use retry_runtime::durable::sqlx;
-use retry_runtime::durable::{
+use retry_durable::sqlx;
+use retry_durable::{
     DurableError, DurableQueue, DurableStore, EnqueueOptions, SqliteStore, TaskContext, TaskStatus,
     Worker,
 };

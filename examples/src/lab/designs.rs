@@ -30,7 +30,7 @@ use bytes::Bytes;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
-use retry_runtime::durable::{
+use retry_durable::{
     Durable, DurableBackoff, DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore,
     PgStoreOptions, Replay, SqliteStore, Worker, WorkerConfig,
 };
@@ -235,7 +235,7 @@ pub enum LabQueue {
 
 impl LabQueue {
     /// Tasks not finished yet (pending or running): the backlog.
-    pub async fn outstanding(&self) -> Result<u64, retry_runtime::durable::DurableError> {
+    pub async fn outstanding(&self) -> Result<u64, retry_durable::DurableError> {
         Ok(match self {
             LabQueue::Sqlite(q) => q.counts().await?.outstanding(),
             LabQueue::Postgres(q) => q.counts().await?.outstanding(),
@@ -272,7 +272,7 @@ impl Drop for DurableTier {
                     format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"),
                 );
                 tokio::spawn(async move {
-                    use retry_runtime::durable::sqlx;
+                    use retry_durable::sqlx;
                     let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
                         .execute(store.pool())
                         .await;
@@ -310,7 +310,7 @@ async fn durable_tier(
 ) -> std::io::Result<DurableTier> {
     let n = TIER.fetch_add(1, Ordering::Relaxed);
     let name = format!("retry_lab_{}_{n}", std::process::id());
-    let io = |e: retry_runtime::durable::DurableError| std::io::Error::other(e.to_string());
+    let io = |e: retry_durable::DurableError| std::io::Error::other(e.to_string());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = EnqueueOptions::new().with_max_attempts(LAB_DURABLE_ATTEMPTS);
     let replay = CatalogAdapter::register_durable_replay(adapter);

@@ -400,8 +400,8 @@ pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<Strin
     }
     out.push_str(
         "What helps an outage longer than the in-memory window (at most 5 s by the registry's \
-         rule) is the durable tier (`#[retry(durable = ...)]`, features durable-sqlite and \
-         durable-postgres): the operation is handed to a database task queue with its \
+         rule) is the durable tier (`#[retry(durable = ...)]` and the retry-durable \
+         queue): the operation is handed to a database task queue with its \
          idempotency key and replayed after the outage, without holding the user or a \
          connection. The long-outage scenario measures it.",
     );

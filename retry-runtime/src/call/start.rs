@@ -14,7 +14,7 @@ use crate::engine::Safety;
 use crate::key::IdempotencyKey;
 use crate::registry::{Registry, Upstream};
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
-use crate::site::{CallSite, HAND_OFF_RESERVE};
+use crate::site::CallSite;
 use crate::{Error, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
@@ -51,10 +51,7 @@ impl<'r> CallSpec<'r> {
             key,
             replay: Replayability::Replayable,
             operation: Some(Cow::Borrowed(site.operation)),
-            reserve: match site.durable {
-                true => HAND_OFF_RESERVE,
-                false => Duration::ZERO,
-            },
+            reserve: site.reserve,
         })
     }
 }

@@ -26,11 +26,9 @@ use std::fmt::Display;
 use std::time::Instant;
 
 use super::outcome::{DeferredCall, Durable};
-use super::queue::Deferred;
 use super::replay::ReplayContext;
-use super::task::TaskStatus;
 use crate::call::Call;
-use crate::site::HAND_OFF_RESERVE;
+use crate::hand_off::{Deferred, HAND_OFF_RESERVE, TaskStatus};
 use crate::{Ambiguous, Error};
 
 const TARGET: &str = "retry_runtime::durable";

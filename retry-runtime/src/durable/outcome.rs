@@ -1,5 +1,6 @@
-//! What a `#[retry(durable = ...)]` call answers, and how the application learns the end of a
-//! deferred one: [`Durable`], [`DeferredCall`] and [`Outcome`].
+//! What a `#[retry(durable = ...)]` call answers: [`Durable`], and for a deferred call the
+//! [`DeferredCall`] whose outcome the queue reports later (`retry-durable`'s
+//! `DurableQueue::outcome`).
 //!
 //! A deferred call is not a failure: its work is written to the durable queue and a worker
 //! finishes it later. So it is an `Ok`, a variant of its own beside the result, and the handle
@@ -7,14 +8,8 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-
-use super::error::DurableError;
-use super::queue::{Deferred, DurableQueue};
-use super::store::DurableStore;
-use super::task::{Task, TaskId, TaskStatus};
+use crate::hand_off::{Deferred, TaskId};
 
 /// The answer of a durable call: completed now, or deferred to the durable queue.
 ///
@@ -56,16 +51,17 @@ impl<T> Durable<T> {
 
 /// A call handed to the durable queue: its task, typed with the result a replay will store.
 ///
-/// Look its end up with [`DurableQueue::outcome`], or wait for it with
-/// [`DurableQueue::wait`]; from another process, keep [`task_id`](Self::task_id) and use
-/// [`DurableQueue::outcome_of`].
+/// Look its end up with `retry-durable`'s `DurableQueue::outcome`, or wait for it with
+/// `DurableQueue::wait`; from another process, keep [`task_id`](Self::task_id) and use
+/// `DurableQueue::outcome_of`.
 pub struct DeferredCall<T> {
     deferred: Deferred,
     result: PhantomData<fn() -> T>,
 }
 
 impl<T> DeferredCall<T> {
-    pub(crate) fn new(deferred: Deferred) -> Self {
+    /// The typed handle of `deferred` (the queue's answer to a hand-off).
+    pub fn new(deferred: Deferred) -> Self {
         DeferredCall {
             deferred,
             result: PhantomData,
@@ -115,101 +111,5 @@ impl<T> fmt::Display for DeferredCall<T> {
             "deferred to the durable queue as task {}",
             self.deferred.task_id
         )
-    }
-}
-
-/// Where a deferred call is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<T> {
-    /// Not finished: waiting for its next replay, or being replayed.
-    Pending {
-        /// Durable replays started so far.
-        attempts: u32,
-        /// The last replay's error, if one failed.
-        last_error: Option<String>,
-    },
-    /// A replay completed; its result.
-    Completed(T),
-    /// Given up (a permanent failure, or the last attempt spent): an alert was raised.
-    Failed {
-        /// The last replay's error.
-        last_error: String,
-    },
-    /// Cancelled by an operator.
-    Cancelled,
-}
-
-impl<T> Outcome<T> {
-    /// Whether the call is over (completed, failed or cancelled).
-    pub fn is_final(&self) -> bool {
-        !matches!(self, Outcome::Pending { .. })
-    }
-}
-
-impl<T: DeserializeOwned> Outcome<T> {
-    /// The outcome a task row records. A completed task's output is the replay's result as
-    /// JSON; one that does not decode as `T` is a [`DurableError::BadRow`].
-    pub fn of_task(task: &Task) -> Result<Outcome<T>, DurableError> {
-        Ok(match task.status {
-            TaskStatus::Pending | TaskStatus::Running => Outcome::Pending {
-                attempts: task.retry_count,
-                last_error: task.last_error.clone(),
-            },
-            TaskStatus::Succeeded => {
-                let output = task.output.as_deref().unwrap_or(b"null");
-                let value = serde_json::from_slice(output).map_err(|e| DurableError::BadRow {
-                    backend: "json",
-                    task_id: Some(task.id.0),
-                    column: "output",
-                    detail: format!(
-                        "the stored result does not decode as `{}`: {e}",
-                        std::any::type_name::<T>()
-                    ),
-                })?;
-                Outcome::Completed(value)
-            }
-            TaskStatus::Failed => Outcome::Failed {
-                last_error: task.last_error.clone().unwrap_or_default(),
-            },
-            TaskStatus::Cancelled => Outcome::Cancelled,
-        })
-    }
-}
-
-impl<S: DurableStore> DurableQueue<S> {
-    /// Where the deferred `call` is now.
-    pub async fn outcome<T: DeserializeOwned>(
-        &self,
-        call: &DeferredCall<T>,
-    ) -> Result<Outcome<T>, DurableError> {
-        self.outcome_of(call.task_id()).await
-    }
-
-    /// Where the deferred call carried by `task_id` is now, its result decoded as `T` (for a
-    /// task id kept elsewhere, e.g. returned to a client with `202 Accepted`).
-    pub async fn outcome_of<T: DeserializeOwned>(
-        &self,
-        task_id: TaskId,
-    ) -> Result<Outcome<T>, DurableError> {
-        match self.get(task_id).await? {
-            Some(task) => Outcome::of_task(&task),
-            None => Err(DurableError::NotFound { task_id: task_id.0 }),
-        }
-    }
-
-    /// Waits until the deferred `call` is over (completed, failed or cancelled), looking every
-    /// `poll` (the queue's state lives in the database, which may be shared by processes).
-    pub async fn wait<T: DeserializeOwned>(
-        &self,
-        call: &DeferredCall<T>,
-        poll: Duration,
-    ) -> Result<Outcome<T>, DurableError> {
-        loop {
-            let outcome = self.outcome(call).await?;
-            if outcome.is_final() {
-                return Ok(outcome);
-            }
-            tokio::time::sleep(poll).await;
-        }
     }
 }

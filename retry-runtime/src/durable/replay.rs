@@ -4,7 +4,7 @@
 //!
 //! The macro writes, beside the function, an associated function returning a [`Replay`] for
 //! it (`register_replay(adapter: Arc<Self>)` for `register`); the application registers it
-//! with the worker ([`WorkerBuilder::replay`]). A replay runs the function under a
+//! with the worker (`retry-durable`'s `WorkerBuilder::replay`). A replay runs the function under a
 //! [`ReplayContext`]: when its in-memory retries stop on a transient failure again, the call is
 //! not written to the queue a second time (it is already there) but reported to the worker as
 //! [`AttemptError::Retry`], so the task waits for its durable backoff (exponential, with
@@ -19,12 +19,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::handler::{AttemptError, Handler, HandlerFuture, TaskContext};
 use super::outcome::Durable;
-use super::store::DurableStore;
-use super::task::TaskId;
-use super::worker::WorkerBuilder;
+use super::task::{AttemptError, HandlerFuture, TaskContext};
 use crate::Error;
+use crate::hand_off::TaskId;
 use crate::key::{IdempotencyKey, KeyError};
 
 /// What the replay of one task knows, installed around the adapter function's future.
@@ -263,7 +261,7 @@ impl<T, E> DurableReturn for Result<Durable<T>, E> {
 
 /// Runs the replay of `task`: `call` is the adapter function's future, polled with the
 /// task's replay context installed (so the function, stopping again on a transient failure, reports it to the worker instead of queueing itself again). The result is stored as JSON for
-/// [`DurableQueue::outcome`](super::DurableQueue::outcome).
+/// `retry-durable`'s `DurableQueue::outcome`.
 pub async fn replaying<T, E, F>(task: &TaskContext, call: F) -> Result<Vec<u8>, AttemptError>
 where
     T: Serialize,
@@ -302,9 +300,9 @@ where
 
 type ReplayFn = dyn Fn(TaskContext) -> HandlerFuture + Send + Sync;
 
-/// The durable [`Handler`] of one `#[retry(durable = ...)]` function, written by the macro
-/// (`Adapter::register_replay(adapter)` for `register`). Register it with
-/// [`WorkerBuilder::replay`].
+/// The durable handler of one `#[retry(durable = ...)]` function, written by the macro
+/// (`Adapter::register_replay(adapter)` for `register`). Register it with `retry-durable`'s
+/// `WorkerBuilder::replay`.
 #[derive(Clone)]
 pub struct Replay {
     operation: &'static str,
@@ -339,18 +337,10 @@ impl Replay {
     pub fn operation(&self) -> &'static str {
         self.operation
     }
-}
 
-impl Handler for Replay {
-    fn call(&self, task: TaskContext) -> HandlerFuture {
+    /// Runs one replay of `task`: the function, called with the task's stored arguments.
+    pub fn call(&self, task: TaskContext) -> HandlerFuture {
         (self.run)(task)
-    }
-}
-
-impl<S: DurableStore> WorkerBuilder<S> {
-    /// Registers a `#[retry(durable = ...)]` function's replay under its operation name.
-    pub fn replay(self, replay: Replay) -> Self {
-        self.handler(replay.operation, replay)
     }
 }
 
@@ -359,14 +349,7 @@ mod tests {
     use super::*;
 
     fn task(payload: Vec<u8>) -> TaskContext {
-        TaskContext {
-            task_id: TaskId(7),
-            operation: "sber.register".into(),
-            idempotency_key: "k".into(),
-            payload,
-            attempt: 1,
-            max_attempts: 5,
-        }
+        TaskContext::new(TaskId(7), "sber.register", "k", payload, 1, 5)
     }
 
     fn written(write: impl FnOnce(&mut ArgsWriter)) -> Vec<u8> {

@@ -1,454 +1,125 @@
-//! The task row and the values that describe it.
-//!
-//! A task is one unit of work handed off to the durable queue: an operation name that selects
-//! the handler, the caller's serialized payload, and the idempotency key that every attempt
-//! sends so the upstream can turn a repeated delivery into a replay.
+//! One durable attempt as its handler sees it: the [`TaskContext`] it is given and the
+//! [`AttemptError`] it may answer with. A `#[retry(durable = ...)]` function's
+//! [`Replay`](super::Replay) is such a handler, and so is every handler registered with
+//! `retry-durable`'s worker.
 
+use std::error::Error as StdError;
 use std::fmt;
-use std::str::FromStr;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use super::clock::Timestamp;
-use super::error::DurableError;
+use crate::hand_off::TaskId;
 
-/// The database id of a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TaskId(pub i64);
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// Where a task is in its life.
-///
-/// `pending` → `running` (claimed, lease held) → `succeeded`, or back to `pending` with a later
-/// `next_attempt_at`, or `failed` (permanent error or attempts exhausted). An operator can
-/// requeue a `failed` or `cancelled` task and cancel a `pending` or `failed` one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TaskStatus {
-    /// Waiting for `next_attempt_at`.
-    Pending,
-    /// Claimed by a worker whose lease has not been released.
-    Running,
-    /// An attempt succeeded; the row is kept so a repeated hand-off stays a no-op.
-    Succeeded,
-    /// Given up: permanent error or attempts exhausted. An alert fires once per failure.
-    Failed,
-    /// Cancelled by an operator.
-    Cancelled,
-}
-
-impl TaskStatus {
-    /// Every status, in life-cycle order.
-    pub const ALL: [TaskStatus; 5] = [
-        TaskStatus::Pending,
-        TaskStatus::Running,
-        TaskStatus::Succeeded,
-        TaskStatus::Failed,
-        TaskStatus::Cancelled,
-    ];
-
-    /// The text stored in the `status` column.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Pending => "pending",
-            TaskStatus::Running => "running",
-            TaskStatus::Succeeded => "succeeded",
-            TaskStatus::Failed => "failed",
-            TaskStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl fmt::Display for TaskStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A `status` text that is not one of [`TaskStatus::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownStatus(pub String);
-
-impl fmt::Display for UnknownStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown task status {:?} (expected pending, running, succeeded, failed or cancelled)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownStatus {}
-
-impl FromStr for TaskStatus {
-    type Err = UnknownStatus;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TaskStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.to_owned()))
-    }
-}
-
-/// One row of the task table.
+/// Everything one attempt needs. The idempotency key is the task's, identical on every
+/// attempt: send it upstream (e.g. as the `Idempotency-Key` header) so a repeat after a crash or
+/// a rescued lease is a replay, not a second payment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Task {
-    /// The task's id.
-    pub id: TaskId,
-    /// The operation name; selects the handler.
+pub struct TaskContext {
+    /// The task.
+    pub task_id: TaskId,
+    /// The operation name the handler was registered under.
     pub operation: String,
-    /// The key every attempt sends upstream. Unique together with `operation`.
+    /// The key to send upstream on this and every attempt.
     pub idempotency_key: String,
     /// The caller's serialized request.
     pub payload: Vec<u8>,
-    /// Where the task is in its life.
-    pub status: TaskStatus,
-    /// Attempts started so far, counted when claimed (so a task that crashes its worker every
-    /// time still reaches `failed`).
-    pub retry_count: u32,
-    /// Attempts allowed before the task is failed.
-    pub max_attempts: u32,
-    /// The earliest time the task may be claimed.
-    pub next_attempt_at: Timestamp,
-    /// The worker holding the lease, while `running`.
-    pub locked_by: Option<String>,
-    /// When the lease expires, while `running`.
-    pub locked_until: Option<Timestamp>,
-    /// The last attempt's error.
-    pub last_error: Option<String>,
-    /// The serialized result of the attempt that completed the task (`succeeded` only, and
-    /// only when its handler returned one; see [`TaskOutput`](super::TaskOutput)).
-    pub output: Option<Vec<u8>>,
-    /// When the failure alert was delivered; `None` on a failed task means the alert is owed.
-    pub alerted_at: Option<Timestamp>,
-    /// When the task was handed off.
-    pub created_at: Timestamp,
-    /// The last change.
-    pub updated_at: Timestamp,
-}
-
-/// The raw column values of a task row, before validation. Backends fill it; [`Task::try_from_raw`]
-/// turns bad values into located [`DurableError::BadRow`] errors.
-#[derive(Debug)]
-pub(crate) struct RawTask {
-    pub id: i64,
-    pub operation: String,
-    pub idempotency_key: String,
-    pub payload: Vec<u8>,
-    pub status: String,
-    pub retry_count: i64,
-    pub max_attempts: i64,
-    pub next_attempt_at: i64,
-    pub locked_by: Option<String>,
-    pub locked_until: Option<i64>,
-    pub last_error: Option<String>,
-    pub output: Option<Vec<u8>>,
-    pub alerted_at: Option<i64>,
-    pub created_at: i64,
-    pub updated_at: i64,
-}
-
-impl Task {
-    pub(crate) fn try_from_raw(backend: &'static str, raw: RawTask) -> Result<Task, DurableError> {
-        let bad = |column: &'static str, detail: String| DurableError::BadRow {
-            backend,
-            task_id: Some(raw.id),
-            column,
-            detail,
-        };
-        let status = raw
-            .status
-            .parse::<TaskStatus>()
-            .map_err(|e| bad("status", e.to_string()))?;
-        let retry_count = u32::try_from(raw.retry_count)
-            .map_err(|_| bad("retry_count", format!("{} is not a count", raw.retry_count)))?;
-        let max_attempts = u32::try_from(raw.max_attempts)
-            .ok()
-            .filter(|&n| n >= 1)
-            .ok_or_else(|| {
-                bad(
-                    "max_attempts",
-                    format!("{} is not at least 1", raw.max_attempts),
-                )
-            })?;
-        if raw.idempotency_key.is_empty() {
-            return Err(bad("idempotency_key", "the key is empty".to_owned()));
-        }
-        if status == TaskStatus::Running && (raw.locked_by.is_none() || raw.locked_until.is_none())
-        {
-            return Err(bad(
-                "locked_by",
-                "a running task has no lease owner or expiry".to_owned(),
-            ));
-        }
-        Ok(Task {
-            id: TaskId(raw.id),
-            operation: raw.operation,
-            idempotency_key: raw.idempotency_key,
-            payload: raw.payload,
-            status,
-            retry_count,
-            max_attempts,
-            next_attempt_at: Timestamp::from_unix_millis(raw.next_attempt_at),
-            locked_by: raw.locked_by,
-            locked_until: raw.locked_until.map(Timestamp::from_unix_millis),
-            last_error: raw.last_error,
-            output: raw.output,
-            alerted_at: raw.alerted_at.map(Timestamp::from_unix_millis),
-            created_at: Timestamp::from_unix_millis(raw.created_at),
-            updated_at: Timestamp::from_unix_millis(raw.updated_at),
-        })
-    }
-
-    /// The fence that identifies this claim: completion and failure only apply while the row is
-    /// still `running` under this owner and attempt number.
-    pub fn fence(&self) -> Option<Fence> {
-        Some(Fence {
-            task_id: self.id,
-            owner: self.locked_by.clone()?,
-            attempt: self.retry_count,
-        })
-    }
-}
-
-/// Identifies one claim of one task: `(task, lease owner, attempt)`.
-///
-/// A worker whose lease expired and was rescued still holds its old fence; every write it makes
-/// with it matches no row, so it cannot overwrite the new attempt's result.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Fence {
-    /// The task.
-    pub task_id: TaskId,
-    /// The worker id that claimed it.
-    pub owner: String,
-    /// The attempt number seen at claim (`retry_count` after the increment).
+    /// This attempt's number, from 1 (durable attempts only; in-memory ones are not counted).
     pub attempt: u32,
-}
-
-/// Options for one hand-off.
-///
-/// # Default
-/// - `max_attempts`: 10
-/// - `delay`: zero (the task is due at once)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EnqueueOptions {
-    max_attempts: u32,
-    delay: Duration,
-}
-
-impl Default for EnqueueOptions {
-    fn default() -> Self {
-        EnqueueOptions::new()
-    }
-}
-
-impl EnqueueOptions {
-    /// The defaults listed on the type.
-    pub const fn new() -> Self {
-        EnqueueOptions {
-            max_attempts: 10,
-            delay: Duration::ZERO,
-        }
-    }
-
-    /// Sets how many durable attempts are allowed before the task fails and alerts (at least 1).
-    pub const fn with_max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts;
-        self
-    }
-
-    /// Delays the first durable attempt, e.g. to honour a `Retry-After` the in-memory loop saw.
-    pub const fn with_delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-
-    /// Attempts allowed.
-    pub const fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// Delay before the first attempt.
-    pub const fn delay(&self) -> Duration {
-        self.delay
-    }
-}
-
-/// A validated hand-off, as the store inserts it.
-#[derive(Debug, Clone, Copy)]
-pub struct NewTask<'a> {
-    /// The operation name (non-empty).
-    pub operation: &'a str,
-    /// The idempotency key (non-empty).
-    pub idempotency_key: &'a str,
-    /// The serialized request.
-    pub payload: &'a [u8],
-    /// Attempts allowed (at least 1).
+    /// Attempts allowed before the task fails.
     pub max_attempts: u32,
-    /// When the first attempt is due.
-    pub next_attempt_at: Timestamp,
 }
 
-impl<'a> NewTask<'a> {
-    /// Validates a hand-off: the operation and key must be non-empty and `max_attempts` at least 1.
+impl TaskContext {
+    /// The context of attempt `attempt` (from 1) of `max_attempts` of a task. The worker makes
+    /// it from the claimed row; make one by hand to call a handler in a test.
     pub fn new(
-        operation: &'a str,
-        idempotency_key: &'a str,
-        payload: &'a [u8],
-        options: EnqueueOptions,
-        now: Timestamp,
-    ) -> Result<Self, DurableError> {
-        if operation.trim().is_empty() {
-            return Err(DurableError::EmptyOperation);
-        }
-        if idempotency_key.trim().is_empty() {
-            return Err(DurableError::MissingIdempotencyKey {
-                operation: operation.to_owned(),
-            });
-        }
-        if options.max_attempts == 0 {
-            return Err(DurableError::InvalidConfig {
-                field: "max_attempts",
-                reason: "must be at least 1; a task with no attempts would fail unseen".to_owned(),
-            });
-        }
-        Ok(NewTask {
-            operation,
-            idempotency_key,
+        task_id: TaskId,
+        operation: impl Into<String>,
+        idempotency_key: impl Into<String>,
+        payload: Vec<u8>,
+        attempt: u32,
+        max_attempts: u32,
+    ) -> Self {
+        TaskContext {
+            task_id,
+            operation: operation.into(),
+            idempotency_key: idempotency_key.into(),
             payload,
-            max_attempts: options.max_attempts,
-            next_attempt_at: now.saturating_add(options.delay),
-        })
-    }
-}
-
-/// The answer to a hand-off.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Enqueued {
-    /// The task now in the table: the new one, or the one an earlier hand-off with the same
-    /// `(operation, idempotency_key)` created.
-    pub task: Task,
-    /// `false` when the hand-off was a duplicate and nothing was inserted.
-    pub created: bool,
-}
-
-/// What a lease rescue did to one task whose worker stopped renewing it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rescued {
-    /// The task.
-    pub task_id: TaskId,
-    /// The worker presumed dead.
-    pub previous_owner: String,
-    /// The attempt that was abandoned.
-    pub attempt: u32,
-    /// `Pending` (retried after backoff) or `Failed` (attempts exhausted).
-    pub new_status: TaskStatus,
-}
-
-/// How many tasks are in each status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StatusCounts {
-    /// Waiting.
-    pub pending: u64,
-    /// Leased to a worker.
-    pub running: u64,
-    /// Done.
-    pub succeeded: u64,
-    /// Given up.
-    pub failed: u64,
-    /// Cancelled by an operator.
-    pub cancelled: u64,
-}
-
-impl StatusCounts {
-    /// The count for one status.
-    pub fn get(&self, status: TaskStatus) -> u64 {
-        match status {
-            TaskStatus::Pending => self.pending,
-            TaskStatus::Running => self.running,
-            TaskStatus::Succeeded => self.succeeded,
-            TaskStatus::Failed => self.failed,
-            TaskStatus::Cancelled => self.cancelled,
+            attempt,
+            max_attempts,
         }
     }
 
-    pub(crate) fn add(&mut self, status: TaskStatus, n: u64) {
-        let slot = match status {
-            TaskStatus::Pending => &mut self.pending,
-            TaskStatus::Running => &mut self.running,
-            TaskStatus::Succeeded => &mut self.succeeded,
-            TaskStatus::Failed => &mut self.failed,
-            TaskStatus::Cancelled => &mut self.cancelled,
-        };
-        *slot += n;
-    }
-
-    /// Tasks that still need work (`pending` + `running`).
-    pub fn outstanding(&self) -> u64 {
-        self.pending + self.running
-    }
-
-    /// All tasks.
-    pub fn total(&self) -> u64 {
-        self.pending + self.running + self.succeeded + self.failed + self.cancelled
+    /// Whether a failure of this attempt fails the task.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Why an attempt did not succeed, and whether trying again can help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptError {
+    /// A transient failure (timeout, 5xx, 429, connection reset): try again after backoff.
+    Retry {
+        /// What happened, stored as the task's `last_error`.
+        message: String,
+        /// A minimum wait the upstream asked for (`Retry-After`), capped by the backoff cap.
+        retry_after: Option<Duration>,
+    },
+    /// A failure that repeating cannot fix (a 4xx contract error): the
+    /// task fails at once and alerts.
+    Permanent {
+        /// What happened, stored as the task's `last_error`.
+        message: String,
+    },
+}
 
-    fn raw(status: &str) -> RawTask {
-        RawTask {
-            id: 7,
-            operation: "op".into(),
-            idempotency_key: "k".into(),
-            payload: vec![],
-            status: status.into(),
-            retry_count: 0,
-            max_attempts: 10,
-            next_attempt_at: 0,
-            locked_by: None,
-            locked_until: None,
-            last_error: None,
-            output: None,
-            alerted_at: None,
-            created_at: 0,
-            updated_at: 0,
+impl AttemptError {
+    /// A transient failure.
+    pub fn retry(message: impl Into<String>) -> Self {
+        AttemptError::Retry {
+            message: message.into(),
+            retry_after: None,
         }
     }
 
-    #[test]
-    fn unknown_status_is_a_located_error() {
-        let err = Task::try_from_raw("sqlite", raw("paused")).unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.contains("`status` of task 7"), "{msg}");
-        assert!(msg.contains("\"paused\""), "{msg}");
+    /// A transient failure whose upstream asked to wait at least `after`.
+    pub fn retry_after(message: impl Into<String>, after: Duration) -> Self {
+        AttemptError::Retry {
+            message: message.into(),
+            retry_after: Some(after),
+        }
     }
 
-    #[test]
-    fn negative_count_is_a_located_error() {
-        let mut r = raw("pending");
-        r.retry_count = -1;
-        let msg = Task::try_from_raw("postgres", r).unwrap_err().to_string();
-        assert!(msg.contains("`retry_count` of task 7"), "{msg}");
+    /// A permanent failure.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        AttemptError::Permanent {
+            message: message.into(),
+        }
     }
 
-    #[test]
-    fn empty_key_is_refused() {
-        let err = NewTask::new(
-            "op",
-            " ",
-            b"",
-            EnqueueOptions::new(),
-            Timestamp::from_unix_millis(0),
-        )
-        .unwrap_err();
-        assert!(matches!(err, DurableError::MissingIdempotencyKey { .. }));
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            AttemptError::Retry { message, .. } | AttemptError::Permanent { message } => message,
+        }
     }
 }
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::Retry { message, .. } => write!(f, "transient: {message}"),
+            AttemptError::Permanent { message } => write!(f, "permanent: {message}"),
+        }
+    }
+}
+
+impl StdError for AttemptError {}
+
+/// The boxed future a durable handler returns: the attempt's output (its serialized result,
+/// stored with the task; `None` for none) or why it failed.
+pub type HandlerFuture =
+    Pin<Box<dyn Future<Output = Result<Option<Vec<u8>>, AttemptError>> + Send + 'static>>;

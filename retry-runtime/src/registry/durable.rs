@@ -3,8 +3,7 @@
 use std::sync::{Arc, RwLock};
 
 use super::Registry;
-use crate::durable::hand_off::HandOff;
-use crate::durable::task::EnqueueOptions;
+use crate::hand_off::{EnqueueOptions, HandOff};
 
 /// The queue and the options of each hand-off; read only when a call defers.
 #[derive(Default)]
@@ -17,8 +16,8 @@ impl Registry {
     ///
     /// ```no_run
     /// # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+    /// use retry_durable::{DurableQueue, SqliteStore};
     /// use retry_runtime::Registry;
-    /// use retry_runtime::durable::{DurableQueue, SqliteStore};
     ///
     /// let store = SqliteStore::open("var/retry-queue.sqlite").await?;
     /// Registry::global().set_durable_queue(DurableQueue::new(store));

@@ -8,8 +8,8 @@ pub mod upstream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use retry_runtime::durable::sqlx;
-use retry_runtime::durable::{PgStore, PgStoreOptions, SqliteStore};
+use retry_durable::sqlx;
+use retry_durable::{PgStore, PgStoreOptions, SqliteStore};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 

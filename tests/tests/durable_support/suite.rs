@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retry_runtime::durable::{
+use retry_durable::{
     AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableJitter,
     DurableQueue, DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId,
     TaskStatus, Timestamp, Worker, WorkerConfig,

@@ -4,41 +4,23 @@
 //! with `synchronous = FULL`, so a committed hand-off survives power loss; `NORMAL` would be
 //! faster and could lose the last commits, which for payments is the wrong trade. SQLite has no
 //! `FOR UPDATE SKIP LOCKED`: the claim is a single `UPDATE … WHERE task_id IN (SELECT … LIMIT n)
-//! RETURNING` (one statement for both backends, see [`SqlStore`]), which SQLite runs under its one-writer lock, so two claimers (threads or
+//! RETURNING` (see `queries.rs`), which SQLite runs under its one-writer lock, so two claimers (threads or
 //! processes) can never take the same row. Multi-statement writes use `BEGIN IMMEDIATE` to take
 //! the write lock up front and avoid `SQLITE_BUSY` upgrades.
 
+mod queries;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteQueryResult, SqliteSynchronous};
 use tokio::sync::Notify;
 
-use super::error::DurableError;
-use super::migrate;
-use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements, pool_options};
-use super::store::StoreResult;
-
-static SPELLING: Spelling = Spelling {
-    param: '?',
-    json_rows: "json_each({})",
-    json_texts: "SELECT value FROM json_each({})",
-    id_in: "IN ({})",
-    unhex: "unhex({})",
-    lock: "",
-    begin_write: Some("BEGIN IMMEDIATE"),
-    migration_lock: None,
-    migrations_table: "CREATE TABLE IF NOT EXISTS retry_durable_migrations (
-        version INTEGER PRIMARY KEY, name TEXT NOT NULL,
-        checksum TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
-    migrations: migrate::SQLITE,
-    single_writer: true,
-    keys: Keys::TaskTable,
-};
-
-static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(&SPELLING));
+use crate::error::DurableError;
+use crate::sql::{Dialect, RowsAffected, SqlStore, Statements, pool_options};
+use crate::store::StoreResult;
 
 impl RowsAffected for SqliteQueryResult {
     fn rows(&self) -> u64 {
@@ -48,10 +30,8 @@ impl RowsAffected for SqliteQueryResult {
 
 impl Dialect for Sqlite {
     const BACKEND: &'static str = "sqlite";
-
-    fn statements() -> &'static Statements {
-        &STATEMENTS
-    }
+    const STATEMENTS: &'static Statements = &queries::STATEMENTS;
+    const SINGLE_WRITER: bool = true;
 
     /// Only this process's hand-offs wake its workers; another process's are found by polling.
     async fn listen(
@@ -97,7 +77,7 @@ impl SqliteStoreOptions {
     }
 }
 
-/// A [`DurableStore`](super::DurableStore) in one SQLite file.
+/// A [`DurableStore`](crate::DurableStore) in one SQLite file.
 ///
 /// # Several processes
 ///
@@ -107,9 +87,9 @@ impl SqliteStoreOptions {
 /// waited `busy_timeout` (5 s by default). Nothing is lost: a failed claim claims nothing, and a
 /// result that could not be written leaves the lease to expire and the task to be rescued and
 /// run again (so handlers must be idempotent, as they must be anyway). But the queue stalls with
-/// the slowest process. For several worker processes use PostgreSQL (`durable-postgres`), whose
+/// the slowest process. For several worker processes use PostgreSQL (feature `postgres`), whose
 /// row locks let workers skip each other's tasks; with SQLite, run one worker process (with as
-/// much [`concurrency`](crate::durable::WorkerConfig::with_concurrency) as needed).
+/// much [`concurrency`](crate::WorkerConfig::with_concurrency) as needed).
 pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqlStore<Sqlite> {

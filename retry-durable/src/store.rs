@@ -4,7 +4,7 @@
 //! pinned by the shared conformance suite
 //! ([`tests/tests/durable_support/suite.rs`](https://github.com/retry-rs/retry/blob/main/tests/tests/durable_support/suite.rs)). Policy (backoff, attempt
 //! limits, what counts as permanent) stays in Rust and is passed in, so both backends behave
-//! identically. Every method takes `now` from the caller's [`Clock`](super::Clock) so tests move
+//! identically. Every method takes `now` from the caller's [`Clock`](crate::Clock) so tests move
 //! time instead of sleeping.
 
 use std::future::Future;
@@ -14,16 +14,18 @@ use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tokio::task::AbortHandle;
 
-use super::backoff::DurableBackoff;
-use super::clock::Timestamp;
-use super::error::DurableError;
-use super::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task, TaskId, TaskStatus};
+use crate::backoff::DurableBackoff;
+use crate::clock::Timestamp;
+use crate::error::DurableError;
+use retry_runtime::durable::{TaskId, TaskStatus};
+
+use crate::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task};
 
 /// Result alias for store calls.
 pub type StoreResult<T> = Result<T, DurableError>;
 
 /// A database holding durable tasks. Implemented by
-/// [`SqliteStore`](super::SqliteStore) and [`PgStore`](super::PgStore).
+/// [`SqliteStore`](crate::SqliteStore) and [`PgStore`](crate::PgStore).
 ///
 /// Stores are cheap to clone (they wrap a connection pool).
 pub trait DurableStore: Clone + Send + Sync + 'static {
@@ -215,12 +217,12 @@ pub(crate) fn rescue_decision(
     max_attempts: u32,
     backoff: DurableBackoff,
     now: Timestamp,
-) -> (super::task::TaskStatus, Timestamp) {
+) -> (TaskStatus, Timestamp) {
     if retry_count >= max_attempts {
-        (super::task::TaskStatus::Failed, now)
+        (TaskStatus::Failed, now)
     } else {
         (
-            super::task::TaskStatus::Pending,
+            TaskStatus::Pending,
             now.saturating_add(backoff.wait_after(retry_count, fastrand::f64())),
         )
     }

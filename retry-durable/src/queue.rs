@@ -1,29 +1,16 @@
 //! The hand-off and operations API: [`DurableQueue`].
 //!
-//! The queue is what request-path code and operators use; the [`Worker`](super::Worker) is what
+//! The queue is what request-path code and operators use; the [`Worker`](crate::Worker) is what
 //! drains it. Both wrap the same [`DurableStore`] and read time from a [`Clock`].
 
 use std::sync::Arc;
 
-use super::clock::{Clock, SystemClock};
-use super::error::DurableError;
-use super::store::DurableStore;
-use super::task::{EnqueueOptions, NewTask, StatusCounts, Task, TaskId, TaskStatus};
+use retry_runtime::durable::{Deferred, EnqueueOptions, HandOff, HandOffFuture, TaskId};
 
-/// The answer to a hand-off: the work was accepted for durable retry and will run later.
-///
-/// Return it (or a response built from it, such as `202 Accepted` with the task id) instead of
-/// the in-memory failure: the outcome is unknown now, not failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deferred {
-    /// The task that will carry the work.
-    pub task_id: TaskId,
-    /// `false` when this `(operation, idempotency_key)` was handed off before; the earlier task
-    /// is returned and nothing new was queued.
-    pub created: bool,
-    /// The task's status now (a duplicate hand-off may find it already `succeeded`).
-    pub status: TaskStatus,
-}
+use crate::clock::{Clock, SystemClock};
+use crate::error::DurableError;
+use crate::store::DurableStore;
+use crate::task::{NewTask, StatusCounts, Task};
 
 /// Hand-off and operations on a durable task store.
 #[derive(Clone)]
@@ -49,7 +36,7 @@ impl<S: DurableStore> DurableQueue<S> {
         }
     }
 
-    /// Uses `clock` for every timestamp (tests pass a [`ManualClock`](super::ManualClock)).
+    /// Uses `clock` for every timestamp (tests pass a [`ManualClock`](crate::ManualClock)).
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -154,5 +141,22 @@ impl<S: DurableStore> DurableQueue<S> {
             "task cancelled by an operator"
         );
         Ok(task)
+    }
+}
+
+/// The hand-off a `#[retry(durable = ...)]` call makes: [`DurableQueue::enqueue`].
+impl<S: DurableStore> HandOff for DurableQueue<S> {
+    fn hand_off<'a>(
+        &'a self,
+        operation: &'a str,
+        idempotency_key: &'a str,
+        payload: &'a [u8],
+        options: EnqueueOptions,
+    ) -> HandOffFuture<'a> {
+        Box::pin(async move {
+            self.enqueue(operation, idempotency_key, payload, options)
+                .await
+                .map_err(Into::into)
+        })
     }
 }

@@ -11,7 +11,6 @@
 //! under its single writer lock, so two claimers can never take the same row. Completions are
 //! batched: one fenced `UPDATE … FROM (rows of a JSON array)` completes many tasks.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -21,24 +20,31 @@ use sqlx::{
 };
 use tokio::sync::{Mutex, Notify};
 
-use super::backoff::DurableBackoff;
-use super::clock::Timestamp;
-use super::error::DurableError;
-use super::migrate::{self, MIGRATIONS_TABLE, Migration};
-use super::store::{
+use crate::backoff::DurableBackoff;
+use crate::clock::Timestamp;
+use crate::error::DurableError;
+use crate::migrate::{self, MIGRATIONS_TABLE, Migration};
+use crate::store::{
     Completion, DurableStore, StoreResult, WorkSignal, rescue_decision, rescue_error,
     status_counts, transition_error,
 };
-use super::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task, TaskId};
+use retry_runtime::durable::TaskId;
 
-/// How one database spells the parts of the shared SQL that differ, and how it wakes workers.
-/// Implemented for `sqlx::Sqlite` and `sqlx::Postgres` (behind their features); sealed.
+use crate::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task};
+
+/// A database the store runs on: its SQL, written out in full in one file per backend
+/// (`sqlite/queries.rs`, `postgres/queries.rs`), and how another process's hand-off wakes a
+/// worker. Implemented for `sqlx::Sqlite` and `sqlx::Postgres` (behind their features).
 pub trait Dialect: Driver {
     /// `"sqlite"` or `"postgres"`, for logs and errors.
     const BACKEND: &'static str;
 
-    /// The statements in this dialect, built once from its spelling (a `static` per dialect).
-    fn statements() -> &'static Statements;
+    /// Every statement the store runs, in this database's SQL.
+    const STATEMENTS: &'static Statements;
+
+    /// Whether writes from this process take turns before reaching the database (SQLite has
+    /// one writer: letting them queue in process avoids its sleeping busy handler).
+    const SINGLE_WRITER: bool;
 
     /// Starts telling `wake` when another process hands work off, for as long as the returned
     /// guard lives (PostgreSQL: `LISTEN`); `None` where only this process's hand-offs wake.
@@ -46,51 +52,6 @@ pub trait Dialect: Driver {
         pool: &Pool<Self>,
         wake: Arc<Notify>,
     ) -> impl Future<Output = StoreResult<Option<tokio::task::AbortHandle>>> + Send;
-}
-
-/// The parts of the SQL that differ between databases.
-#[derive(Debug)]
-pub struct Spelling {
-    /// The parameter sigil: `'$'` (`$1`) or `'?'` (`?1`).
-    pub param: char,
-    /// A JSON array parameter as rows with a `value` column; `{}` is the parameter.
-    pub json_rows: &'static str,
-    /// A JSON array of strings parameter as a one-column row set; `{}` is the parameter.
-    pub json_texts: &'static str,
-    /// `task_id` is one of the ids a subquery returns; `{}` is the subquery. (A join would
-    /// let PostgreSQL's planner hash the whole table for a large batch; an id array uses the
-    /// primary key.)
-    pub id_in: &'static str,
-    /// Hex text to bytes; `{}` is the expression.
-    pub unhex: &'static str,
-    /// Appended to a `SELECT` that picks rows to change: row locks that skip locked rows.
-    pub lock: &'static str,
-    /// How a transaction that writes begins (`None`: the driver's plain `BEGIN`).
-    pub begin_write: Option<&'static str>,
-    /// Run first in the migration transaction, to serialise instances starting together.
-    pub migration_lock: Option<&'static str>,
-    /// `CREATE TABLE IF NOT EXISTS retry_durable_migrations (…)`.
-    pub migrations_table: &'static str,
-    /// The migrations, in order.
-    pub migrations: &'static [Migration],
-    /// Whether writes from this process take turns before reaching the database (SQLite has
-    /// one writer: letting them queue in process avoids its sleeping busy handler).
-    pub single_writer: bool,
-    /// Where the `(operation, idempotency_key)` -> `task_id` mapping is kept, and so how a
-    /// task is inserted unless its key exists.
-    pub keys: Keys,
-}
-
-/// Where a dialect keeps the unique `(operation, idempotency_key)` of each task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keys {
-    /// A unique constraint on the task table (SQLite: an update rewrites only the indexes of
-    /// the columns it changes, so the key's index costs nothing after the insert).
-    TaskTable,
-    /// `retry_durable_key`, written once at enqueue (PostgreSQL: an update that is not HOT
-    /// adds an entry to every index of the table, so a key index there would be paid again at
-    /// every claim and completion).
-    KeyTable,
 }
 
 /// How long a pooled connection may sit idle and still be used without a ping first.
@@ -117,199 +78,65 @@ pub(crate) fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
         })
 }
 
-/// The columns every statement returns, in [`decode`]'s order. The counts are `INTEGER` on
-/// PostgreSQL; they are widened so both databases decode them as `i64`.
-const COLS: &str = "task_id, operation, idempotency_key, payload, status, \
-    CAST(retry_count AS BIGINT) AS retry_count, CAST(max_attempts AS BIGINT) AS max_attempts, \
-    next_attempt_at, locked_by, locked_until, last_error, output, alerted_at, created_at, \
-    updated_at";
-
-/// The `WHERE` of a statement on a task a worker holds: its id, `running`, the worker's lease
-/// and the attempt it claimed ([`Fence`]), bound to `$1`-`$3`.
-const FENCE: &str =
-    "WHERE task_id = $1 AND status = 'running' AND locked_by = $2 AND retry_count = $3";
-
-/// Every statement the store runs, in its dialect.
+/// Every statement the store runs, in one database's SQL. Parameters are numbered (`?1` on
+/// SQLite, `$1` on PostgreSQL). Statements returning task rows return the columns
+/// [`COLUMNS`] names, in that order (the counts widened to `BIGINT`). A fenced statement
+/// matches a task only while it is `running` under the claim `(task, owner, attempt)` bound
+/// to parameters 1-3.
 #[derive(Debug)]
 pub struct Statements {
-    spelling: &'static Spelling,
-    enqueue: String,
-    claim: String,
-    complete: String,
-    retry_later: String,
-    mark_failed: String,
-    release: String,
-    expired: String,
-    rescue: String,
-    claim_alerts: String,
-    ack_alert: String,
-    get: String,
-    find: String,
-    counts: String,
-    failed: String,
-    requeue: String,
-    cancel: String,
-    applied: String,
-    record_migration: String,
+    /// Inserts a task unless its `(operation, idempotency_key)` exists: 1 operation, 2 key,
+    /// 3 payload, 4 max attempts, 5 due at, 6 now. No row returned: the key exists.
+    pub(crate) enqueue: &'static str,
+    /// Claims up to 5 due tasks of the operations in the JSON array of strings 4 for owner 1,
+    /// leased until 2; 3 now. The attempt is counted here. Two claimers never take one row:
+    /// PostgreSQL skips rows another claim locked, SQLite runs every write under its one lock.
+    pub(crate) claim: &'static str,
+    /// Completes the tasks of the JSON array 2 (`[[task_id, owner, attempt, output as hex or
+    /// null], ...]`), each fenced on its claim; 1 now. Returns the ids completed.
+    pub(crate) complete: &'static str,
+    /// Fenced: back to `pending` after a transient failure; 4 error, 5 due at, 6 now.
+    pub(crate) retry_later: &'static str,
+    /// Fenced: fails the task, the alert owed in the same write; 4 error, 5 now.
+    pub(crate) mark_failed: &'static str,
+    /// Fenced: gives the task back unfinished, its attempt not counted; 4 now.
+    pub(crate) release: &'static str,
+    /// Tasks whose lease expired before 1, at most 2.
+    pub(crate) expired: &'static str,
+    /// Fenced: takes back one expired lease; 4 new status, 5 due at, 6 error, 7 now.
+    pub(crate) rescue: &'static str,
+    /// Reserves up to 3 owed alerts until 1; 2 now.
+    pub(crate) claim_alerts: &'static str,
+    /// Records the delivered alert of task 1 at 2.
+    pub(crate) ack_alert: &'static str,
+    /// One task by id 1.
+    pub(crate) get: &'static str,
+    /// One task by operation 1 and key 2.
+    pub(crate) find: &'static str,
+    /// Tasks per status.
+    pub(crate) counts: &'static str,
+    /// Up to 1 failed tasks, most recently failed first.
+    pub(crate) failed: &'static str,
+    /// Puts failed or cancelled task 1 back to `pending` with a fresh attempt count; 2 now.
+    pub(crate) requeue: &'static str,
+    /// Cancels pending or failed task 1; 2 now.
+    pub(crate) cancel: &'static str,
+    /// `CREATE TABLE IF NOT EXISTS retry_durable_migrations (...)`.
+    pub(crate) migrations_table: &'static str,
+    /// The migrations applied, with their checksums.
+    pub(crate) applied: &'static str,
+    /// Records migration 1 (name 2, checksum 3) applied at 4.
+    pub(crate) record_migration: &'static str,
+    /// Run first in the migration transaction, to serialise instances starting together.
+    pub(crate) migration_lock: Option<&'static str>,
+    /// How a transaction that writes begins (`None`: the driver's plain `BEGIN`).
+    pub(crate) begin_write: Option<&'static str>,
+    /// The schema migrations, in order.
+    pub(crate) migrations: &'static [Migration],
 }
 
-impl Statements {
-    /// The shared SQL in `s`'s spelling.
-    pub fn new(s: &'static Spelling) -> Statements {
-        let texts = |p: &str| s.json_texts.replace("{}", p);
-        let rows = |p: &str| s.json_rows.replace("{}", p);
-        let unhex = |e: &str| s.unhex.replace("{}", e);
-        let id_in = |q: &str| s.id_in.replace("{}", q);
-        let lock = s.lock;
-        let sql = |text: String| -> String {
-            if s.param == '$' {
-                text
-            } else {
-                text.replace('$', &s.param.to_string())
-            }
-        };
-        Statements {
-            spelling: s,
-            enqueue: sql(match s.keys {
-                Keys::TaskTable => format!(
-                    "INSERT INTO retry_durable_task (operation, idempotency_key, payload, status,
-                         retry_count, max_attempts, next_attempt_at, created_at, updated_at)
-                     VALUES ($1, $2, $3, 'pending', 0, $4, $5, $6, $6)
-                     ON CONFLICT (operation, idempotency_key) DO NOTHING
-                     RETURNING {COLS}"
-                ),
-                // The key row takes the task's id from the task table's own sequence; when the
-                // key exists, no id is returned and no task row is written.
-                Keys::KeyTable => format!(
-                    "WITH k AS (
-                         INSERT INTO retry_durable_key (operation, idempotency_key, task_id)
-                         VALUES ($1, $2,
-                             nextval(pg_get_serial_sequence('retry_durable_task', 'task_id')))
-                         ON CONFLICT (operation, idempotency_key) DO NOTHING
-                         RETURNING task_id)
-                     INSERT INTO retry_durable_task (task_id, operation, idempotency_key,
-                         payload, status, retry_count, max_attempts, next_attempt_at,
-                         created_at, updated_at)
-                     OVERRIDING SYSTEM VALUE
-                     SELECT k.task_id, $1, $2, $3, 'pending', 0, $4, $5, $6, $6 FROM k
-                     RETURNING {COLS}"
-                ),
-            }),
-            claim: sql(format!(
-                "WITH due AS MATERIALIZED (
-                     SELECT task_id AS due_id FROM retry_durable_task
-                     WHERE status = 'pending' AND next_attempt_at <= $3
-                       AND operation IN ({ops})
-                     ORDER BY next_attempt_at, task_id
-                     LIMIT $5{lock})
-                 UPDATE retry_durable_task
-                 SET status = 'running', locked_by = $1, locked_until = $2,
-                     retry_count = retry_count + 1, updated_at = $3
-                 WHERE task_id {due}
-                 RETURNING {COLS}",
-                ops = texts("$4"),
-                due = id_in("SELECT due_id FROM due"),
-            )),
-            complete: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
-                     last_error = NULL, output = done.done_output, updated_at = $1
-                 FROM (SELECT CAST(value ->> 0 AS BIGINT) AS done_id,
-                              value ->> 1 AS done_owner,
-                              CAST(value ->> 2 AS BIGINT) AS done_attempt,
-                              {output} AS done_output
-                       FROM {rows}) AS done
-                 WHERE task_id = done.done_id AND status = 'running'
-                   AND locked_by = done.done_owner AND retry_count = done.done_attempt
-                 RETURNING task_id",
-                output = unhex("value ->> 3"),
-                rows = rows("$2"),
-            )),
-            retry_later: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = 'pending', locked_by = NULL, locked_until = NULL,
-                     last_error = $4, next_attempt_at = $5, updated_at = $6 {FENCE}"
-            )),
-            mark_failed: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = 'failed', locked_by = NULL, locked_until = NULL, last_error = $4,
-                     alerted_at = NULL, alert_lease_until = NULL, updated_at = $5 {FENCE}"
-            )),
-            release: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = 'pending', locked_by = NULL, locked_until = NULL,
-                     retry_count = retry_count - 1, next_attempt_at = $4, updated_at = $4 {FENCE}"
-            )),
-            expired: sql(format!(
-                "SELECT {COLS} FROM retry_durable_task
-                 WHERE status = 'running' AND locked_until < $1
-                 ORDER BY locked_until, task_id LIMIT $2{lock}"
-            )),
-            rescue: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = $4, next_attempt_at = $5, last_error = $6,
-                     locked_by = NULL, locked_until = NULL,
-                     alerted_at = NULL, alert_lease_until = NULL, updated_at = $7 {FENCE}"
-            )),
-            claim_alerts: sql(format!(
-                "WITH owed AS MATERIALIZED (
-                     SELECT task_id AS owed_id FROM retry_durable_task
-                     WHERE status = 'failed' AND alerted_at IS NULL
-                       AND (alert_lease_until IS NULL OR alert_lease_until <= $2)
-                     ORDER BY updated_at, task_id LIMIT $3{lock})
-                 UPDATE retry_durable_task SET alert_lease_until = $1
-                 WHERE task_id {owed}
-                 RETURNING {COLS}",
-                owed = id_in("SELECT owed_id FROM owed"),
-            )),
-            ack_alert: sql(
-                "UPDATE retry_durable_task SET alerted_at = $2, alert_lease_until = NULL
-                 WHERE task_id = $1 AND status = 'failed' AND alerted_at IS NULL"
-                    .to_owned(),
-            ),
-            get: sql(format!(
-                "SELECT {COLS} FROM retry_durable_task WHERE task_id = $1"
-            )),
-            find: sql(match s.keys {
-                Keys::TaskTable => format!(
-                    "SELECT {COLS} FROM retry_durable_task
-                     WHERE operation = $1 AND idempotency_key = $2"
-                ),
-                Keys::KeyTable => format!(
-                    "SELECT {COLS} FROM retry_durable_task
-                     WHERE task_id = (SELECT task_id FROM retry_durable_key
-                                      WHERE operation = $1 AND idempotency_key = $2)"
-                ),
-            }),
-            counts: "SELECT status, COUNT(*) FROM retry_durable_task GROUP BY status".to_owned(),
-            failed: sql(format!(
-                "SELECT {COLS} FROM retry_durable_task WHERE status = 'failed'
-                 ORDER BY updated_at DESC, task_id DESC LIMIT $1"
-            )),
-            requeue: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = 'pending', retry_count = 0, next_attempt_at = $2,
-                     alerted_at = NULL, alert_lease_until = NULL, updated_at = $2
-                 WHERE task_id = $1 AND status IN ('failed', 'cancelled')
-                 RETURNING {COLS}"
-            )),
-            cancel: sql(format!(
-                "UPDATE retry_durable_task
-                 SET status = 'cancelled', alert_lease_until = NULL, updated_at = $2
-                 WHERE task_id = $1 AND status IN ('pending', 'failed')
-                 RETURNING {COLS}"
-            )),
-            applied: format!("SELECT version, checksum FROM {MIGRATIONS_TABLE} ORDER BY version"),
-            record_migration: sql(format!(
-                "INSERT INTO {MIGRATIONS_TABLE} (version, name, checksum, applied_at)
-                 VALUES ($1, $2, $3, $4)"
-            )),
-        }
-    }
-}
-
-/// A [`DurableStore`] on a sqlx database with a [`Dialect`]: [`SqliteStore`](super::SqliteStore)
-/// and [`PgStore`](super::PgStore).
+/// A [`DurableStore`] on a sqlx database with a [`Dialect`]: [`SqliteStore`](crate::SqliteStore)
+/// and [`PgStore`](crate::PgStore).
 pub struct SqlStore<DB: Database> {
     pool: Pool<DB>,
     /// Woken by this process's hand-offs (and, through [`Dialect::listen`], other processes').
@@ -355,61 +182,22 @@ fn count(n: u32) -> i64 {
     i64::from(n.min(i32::MAX as u32))
 }
 
-/// `s` as a JSON string literal.
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// A JSON array of strings: one parameter for a list, so the statement stays fixed and
-/// prepared once.
-fn json_string_array(items: &[String]) -> String {
-    let mut out = String::from("[");
-    for (i, s) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_string(&mut out, s);
-    }
-    out.push(']');
-    out
-}
-
-/// The completions as `[[task_id, owner, attempt, output as hex or null], …]`.
+/// The completions as `[[task_id, owner, attempt, output as hex or null], …]`: one parameter
+/// for the whole batch, so the statement stays fixed and prepared once.
 fn json_completions(done: &[Completion]) -> String {
-    let mut out = String::with_capacity(16 + done.len() * 48);
-    out.push('[');
-    for (i, c) in done.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "[{},", c.fence.task_id.0);
-        json_string(&mut out, &c.fence.owner);
-        let _ = write!(out, ",{},", count(c.fence.attempt));
-        match &c.output {
-            None => out.push_str("null"),
-            Some(bytes) => {
-                out.push('"');
-                for b in bytes {
-                    let _ = write!(out, "{b:02x}");
-                }
-                out.push('"');
-            }
-        }
-        out.push(']');
-    }
-    out.push(']');
-    out
+    let rows: Vec<_> = done
+        .iter()
+        .map(|c| {
+            (
+                c.fence.task_id.0,
+                c.fence.owner.as_str(),
+                count(c.fence.attempt),
+                c.output.as_deref().map(hex::encode),
+            )
+        })
+        .collect();
+    // A list of integers and strings always serializes.
+    serde_json::to_string(&rows).unwrap_or_default()
 }
 
 /// A value bound to a statement parameter.
@@ -458,7 +246,7 @@ pub trait Driver: Database {
     /// Column `i` as text.
     fn text(row: &Self::Row, i: usize) -> Result<String, sqlx::Error>;
 
-    /// A task row ([`COLS`]), its bad values located.
+    /// A task row ([`COLUMNS`]), its bad values located.
     fn task(backend: &'static str, row: &Self::Row) -> StoreResult<Task>;
 }
 
@@ -561,8 +349,8 @@ where
     })
 }
 
-/// The names of [`COLS`], by position.
-const COLUMNS: [&str; 15] = [
+/// The columns of a task row, by position.
+pub(crate) const COLUMNS: [&str; 15] = [
     "task_id",
     "operation",
     "idempotency_key",
@@ -589,17 +377,14 @@ impl<DB: Dialect> SqlStore<DB> {
         let store = SqlStore {
             pool,
             wake: Arc::new(Notify::new()),
-            writer: DB::statements()
-                .spelling
-                .single_writer
-                .then(|| Arc::new(Mutex::new(()))),
+            writer: DB::SINGLE_WRITER.then(|| Arc::new(Mutex::new(()))),
         };
         store.migrate().await?;
         Ok(store)
     }
 
     fn sql() -> &'static Statements {
-        DB::statements()
+        DB::STATEMENTS
     }
 
     fn db(action: &'static str) -> impl FnOnce(sqlx::Error) -> DurableError {
@@ -655,7 +440,7 @@ impl<DB: Dialect> SqlStore<DB> {
     }
 
     async fn begin_write(&self, action: &'static str) -> StoreResult<Transaction<'static, DB>> {
-        match DB::statements().spelling.begin_write {
+        match DB::STATEMENTS.begin_write {
             Some(begin) => self.pool.begin_with(begin).await,
             None => self.pool.begin().await,
         }
@@ -664,19 +449,19 @@ impl<DB: Dialect> SqlStore<DB> {
 
     async fn migrate(&self) -> StoreResult<()> {
         let backend = DB::BACKEND;
-        let spelling = DB::statements().spelling;
+        let sql = Self::sql();
         let read = Self::db("read applied migrations");
         let _turn = self.turn().await;
         let mut tx = self.begin_write("lock the database for migrations").await?;
-        if let Some(lock) = spelling.migration_lock {
+        if let Some(lock) = sql.migration_lock {
             DB::execute(&mut tx, lock, &[])
                 .await
                 .map_err(Self::db("take the migration lock"))?;
         }
-        DB::execute(&mut tx, spelling.migrations_table, &[])
+        DB::execute(&mut tx, sql.migrations_table, &[])
             .await
             .map_err(Self::db("create the migrations table"))?;
-        let rows = DB::fetch(&mut tx, &Self::sql().applied, &[])
+        let rows = DB::fetch(&mut tx, Self::sql().applied, &[])
             .await
             .map_err(Self::db("read applied migrations"))?;
         let applied = rows
@@ -684,7 +469,7 @@ impl<DB: Dialect> SqlStore<DB> {
             .map(|row| Ok((DB::int(row, 0)?, DB::text(row, 1)?)))
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(read)?;
-        let todo = migrate::plan(spelling.migrations, &applied)
+        let todo = migrate::plan(sql.migrations, &applied)
             .map_err(|reason| DurableError::Migration { backend, reason })?;
         for m in todo {
             DB::script(&mut tx, m.sql)
@@ -700,7 +485,7 @@ impl<DB: Dialect> SqlStore<DB> {
                 Arg::Text(&checksum),
                 Arg::Int(Timestamp::now().as_unix_millis()),
             ];
-            DB::execute(&mut tx, &Self::sql().record_migration, &args)
+            DB::execute(&mut tx, Self::sql().record_migration, &args)
                 .await
                 .map_err(Self::db("record an applied migration"))?;
             tracing::info!(
@@ -771,7 +556,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
             Arg::Int(now.as_unix_millis()),
         ];
         let inserted = self
-            .tasks(&Self::sql().enqueue, &args, true, "insert a task")
+            .tasks(Self::sql().enqueue, &args, true, "insert a task")
             .await?
             .pop();
         if let Some(task) = inserted {
@@ -807,7 +592,8 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
         if batch == 0 || operations.is_empty() {
             return Ok(Vec::new());
         }
-        let ops = json_string_array(operations);
+        // A list of strings always serializes.
+        let ops = serde_json::to_string(operations).unwrap_or_default();
         let args = [
             Arg::Text(owner),
             Arg::Int(lease_until.as_unix_millis()),
@@ -815,7 +601,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
             Arg::Text(&ops),
             Arg::Int(i64::from(batch)),
         ];
-        self.tasks(&Self::sql().claim, &args, true, "claim due tasks")
+        self.tasks(Self::sql().claim, &args, true, "claim due tasks")
             .await
     }
 
@@ -829,7 +615,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
         let rows = {
             let _turn = self.turn().await;
             let mut conn = self.conn(action).await?;
-            DB::fetch(&mut conn, &Self::sql().complete, &args)
+            DB::fetch(&mut conn, Self::sql().complete, &args)
                 .await
                 .map_err(Self::db(action))?
         };
@@ -851,19 +637,19 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
             Arg::Int(next_attempt_at.as_unix_millis()),
             Arg::Int(now.as_unix_millis()),
         ];
-        self.fenced(&Self::sql().retry_later, fence, &values, "schedule a retry")
+        self.fenced(Self::sql().retry_later, fence, &values, "schedule a retry")
             .await
     }
 
     async fn mark_failed(&self, fence: &Fence, error: &str, now: Timestamp) -> StoreResult<bool> {
         let values = [Arg::Text(error), Arg::Int(now.as_unix_millis())];
-        self.fenced(&Self::sql().mark_failed, fence, &values, "fail a task")
+        self.fenced(Self::sql().mark_failed, fence, &values, "fail a task")
             .await
     }
 
     async fn release(&self, fence: &Fence, now: Timestamp) -> StoreResult<bool> {
         let values = [Arg::Int(now.as_unix_millis())];
-        self.fenced(&Self::sql().release, fence, &values, "release a lease")
+        self.fenced(Self::sql().release, fence, &values, "release a lease")
             .await
     }
 
@@ -881,7 +667,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
             .begin_write("lock the database to rescue leases")
             .await?;
         let args = [Arg::Int(now.as_unix_millis()), Arg::Int(i64::from(batch))];
-        let rows = DB::fetch(&mut tx, &Self::sql().expired, &args)
+        let rows = DB::fetch(&mut tx, Self::sql().expired, &args)
             .await
             .map_err(Self::db("find expired leases"))?;
         let mut rescued = Vec::with_capacity(rows.len());
@@ -899,7 +685,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
                 Arg::Text(&error),
                 Arg::Int(now.as_unix_millis()),
             ];
-            let done = DB::execute(&mut tx, &Self::sql().rescue, &args)
+            let done = DB::execute(&mut tx, Self::sql().rescue, &args)
                 .await
                 .map_err(Self::db("rescue an expired lease"))?;
             if done == 1 {
@@ -932,19 +718,14 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
             Arg::Int(now.as_unix_millis()),
             Arg::Int(i64::from(batch)),
         ];
-        self.tasks(
-            &Self::sql().claim_alerts,
-            &args,
-            true,
-            "reserve owed alerts",
-        )
-        .await
+        self.tasks(Self::sql().claim_alerts, &args, true, "reserve owed alerts")
+            .await
     }
 
     async fn ack_alert(&self, task_id: TaskId, now: Timestamp) -> StoreResult<bool> {
         let args = [Arg::Int(task_id.0), Arg::Int(now.as_unix_millis())];
         let n = self
-            .write(&Self::sql().ack_alert, &args, "record a delivered alert")
+            .write(Self::sql().ack_alert, &args, "record a delivered alert")
             .await?;
         Ok(n == 1)
     }
@@ -952,7 +733,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
     async fn get(&self, task_id: TaskId) -> StoreResult<Option<Task>> {
         let args = [Arg::Int(task_id.0)];
         Ok(self
-            .tasks(&Self::sql().get, &args, false, "read a task")
+            .tasks(Self::sql().get, &args, false, "read a task")
             .await?
             .pop())
     }
@@ -960,7 +741,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
     async fn find(&self, operation: &str, idempotency_key: &str) -> StoreResult<Option<Task>> {
         let args = [Arg::Text(operation), Arg::Text(idempotency_key)];
         Ok(self
-            .tasks(&Self::sql().find, &args, false, "find a task by key")
+            .tasks(Self::sql().find, &args, false, "find a task by key")
             .await?
             .pop())
     }
@@ -968,7 +749,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
     async fn counts(&self) -> StoreResult<StatusCounts> {
         let action = "count tasks by status";
         let mut conn = self.conn(action).await?;
-        let rows = DB::fetch(&mut conn, &Self::sql().counts, &[])
+        let rows = DB::fetch(&mut conn, Self::sql().counts, &[])
             .await
             .map_err(Self::db(action))?;
         let pairs = rows
@@ -982,7 +763,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
     async fn failed_tasks(&self, limit: u32) -> StoreResult<Vec<Task>> {
         let args = [Arg::Int(i64::from(limit))];
         let mut tasks = self
-            .tasks(&Self::sql().failed, &args, false, "list failed tasks")
+            .tasks(Self::sql().failed, &args, false, "list failed tasks")
             .await?;
         tasks.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
         Ok(tasks)
@@ -990,7 +771,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
 
     async fn requeue(&self, task_id: TaskId, now: Timestamp) -> StoreResult<Task> {
         self.transition(
-            &Self::sql().requeue,
+            Self::sql().requeue,
             task_id,
             now,
             "requeue",
@@ -1000,7 +781,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
     }
 
     async fn cancel(&self, task_id: TaskId, now: Timestamp) -> StoreResult<Task> {
-        self.transition(&Self::sql().cancel, task_id, now, "cancel", "cancel a task")
+        self.transition(Self::sql().cancel, task_id, now, "cancel", "cancel a task")
             .await
     }
 
@@ -1013,12 +794,6 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_arrays_escape_strings() {
-        let s = json_string_array(&["a\"b".into(), "c\\d".into(), "e\n".into()]);
-        assert_eq!(s, r#"["a\"b","c\\d","e\u000a"]"#);
-    }
 
     #[test]
     fn completions_carry_the_fence_and_hex_output() {
@@ -1040,32 +815,6 @@ mod tests {
         assert_eq!(
             json_completions(&done),
             r#"[[7,"w\"1",2,"00abff"],[9,"w",2147483647,null]]"#
-        );
-    }
-
-    #[test]
-    fn parameters_take_the_dialect_sigil() {
-        static Q: Spelling = Spelling {
-            param: '?',
-            json_rows: "json_each({})",
-            json_texts: "SELECT value FROM json_each({})",
-            id_in: "IN ({})",
-            unhex: "unhex({})",
-            lock: "",
-            begin_write: None,
-            migration_lock: None,
-            migrations_table: "",
-            migrations: &[],
-            single_writer: true,
-            keys: Keys::TaskTable,
-        };
-        let st = Statements::new(&Q);
-        assert!(st.claim.contains("LIMIT ?5"), "{}", st.claim);
-        assert!(!st.claim.contains('$') && !st.complete.contains('$'));
-        assert!(
-            st.complete.contains("unhex(value ->> 3)"),
-            "{}",
-            st.complete
         );
     }
 }

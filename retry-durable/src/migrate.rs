@@ -7,6 +7,8 @@
 //! missing migrations in one locked transaction (PostgreSQL advisory lock, SQLite
 //! `BEGIN IMMEDIATE`) so instances starting together do not race.
 
+use std::hash::Hasher as _;
+
 /// One schema step.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
@@ -19,15 +21,13 @@ pub struct Migration {
 }
 
 impl Migration {
-    /// A stable checksum of the SQL (FNV-1a 64), so an edited, already-applied migration is
-    /// detected instead of silently diverging.
+    /// A stable checksum of the SQL (FNV-1a 64 as 16 hex digits), so an edited,
+    /// already-applied migration is detected instead of silently diverging. It is stored with
+    /// each applied migration: the function must never change.
     pub fn checksum(&self) -> String {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.sql.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("{h:016x}")
+        let mut h = fnv::FnvHasher::default();
+        h.write(self.sql.as_bytes());
+        format!("{:016x}", h.finish())
     }
 }
 
@@ -35,42 +35,42 @@ impl Migration {
 pub(crate) const MIGRATIONS_TABLE: &str = "retry_durable_migrations";
 
 /// SQLite migrations, in order.
-#[cfg(feature = "durable-sqlite")]
+#[cfg(feature = "sqlite")]
 pub(crate) const SQLITE: &[Migration] = &[
     Migration {
         version: 1,
         name: "task_table",
-        sql: include_str!("migrations/sqlite/0001_task_table.sql"),
+        sql: include_str!("../migrations/sqlite/0001_task_table.sql"),
     },
     Migration {
         version: 2,
         name: "task_output",
-        sql: include_str!("migrations/sqlite/0002_task_output.sql"),
+        sql: include_str!("../migrations/sqlite/0002_task_output.sql"),
     },
 ];
 
 /// PostgreSQL migrations, in order.
-#[cfg(feature = "durable-postgres")]
+#[cfg(feature = "postgres")]
 pub(crate) const POSTGRES: &[Migration] = &[
     Migration {
         version: 1,
         name: "task_table",
-        sql: include_str!("migrations/postgres/0001_task_table.sql"),
+        sql: include_str!("../migrations/postgres/0001_task_table.sql"),
     },
     Migration {
         version: 2,
         name: "task_output",
-        sql: include_str!("migrations/postgres/0002_task_output.sql"),
+        sql: include_str!("../migrations/postgres/0002_task_output.sql"),
     },
     Migration {
         version: 3,
         name: "notify",
-        sql: include_str!("migrations/postgres/0003_notify.sql"),
+        sql: include_str!("../migrations/postgres/0003_notify.sql"),
     },
     Migration {
         version: 4,
         name: "key_table",
-        sql: include_str!("migrations/postgres/0004_key_table.sql"),
+        sql: include_str!("../migrations/postgres/0004_key_table.sql"),
     },
 ];
 
@@ -85,7 +85,7 @@ pub(crate) fn plan<'m>(
             None => {
                 return Err(format!(
                     "the database has durable-queue migration {version}, which this version of \
-                     retry-runtime does not know: upgrade the library (the schema is newer)"
+                     retry-durable does not know: upgrade the library (the schema is newer)"
                 ));
             }
             Some(m) if m.checksum() != *checksum => {
@@ -121,6 +121,28 @@ mod tests {
             sql: "CREATE TABLE b (x INT);",
         },
     ];
+
+    #[test]
+    fn checksums_match_what_databases_already_record() {
+        // Every database migrated so far recorded these: a checksum that changed (an edited
+        // file or another hash) would refuse to open them.
+        assert_eq!(M[0].checksum(), "5f791065e725c41b");
+        #[cfg(feature = "sqlite")]
+        assert_eq!(
+            SQLITE.iter().map(Migration::checksum).collect::<Vec<_>>(),
+            ["29e07a0003f8c930", "89219f31fde04f64"]
+        );
+        #[cfg(feature = "postgres")]
+        assert_eq!(
+            POSTGRES.iter().map(Migration::checksum).collect::<Vec<_>>(),
+            [
+                "50f9e4eaca2cf35f",
+                "025541d8b31501be",
+                "58f5559f366562cc",
+                "5be7bd8a6b662489"
+            ]
+        );
+    }
 
     #[test]
     fn plans_missing_and_rejects_unknown_or_edited() {

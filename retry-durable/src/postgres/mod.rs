@@ -1,7 +1,7 @@
 //! The PostgreSQL store: for several instances sharing one queue.
 //!
 //! Claims use `FOR UPDATE SKIP LOCKED` inside a single `WITH due AS (…) UPDATE … RETURNING`
-//! statement (shared with SQLite, see [`SqlStore`]): the row locks and the status change commit together, so concurrent claimers
+//! statement (see `queries.rs`): the row locks and the status change commit together, so concurrent claimers
 //! skip each other's rows instead of waiting or double-claiming (a separate autocommit
 //! `SELECT … FOR UPDATE` followed by an `UPDATE` would release the lock in between, the bug
 //! found in fang). Lease rescue and alert reservation use the same pattern, so any instance can
@@ -17,42 +17,22 @@
 //! `LISTEN`s (one connection per running worker). Workers still poll, so a lost notification
 //! only delays a task until the next poll.
 
-use std::sync::{Arc, LazyLock};
+mod queries;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgQueryResult};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::sync::Notify;
 
-use super::error::DurableError;
-use super::migrate;
-use super::sql::{Dialect, Keys, RowsAffected, Spelling, SqlStore, Statements, pool_options};
-use super::store::StoreResult;
+use crate::error::DurableError;
+use crate::sql::{Dialect, RowsAffected, SqlStore, Statements, pool_options};
+use crate::store::StoreResult;
+use queries::MIGRATION_LOCK;
 
 /// The channel the insert trigger notifies (migration 3); the payload is the table's schema.
 const CHANNEL: &str = "retry_durable_task";
-
-/// Serialises migrations across instances (an arbitrary key: "retry_du" in ASCII).
-const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(8243122727982949493)";
-
-static SPELLING: Spelling = Spelling {
-    param: '$',
-    json_rows: "jsonb_array_elements(CAST({} AS JSONB)) AS j(value)",
-    json_texts: "SELECT jsonb_array_elements_text(CAST({} AS JSONB))",
-    id_in: "= ANY(ARRAY({}))",
-    unhex: "decode({}, 'hex')",
-    lock: " FOR UPDATE SKIP LOCKED",
-    begin_write: None,
-    migration_lock: Some(MIGRATION_LOCK),
-    migrations_table: "CREATE TABLE IF NOT EXISTS retry_durable_migrations (
-        version BIGINT PRIMARY KEY, name TEXT NOT NULL,
-        checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
-    migrations: migrate::POSTGRES,
-    single_writer: false,
-    keys: Keys::KeyTable,
-};
-
-static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(&SPELLING));
 
 impl RowsAffected for PgQueryResult {
     fn rows(&self) -> u64 {
@@ -62,10 +42,8 @@ impl RowsAffected for PgQueryResult {
 
 impl Dialect for Postgres {
     const BACKEND: &'static str = "postgres";
-
-    fn statements() -> &'static Statements {
-        &STATEMENTS
-    }
+    const STATEMENTS: &'static Statements = &queries::STATEMENTS;
+    const SINGLE_WRITER: bool = false;
 
     /// `LISTEN`s on a connection of its own and wakes `wake` on each hand-off to this store's
     /// table (other schemas' hand-offs share the channel and are ignored).
@@ -152,7 +130,7 @@ impl PgStoreOptions {
     }
 }
 
-/// A [`DurableStore`](super::DurableStore) in PostgreSQL.
+/// A [`DurableStore`](crate::DurableStore) in PostgreSQL.
 pub type PgStore = SqlStore<Postgres>;
 
 fn valid_schema(schema: &str) -> bool {

@@ -23,12 +23,14 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinError, JoinSet};
 
-use super::backoff::DurableBackoff;
-use super::clock::{Clock, SystemClock};
-use super::error::DurableError;
-use super::handler::{AlertHook, AttemptError, Handler, TaskContext, TracingAlert};
-use super::store::{Completion, DurableStore, WorkSignal};
-use super::task::{Fence, Task, TaskId};
+use crate::backoff::DurableBackoff;
+use crate::clock::{Clock, SystemClock};
+use crate::error::DurableError;
+use retry_runtime::durable::{AttemptError, TaskId};
+
+use crate::handler::{AlertHook, Handler, TracingAlert, context_of};
+use crate::store::{Completion, DurableStore, WorkSignal};
+use crate::task::{Fence, Task};
 
 const TARGET: &str = "retry_runtime::durable";
 
@@ -728,7 +730,7 @@ impl<S: DurableStore> Worker<S> {
         }
         let result = match inner.handlers.get(&task.operation) {
             Some(handler) => {
-                let fut = handler.call(TaskContext::from_task(&task));
+                let fut = handler.call(context_of(&task));
                 match tokio::time::timeout(inner.config.attempt_timeout, fut).await {
                     Ok(r) => r,
                     Err(_) => Err(AttemptError::retry(format!(
