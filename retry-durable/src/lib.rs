@@ -128,7 +128,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod backoff;
 mod clock;
 mod error;
 mod handler;
@@ -145,7 +144,6 @@ mod store;
 mod task;
 mod worker;
 
-pub use backoff::{DurableBackoff, DurableJitter};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::DurableError;
 pub use handler::{AlertError, AlertFuture, AlertHook, Handler, TaskOutput, TracingAlert};
@@ -164,7 +162,10 @@ pub use sql::{Dialect, SqlStore};
 pub use sqlite::{SqliteStore, SqliteStoreOptions};
 pub use store::{Completion, DurableStore, StoreResult, WorkSignal};
 pub use task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task};
-pub use worker::{Worker, WorkerBuilder, WorkerConfig, WorkerStats};
+pub use worker::{DEFAULT_BACKOFF, Worker, WorkerBuilder, WorkerConfig, WorkerStats};
+
+/// The backoff and jitter types the queue shares with the in-memory loop.
+pub use retry_runtime::backoff::{Backoff, Jitter};
 
 /// The sqlx version this crate is built on, for direct queries on
 /// [`SqliteStore::pool`]/[`PgStore::pool`] without a second, mismatched sqlx in the build.

@@ -20,7 +20,6 @@ use sqlx::{
 };
 use tokio::sync::{Mutex, Notify};
 
-use crate::backoff::DurableBackoff;
 use crate::clock::Timestamp;
 use crate::error::DurableError;
 use crate::migrate::{self, MIGRATIONS_TABLE, Migration};
@@ -28,6 +27,7 @@ use crate::store::{
     Completion, DurableStore, StoreResult, WorkSignal, rescue_decision, rescue_error,
     status_counts, transition_error,
 };
+use retry_runtime::backoff::Backoff;
 use retry_runtime::durable::TaskId;
 
 use crate::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task};
@@ -656,7 +656,7 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
     async fn rescue_expired(
         &self,
         batch: u32,
-        backoff: DurableBackoff,
+        backoff: Backoff,
         now: Timestamp,
     ) -> StoreResult<Vec<Rescued>> {
         if batch == 0 {

@@ -9,14 +9,15 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tokio::task::AbortHandle;
 
-use crate::backoff::DurableBackoff;
 use crate::clock::Timestamp;
 use crate::error::DurableError;
+use retry_runtime::backoff::Backoff;
 use retry_runtime::durable::{TaskId, TaskStatus};
 
 use crate::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task};
@@ -110,7 +111,7 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
     fn rescue_expired(
         &self,
         batch: u32,
-        backoff: DurableBackoff,
+        backoff: Backoff,
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<Vec<Rescued>>> + Send;
 
@@ -215,7 +216,7 @@ impl Drop for WorkSignal {
 pub(crate) fn rescue_decision(
     retry_count: u32,
     max_attempts: u32,
-    backoff: DurableBackoff,
+    backoff: Backoff,
     now: Timestamp,
 ) -> (TaskStatus, Timestamp) {
     if retry_count >= max_attempts {
@@ -223,7 +224,11 @@ pub(crate) fn rescue_decision(
     } else {
         (
             TaskStatus::Pending,
-            now.saturating_add(backoff.wait_after(retry_count, fastrand::f64())),
+            now.saturating_add(backoff.delay(
+                retry_count,
+                Duration::ZERO,
+                &mut fastrand::Rng::new(),
+            )),
         )
     }
 }

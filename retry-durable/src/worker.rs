@@ -23,9 +23,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinError, JoinSet};
 
-use crate::backoff::DurableBackoff;
 use crate::clock::{Clock, SystemClock};
 use crate::error::DurableError;
+use retry_runtime::backoff::{Backoff, Jitter};
 use retry_runtime::durable::{AttemptError, TaskId};
 
 use crate::handler::{AlertHook, Handler, TracingAlert, context_of};
@@ -49,6 +49,17 @@ const HAND_OFF_COALESCE: Duration = Duration::from_millis(5);
 /// (`Ok(false)`: the fence no longer held).
 type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
 
+/// The durable queue's default retry schedule: the step after failed attempt `n` is
+/// `min(2 s * 2^(n-1), 1 h)`, and each wait a random time in the upper half of its step
+/// ([`Jitter::Equal`]: a durable retry should not come back at once, and tasks failed by one
+/// outage must not come due together). Cap the schedule below the upstream's idempotency-key
+/// retention ([`Backoff::worst_case_total`] of `max_attempts - 1` bounds the total wait), or a
+/// late retry could be applied as new work.
+pub const DEFAULT_BACKOFF: Backoff = Backoff::new()
+    .with_initial(Duration::from_secs(2))
+    .with_max_backoff(Duration::from_secs(3600))
+    .with_jitter(Jitter::Equal);
+
 /// Worker settings.
 ///
 /// # Default
@@ -61,7 +72,7 @@ type Pending = (Completion, oneshot::Sender<Result<bool, String>>);
 /// - `rescue_interval`: 15 s
 /// - `alert_lease`: 60 s (how long an alert being delivered is reserved)
 /// - `shutdown_grace`: 10 s
-/// - `backoff`: [`DurableBackoff::new`] (steps of 2 s, 4 s, 8 s … capped at 1 h, each wait a
+/// - `backoff`: [`DEFAULT_BACKOFF`] (steps of 2 s, 4 s, 8 s … capped at 1 h, each wait a
 ///   random time in the upper half of its step)
 /// - `jitter_seed`: none (seeded from the OS)
 ///
@@ -89,7 +100,7 @@ pub struct WorkerConfig {
     rescue_interval: Duration,
     alert_lease: Duration,
     shutdown_grace: Duration,
-    backoff: DurableBackoff,
+    backoff: Backoff,
     jitter_seed: Option<u64>,
 }
 
@@ -112,7 +123,7 @@ impl WorkerConfig {
             rescue_interval: Duration::from_secs(15),
             alert_lease: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
-            backoff: DurableBackoff::new(),
+            backoff: DEFAULT_BACKOFF,
             jitter_seed: None,
         }
     }
@@ -173,8 +184,12 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets the retry schedule.
-    pub const fn with_backoff(mut self, backoff: DurableBackoff) -> Self {
+    /// Sets the retry schedule: after failed attempt `n` (counted from 1) the task waits
+    /// `backoff.delay(n, ..)`, so the first retry's step is `initial`. Start from
+    /// [`DEFAULT_BACKOFF`]: `Backoff::new()` holds the in-memory loop's defaults (100 ms to 1 s).
+    /// Decorrelated jitter reads no previous wait here (the queue keeps none): its waits are
+    /// drawn between `initial` and `initial * multiplier`.
+    pub const fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
     }
@@ -192,7 +207,7 @@ impl WorkerConfig {
     }
 
     /// The retry schedule.
-    pub const fn backoff(&self) -> DurableBackoff {
+    pub const fn backoff(&self) -> Backoff {
         self.backoff
     }
 
@@ -208,6 +223,12 @@ impl WorkerConfig {
         }
         if self.concurrency == 0 {
             return bad("concurrency", "must be at least 1");
+        }
+        if !(self.backoff.multiplier.is_finite() && self.backoff.multiplier >= 1.0) {
+            return bad(
+                "backoff",
+                "the multiplier must be a finite number of at least 1 (2 doubles each step)",
+            );
         }
         if self.attempt_timeout.is_zero() {
             return bad("attempt_timeout", "must be above zero");
@@ -777,9 +798,9 @@ impl<S: DurableStore> Worker<S> {
                 retry_after,
             }) => {
                 let backoff = inner.config.backoff;
-                let wait = backoff
-                    .wait_after(f.attempt, self.random())
-                    .max(retry_after.unwrap_or_default().min(backoff.cap()));
+                let wait = self
+                    .backoff_after(f.attempt)
+                    .max(retry_after.unwrap_or_default().min(backoff.max_backoff));
                 inner
                     .store
                     .retry_later(f, message, now.saturating_add(wait), now)
@@ -822,14 +843,18 @@ impl<S: DurableStore> Worker<S> {
         }
     }
 
-    /// A uniform number in `[0, 1)` for the backoff's jitter.
-    fn random(&self) -> f64 {
+    /// The wait after failed attempt `attempt`, its jitter drawn from the worker's
+    /// (seedable) randomness.
+    fn backoff_after(&self, attempt: u32) -> Duration {
         let mut rng = self
             .inner
             .jitter
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        rng.f64()
+        self.inner
+            .config
+            .backoff
+            .delay(attempt, Duration::ZERO, &mut rng)
     }
 
     /// Records a success through the completer, which writes many in one statement: while one

@@ -1,12 +1,18 @@
-//! Backoff between attempts: exponential with jitter, never linear or fixed.
+//! Backoff between attempts: exponential with jitter, never linear or fixed. One type serves
+//! the in-memory loop and the durable queue (`retry-durable`'s worker and lease rescue).
 //!
 //! Linear retry adds load to a system that is already down, and
-//! un-jittered exponential backoff synchronises clients into waves. Two jitter schemes are
-//! offered, both from AWS's "Exponential Backoff And Jitter" study:
+//! un-jittered exponential backoff synchronises clients into waves. The jitter schemes come
+//! from AWS's "Exponential Backoff And Jitter" study; with `step = min(max_backoff, initial *
+//! multiplier^(n-1))` before retry `n`:
 //!
-//! - **full jitter**: `sleep = random(0, min(max_backoff, initial * multiplier^(n-1)))`;
+//! - **full jitter**: `sleep = random(0, step)` (the in-memory default);
 //! - **decorrelated jitter**: `sleep = min(max_backoff, random(initial, previous * multiplier))`
-//!   (AWS uses a factor of 3; here the upstream's multiplier plays that role).
+//!   (AWS uses a factor of 3; here the upstream's multiplier plays that role);
+//! - **equal jitter**: `sleep = random(step / 2, step)`, the durable queue's default: a durable
+//!   retry should not come back at once, so half the step is kept as a floor, and the other
+//!   half still spreads the tasks one outage failed together;
+//! - **none**: `sleep = step`, for tests and for callers that spread retries themselves.
 //!
 //! The engine waits at least the server's `Retry-After` and never past the remaining deadline.
 
@@ -22,6 +28,12 @@ pub enum Jitter {
     Full,
     /// `min(cap, random(base, previous * multiplier))`: never below the initial delay.
     Decorrelated,
+    /// `random(step / 2, step)`, below the step itself unless it is zero: half the step as a
+    /// floor (the durable queue's default).
+    Equal,
+    /// Exactly the step: everything failed together retries together. For tests and for
+    /// callers that spread retries themselves; not offered in configuration files.
+    None,
 }
 
 impl Jitter {
@@ -30,6 +42,8 @@ impl Jitter {
         match self {
             Jitter::Full => "full",
             Jitter::Decorrelated => "decorrelated",
+            Jitter::Equal => "equal",
+            Jitter::None => "none",
         }
     }
 }
@@ -134,10 +148,12 @@ impl Backoff {
     }
 
     /// The jittered delay before retry number `retry` (1-based), given the previous delay
-    /// (zero before the first retry) and a random source.
+    /// (zero before the first retry; only decorrelated jitter reads it) and a random source.
     pub fn delay(&self, retry: u32, previous: Duration, rng: &mut fastrand::Rng) -> Duration {
         match self.jitter {
             Jitter::Full => uniform(rng, Duration::ZERO, self.ceiling(retry)),
+            Jitter::Equal => upper_half(self.ceiling(retry), rng.f64()),
+            Jitter::None => self.ceiling(retry),
             Jitter::Decorrelated => {
                 let low = self.initial.min(self.max_backoff);
                 let grown = previous.max(self.initial).as_secs_f64() * self.multiplier.max(1.0);
@@ -159,12 +175,12 @@ impl Backoff {
     /// multiplication.
     pub fn worst_case_total(&self, retries: u32) -> Duration {
         let longest = |r: u32| match self.jitter {
-            Jitter::Full => self.ceiling(r),
+            Jitter::Full | Jitter::Equal | Jitter::None => self.ceiling(r),
             Jitter::Decorrelated => self.ceiling(r + 1).max(self.initial.min(self.max_backoff)),
         };
         // The first retry whose longest delay every later one shares.
         let last_growing = match self.jitter {
-            Jitter::Full => MAX_EXPONENT + 1,
+            Jitter::Full | Jitter::Equal | Jitter::None => MAX_EXPONENT + 1,
             Jitter::Decorrelated => MAX_EXPONENT,
         };
         let summed = retries.min(last_growing);
@@ -183,6 +199,19 @@ impl Backoff {
 /// registry accepts has passed every cap long before): every later ceiling is the same, which
 /// bounds the terms [`Backoff::worst_case_total`] adds one by one.
 const MAX_EXPONENT: u32 = 1024;
+
+/// `step / 2 + random * step / 2` for `random` uniform in `[0, 1)` (clamped into it; `NaN` is
+/// 0): a wait in the upper half of the step, below the step itself unless it is zero.
+fn upper_half(step: Duration, random: f64) -> Duration {
+    let half = step / 2;
+    let r = if random.is_nan() {
+        0.0
+    } else {
+        random.clamp(0.0, 1.0)
+    };
+    let extra = (step - half).mul_f64(r);
+    (half + extra).min(step.saturating_sub(Duration::from_nanos(1)).max(half))
+}
 
 /// A uniformly random duration in `[low, high]`, at nanosecond resolution.
 fn uniform(rng: &mut fastrand::Rng, low: Duration, high: Duration) -> Duration {
@@ -227,7 +256,7 @@ mod tests {
     fn linear_total(b: &Backoff, retries: u32) -> Duration {
         (1..=retries)
             .map(|r| match b.jitter {
-                Jitter::Full => b.ceiling(r),
+                Jitter::Full | Jitter::Equal | Jitter::None => b.ceiling(r),
                 Jitter::Decorrelated => b.ceiling(r + 1).max(b.initial.min(b.max_backoff)),
             })
             .fold(Duration::ZERO, Duration::saturating_add)
@@ -270,7 +299,85 @@ mod tests {
         }
     }
 
+    /// The durable queue's schedule: steps of 2 s, 4 s, 8 s ... after attempt 1, 2, 3.
+    fn durable() -> Backoff {
+        Backoff::new()
+            .with_initial(Duration::from_secs(2))
+            .with_max_backoff(Duration::from_secs(60))
+            .with_jitter(Jitter::Equal)
+    }
+
+    #[test]
+    fn steps_double_from_the_initial_delay_and_cap() {
+        let b = durable();
+        let secs: Vec<u64> = (1..=7).map(|n| b.ceiling(n).as_secs()).collect();
+        assert_eq!(secs, [2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(b.ceiling(u32::MAX), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn without_jitter_the_delay_is_the_step() {
+        let b = durable().with_jitter(Jitter::None);
+        let mut rng = fastrand::Rng::with_seed(3);
+        assert_eq!(b.delay(3, Duration::ZERO, &mut rng), Duration::from_secs(8));
+        assert_eq!(b.delay(3, Duration::ZERO, &mut rng), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn equal_jitter_spans_the_upper_half_of_the_step() {
+        let step = Duration::from_secs(4);
+        assert_eq!(upper_half(step, 0.0), Duration::from_secs(2));
+        assert_eq!(upper_half(step, 0.5), Duration::from_secs(3));
+        assert!(upper_half(step, 1.0) < step);
+        assert_eq!(upper_half(step, f64::NAN), Duration::from_secs(2));
+        assert_eq!(upper_half(step, -3.0), Duration::from_secs(2));
+        assert_eq!(upper_half(Duration::ZERO, 0.7), Duration::ZERO);
+    }
+
+    #[test]
+    fn equal_jitter_spreads_tasks_failed_together() {
+        // One outage fails 1,000 tasks at once: their retries must not come due together.
+        let b = durable().with_max_backoff(Duration::from_secs(3600));
+        let mut rng = fastrand::Rng::with_seed(18);
+        let mut waits: Vec<Duration> = (0..1000)
+            .map(|_| b.delay(4, Duration::ZERO, &mut rng))
+            .collect();
+        waits.sort();
+        waits.dedup();
+        assert!(waits.len() > 900, "only {} distinct waits", waits.len());
+        let (lo, hi) = (waits[0], waits[waits.len() - 1]);
+        assert!(lo < Duration::from_millis(8_500) && hi > Duration::from_millis(15_500));
+    }
+
+    #[test]
+    fn the_worst_case_of_equal_jitter_is_the_sum_of_the_steps() {
+        // 2 + 4 + ... + 128 s between 8 attempts: 2^8 - 2.
+        let b = durable().with_max_backoff(Duration::from_secs(u64::MAX / 4));
+        assert_eq!(b.worst_case_total(7), Duration::from_secs(254));
+        assert_eq!(b.worst_case_total(0), Duration::ZERO);
+    }
+
     proptest! {
+        #[test]
+        fn equal_jitter_stays_within_half_the_step_and_the_step(
+            seed: u64,
+            initial_ms in 0u64..10_000_000,
+            cap_ms in 0u64..100_000_000,
+            retry in 0u32..=u32::MAX,
+        ) {
+            let b = Backoff::new()
+                .with_initial(ms(initial_ms))
+                .with_max_backoff(ms(cap_ms))
+                .with_jitter(Jitter::Equal);
+            let step = b.ceiling(retry);
+            prop_assert!(step <= ms(cap_ms));
+            let wait = b.delay(retry, Duration::ZERO, &mut fastrand::Rng::with_seed(seed));
+            prop_assert!(wait >= step / 2, "{wait:?} below half of {step:?}");
+            prop_assert!(wait < step || step.is_zero(), "{wait:?} not below {step:?}");
+            let exact = b.with_jitter(Jitter::None);
+            prop_assert_eq!(exact.delay(retry, Duration::ZERO, &mut fastrand::Rng::with_seed(seed)), step);
+        }
+
         #[test]
         fn full_jitter_stays_within_zero_and_ceiling(
             seed: u64, retry in 1u32..40, initial_ms in 1u64..2_000, mult in 1.01f64..10.0, cap_ms in 1u64..10_000

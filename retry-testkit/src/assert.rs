@@ -177,6 +177,8 @@ fn bounds(backoff: &Backoff, retry: u32) -> (Duration, Duration) {
             backoff.initial.min(backoff.max_backoff),
             backoff.max_backoff,
         ),
+        Jitter::Equal => (backoff.ceiling(retry) / 2, backoff.ceiling(retry)),
+        Jitter::None => (backoff.ceiling(retry), backoff.ceiling(retry)),
     };
     let floor = Duration::from_millis(u64::try_from(low.as_millis()).unwrap_or(u64::MAX));
     let ceil =
@@ -196,6 +198,16 @@ mod tests {
         assert_eq!(bounds(&full, 1), (Duration::ZERO, Duration::from_millis(2)));
         assert_eq!(bounds(&full, 2), (Duration::ZERO, Duration::from_millis(3)));
         assert_eq!(bounds(&full, 9), (Duration::ZERO, Duration::from_millis(5)));
+        let equal = full.with_jitter(Jitter::Equal);
+        assert_eq!(
+            bounds(&equal, 2),
+            (Duration::from_millis(1), Duration::from_millis(3))
+        );
+        let none = full.with_jitter(Jitter::None);
+        assert_eq!(
+            bounds(&none, 2),
+            (Duration::from_millis(3), Duration::from_millis(3))
+        );
         let decorrelated = full.with_jitter(Jitter::Decorrelated);
         assert_eq!(
             bounds(&decorrelated, 3),

@@ -13,8 +13,8 @@ use std::time::Duration;
 use durable_support::upstream::{self, Upstream};
 use durable_support::{PgDb, SqliteDb};
 use retry_durable::{
-    AttemptError, DurableBackoff, DurableQueue, DurableStore, EnqueueOptions, ManualClock, PgStore,
-    PgStoreOptions, SqliteStore, TaskContext, TaskStatus, Timestamp, Worker, WorkerConfig,
+    AttemptError, DEFAULT_BACKOFF, DurableQueue, DurableStore, EnqueueOptions, ManualClock,
+    PgStore, PgStoreOptions, SqliteStore, TaskContext, TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::process::{Child, Command};
 
@@ -28,7 +28,7 @@ fn config(id: &str) -> WorkerConfig {
         .with_attempt_timeout(Duration::from_secs(30))
         .with_lease(LEASE)
         .with_batch_size(4)
-        .with_backoff(DurableBackoff::new().with_base(Duration::ZERO))
+        .with_backoff(DEFAULT_BACKOFF.with_initial(Duration::ZERO))
 }
 
 /// Every fifth task's first attempt fails after reaching the upstream (like a 503 sent after
@@ -245,7 +245,7 @@ async fn crash_mid_attempt<S: DurableStore>(store: S, backend: Vec<(&str, String
                 .map_err(|e| AttemptError::retry(e.to_string()))
         })
         .clock(clock.clone())
-        .config(config("rescuer").with_backoff(DurableBackoff::new()))
+        .config(config("rescuer").with_backoff(DEFAULT_BACKOFF))
         .build()
         .unwrap();
     let stats = rescuer.tick().await.unwrap();

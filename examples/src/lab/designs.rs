@@ -31,7 +31,7 @@ use reqwest_middleware::ClientWithMiddleware;
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use retry_durable::{
-    Durable, DurableBackoff, DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore,
+    DEFAULT_BACKOFF, Durable, DurableError, DurableQueue, DurableStore, EnqueueOptions, PgStore,
     PgStoreOptions, Replay, SqliteStore, Worker, WorkerConfig,
 };
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
@@ -290,9 +290,9 @@ fn lab_worker_config() -> WorkerConfig {
     WorkerConfig::new()
         .with_poll_interval(Duration::from_millis(100))
         .with_backoff(
-            DurableBackoff::new()
-                .with_base(Duration::from_millis(250))
-                .with_cap(Duration::from_secs(2)),
+            DEFAULT_BACKOFF
+                .with_initial(Duration::from_millis(500))
+                .with_max_backoff(Duration::from_secs(2)),
         )
 }
 

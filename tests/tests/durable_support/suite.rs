@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_durable::{
-    AlertError, AttemptError, Clock, Completion, DurableBackoff, DurableError, DurableJitter,
-    DurableQueue, DurableStore, EnqueueOptions, Fence, ManualClock, Task, TaskContext, TaskId,
+    AlertError, AttemptError, Clock, Completion, DEFAULT_BACKOFF, DurableError, DurableQueue,
+    DurableStore, EnqueueOptions, Fence, Jitter, ManualClock, Task, TaskContext, TaskId,
     TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
@@ -264,7 +264,7 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
     let stale_fence = stale[0].fence().unwrap();
 
     clock.advance(LEASE + Duration::from_millis(1));
-    let backoff = DurableBackoff::new();
+    let backoff = DEFAULT_BACKOFF;
     let rescued = store
         .rescue_expired(10, backoff, clock.now())
         .await
@@ -324,10 +324,10 @@ pub async fn backoff_schedule_doubles_and_caps<S: DurableStore>(store: S) {
     let alerts = Alerts::default();
     let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
     let id = enqueue(&q, "k", EnqueueOptions::new().with_max_attempts(6)).await;
-    let backoff = DurableBackoff::new()
-        .with_base(Duration::from_secs(1))
-        .with_cap(Duration::from_secs(10))
-        .with_jitter(DurableJitter::None);
+    let backoff = DEFAULT_BACKOFF
+        .with_initial(Duration::from_secs(2))
+        .with_max_backoff(Duration::from_secs(10))
+        .with_jitter(Jitter::None);
     let worker = Worker::builder(store.clone())
         .handler(OP, |_t: TaskContext| async {
             Err::<(), _>(AttemptError::retry("503 from upstream"))
@@ -386,7 +386,7 @@ pub async fn jittered_retries_spread_within_the_upper_half_of_the_step<S: Durabl
             config("w")
                 .with_batch_size(N as u32)
                 .with_jitter_seed(18)
-                .with_backoff(DurableBackoff::new().with_base(Duration::from_secs(4))),
+                .with_backoff(DEFAULT_BACKOFF.with_initial(Duration::from_secs(8))),
         )
         .build()
         .unwrap();
@@ -849,7 +849,7 @@ pub async fn concurrent_workers_claim_each_attempt_once<S: DurableStore>(store: 
             .config(
                 config(&format!("w{w}"))
                     .with_batch_size(5)
-                    .with_backoff(DurableBackoff::new().with_base(Duration::ZERO)),
+                    .with_backoff(DEFAULT_BACKOFF.with_initial(Duration::ZERO)),
             )
             .build()
             .unwrap();
@@ -1102,11 +1102,7 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
     // Unjittered, so a and b come due again in their order.
     clock.advance(LEASE + Duration::from_millis(1));
     let rescued = store
-        .rescue_expired(
-            2,
-            DurableBackoff::new().with_jitter(DurableJitter::None),
-            clock.now(),
-        )
+        .rescue_expired(2, DEFAULT_BACKOFF.with_jitter(Jitter::None), clock.now())
         .await
         .unwrap();
     let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
