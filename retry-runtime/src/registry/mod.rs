@@ -157,7 +157,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -327,31 +326,10 @@ fn next_snapshot_number() -> u64 {
 
 #[derive(Default)]
 struct Snapshot {
-    upstreams: HashMap<Arc<str>, Arc<Upstream>, BuildHasherDefault<NameHasher>>,
-}
-
-/// FNV-1a over the upstream's name: every call looks its upstream up, and SipHash (the
-/// default, which resists collision attacks on untrusted keys) cost more than the rest of the
-/// lookup. The names come from the operator's configuration, not from requests.
-#[derive(Debug)]
-struct NameHasher(u64);
-
-impl Default for NameHasher {
-    fn default() -> Self {
-        NameHasher(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
+    /// Hashed with FNV-1a: every call looks its upstream up, and SipHash (the default, which
+    /// resists collision attacks on untrusted keys) cost more than the rest of the lookup. The
+    /// names come from the operator's configuration, not from requests.
+    upstreams: HashMap<Arc<str>, Arc<Upstream>, fnv::FnvBuildHasher>,
 }
 
 /// Named upstream configurations, swappable at runtime.
@@ -537,7 +515,7 @@ impl Registry {
         let hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot.load();
         let mut upstreams =
-            HashMap::with_capacity_and_hasher(configs.len(), BuildHasherDefault::default());
+            HashMap::with_capacity_and_hasher(configs.len(), fnv::FnvBuildHasher::default());
         for (name, config) in configs {
             // State carries over a reload while its settings stay the same, so a reload neither
             // refills an exhausted budget nor closes an open breaker nor resets a bulkhead.
