@@ -26,6 +26,11 @@
 //! - each attempt runs under a timeout shorter than its lease, and the outcome is written
 //!   fenced on `(task, lease owner, attempt)`, so a worker whose lease was rescued cannot
 //!   overwrite a newer attempt;
+//! - but the fence discards a result, not a side effect: a process stopped mid-attempt for
+//!   longer than its lease resumes its handler, which runs on until its next await while the
+//!   task is run again elsewhere (attempt n + 1, same key). Before an irreversible step a
+//!   handler can ask [`Lease::current`] whether its lease still holds; that narrows the window
+//!   to the gap between the check and the step, and only the key closes it;
 //! - a failed task owes an alert in the same write that fails it; the alert is recorded only
 //!   after the hook returns, so a crash in between re-alerts instead of staying silent.
 //!
@@ -131,6 +136,7 @@
 mod clock;
 mod error;
 mod handler;
+mod lease;
 mod migrate;
 mod outcome;
 #[cfg(feature = "postgres")]
@@ -147,6 +153,7 @@ mod worker;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::DurableError;
 pub use handler::{AlertError, AlertFuture, AlertHook, Handler, TaskOutput, TracingAlert};
+pub use lease::Lease;
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PgStore, PgStoreOptions};

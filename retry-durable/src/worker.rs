@@ -29,6 +29,7 @@ use retry_runtime::backoff::{Backoff, Jitter};
 use retry_runtime::durable::{AttemptError, TaskId};
 
 use crate::handler::{AlertHook, Handler, TracingAlert, context_of};
+use crate::lease::Lease;
 use crate::store::{Completion, DurableStore, WorkSignal};
 use crate::task::{Fence, Task};
 
@@ -751,8 +752,11 @@ impl<S: DurableStore> Worker<S> {
         }
         let result = match inner.handlers.get(&task.operation) {
             Some(handler) => {
-                let fut = handler.call(context_of(&task));
-                match tokio::time::timeout(inner.config.attempt_timeout, fut).await {
+                // `fits` found the lease's end; the handler may ask for it (`Lease::current`).
+                let until = task.locked_until.unwrap_or(now);
+                let lease = Lease::new(task.id, task.retry_count, until, inner.clock.clone());
+                let fut = lease.clone().in_sync(|| handler.call(context_of(&task)));
+                match tokio::time::timeout(inner.config.attempt_timeout, lease.scope(fut)).await {
                     Ok(r) => r,
                     Err(_) => Err(AttemptError::retry(format!(
                         "attempt timed out after {:?}",

@@ -137,6 +137,7 @@ macro_rules! conformance_suite {
             retry_after_is_honoured,
             every_attempt_gets_the_task_key,
             a_task_claimed_too_long_ago_is_not_run,
+            a_handler_resumed_past_its_lease_sees_it_before_its_side_effect,
             results_are_looked_up_by_task_id,
             batched_completions_keep_the_fence,
             a_hand_off_wakes_an_idle_worker,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use retry_durable::{
     AlertError, AttemptError, Clock, Completion, DEFAULT_BACKOFF, DurableError, DurableQueue,
-    DurableStore, EnqueueOptions, Fence, Jitter, ManualClock, Task, TaskContext, TaskId,
+    DurableStore, EnqueueOptions, Fence, Jitter, Lease, ManualClock, Task, TaskContext, TaskId,
     TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
@@ -1019,6 +1019,83 @@ pub async fn a_task_claimed_too_long_ago_is_not_run<S: DurableStore>(store: S) {
     assert_eq!(current.tick().await.unwrap().succeeded, 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "run exactly once");
     assert_eq!(get(&store, id).await.status, TaskStatus::Succeeded);
+}
+
+/// A worker stopped mid-attempt for longer than its lease: another worker rescues the task and
+/// runs it again with a new attempt number; when the stopped handler resumes it carries on
+/// (nothing stops it at once), and the fence discards its result but not what it did. Asking
+/// `Lease::current()` before the side effect lets it stand down, so the effect happens once.
+pub async fn a_handler_resumed_past_its_lease_sees_it_before_its_side_effect<S: DurableStore>(
+    store: S,
+) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let id = enqueue(&q, "k", EnqueueOptions::new()).await;
+    // The attempts that did the side effect, and whether a handler ran on past its lease.
+    let effects = Arc::new(Mutex::new(Vec::new()));
+    let ran_past_lease = Arc::new(AtomicBool::new(false));
+    let (started, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler = {
+        let (effects, ran_past_lease) = (effects.clone(), ran_past_lease.clone());
+        let (started, resume) = (started.clone(), resume.clone());
+        move |task: TaskContext| {
+            let (effects, ran_past_lease) = (effects.clone(), ran_past_lease.clone());
+            let (started, resume) = (started.clone(), resume.clone());
+            async move {
+                let lease = Lease::current().expect("the worker lends the lease to its handler");
+                assert_eq!(
+                    (lease.task_id(), lease.attempt()),
+                    (task.task_id, task.attempt)
+                );
+                if task.attempt == 1 {
+                    // Stopped here, for longer than the lease.
+                    started.notify_one();
+                    resume.notified().await;
+                }
+                if !lease.holds() {
+                    ran_past_lease.store(true, Ordering::SeqCst);
+                    assert_eq!(lease.remaining(), Duration::ZERO);
+                    return Err(AttemptError::retry("lease lost before the capture"));
+                }
+                effects.lock().unwrap().push(task.attempt);
+                Ok(())
+            }
+        }
+    };
+    let worker = |name: &str| {
+        Worker::builder(store.clone())
+            .handler(OP, handler.clone())
+            .clock(clock.clone())
+            // A rescued task is due again at once.
+            .config(config(name).with_backoff(DEFAULT_BACKOFF.with_initial(Duration::ZERO)))
+            .build()
+            .expect("worker")
+    };
+    let stopped = worker("stopped");
+    let first = tokio::spawn(async move { stopped.tick().await });
+    started.notified().await;
+
+    clock.advance(LEASE + Duration::from_millis(1));
+    let rescuer = worker("rescuer").tick().await.unwrap();
+    assert_eq!((rescuer.rescued, rescuer.succeeded), (1, 1), "{rescuer:?}");
+
+    resume.notify_one();
+    let resumed = first.await.unwrap().unwrap();
+    assert_eq!(
+        resumed.lost_leases, 1,
+        "its result is discarded: {resumed:?}"
+    );
+    assert!(
+        ran_past_lease.load(Ordering::SeqCst),
+        "the stopped handler ran on after its lease expired"
+    );
+    assert_eq!(
+        *effects.lock().unwrap(),
+        vec![2],
+        "the side effect happened once, by the second attempt"
+    );
+    let t = get(&store, id).await;
+    assert_eq!((t.status, t.retry_count), (TaskStatus::Succeeded, 2));
 }
 
 /// A deferred call's outcome is looked up by task id: completed with the handler's output,
