@@ -7,7 +7,7 @@
 //! and costs nothing, but it holds a request, a connection and a bulkhead slot while it waits,
 //! and it dies with the process. An upstream that is down for minutes needs something else: the
 //! work is written to a table and a polling worker retries it later, with exponential backoff
-//! (the runtime's [`Backoff`](retry_runtime::backoff::Backoff)).
+//! (the runtime's [`Backoff`]).
 //! The task survives restarts and deploys, and no request thread waits for it.
 //!
 //! # Guarantees, and why they hold
