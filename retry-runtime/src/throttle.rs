@@ -176,14 +176,13 @@ impl fmt::Debug for Throttle {
     }
 }
 
-/// One admitted attempt's place in the throttle's count of attempts sent: when the attempt
-/// ends, [`Throttle::record`] says whether the upstream accepted it; an attempt whose outcome
-/// says nothing about the upstream (cancelled, or lost to connection rotation) is taken back
-/// out of the count with [`Throttle::forget`].
+/// An admitted attempt: when it ends, [`Throttle::record`] counts it, accepted or not. An
+/// attempt is counted only once it has ended: one still in flight says nothing yet (counted at
+/// its start, a burst of concurrent first attempts would read as a burst of failures before
+/// any could answer), and one whose outcome says nothing about the upstream (cancelled, or
+/// lost to connection rotation) is never counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sent {
-    epoch: u64,
-}
+pub(crate) struct Sent;
 
 impl Throttle {
     /// A throttle whose window counts from `origin` (the registry's: see `window::Tick`).
@@ -220,8 +219,8 @@ impl Throttle {
         )
     }
 
-    /// Admits an attempt of `kind` at `tick`, counting it as sent, or refuses it (`None`),
-    /// drawing from `rng` only while the upstream accepts less than it gets.
+    /// Admits an attempt of `kind` at `tick`, or refuses it (`None`), drawing from `rng` only
+    /// while the upstream accepts less than it gets.
     pub(crate) fn admit(&self, kind: Work, tick: Tick, rng: impl FnOnce() -> f64) -> Option<Sent> {
         let epoch = self.clock.epoch_of(tick);
         let sent = self.sent.sum(epoch);
@@ -238,8 +237,7 @@ impl Throttle {
             self.note_state(true);
             return None;
         }
-        self.sent.add(epoch, 1);
-        Some(Sent { epoch })
+        Some(Sent)
     }
 
     /// Whether a retry decided at `tick` by a call that sent `own` attempts may go, given a
@@ -257,18 +255,14 @@ impl Throttle {
         !(p > 0.0 && draw < p)
     }
 
-    /// Counts the end of an admitted attempt, at `tick`: `accepted` unless its outcome says the
+    /// Counts an admitted attempt that ended at `tick`: `accepted` unless its outcome says the
     /// upstream is failing or overloaded.
     pub(crate) fn record(&self, _sent: Sent, accepted: bool, tick: Tick) {
+        let epoch = self.clock.epoch_of(tick);
+        self.sent.add(epoch, 1);
         if accepted {
-            self.accepted.add(self.clock.epoch_of(tick), 1);
+            self.accepted.add(epoch, 1);
         }
-    }
-
-    /// Takes an admitted attempt back out of the count: its outcome says nothing about the
-    /// upstream (cancelled, or lost to connection rotation).
-    pub(crate) fn forget(&self, sent: Sent) {
-        self.sent.sub_one(sent.epoch);
     }
 
     /// Emits the state-change event when the throttle starts refusing, or stops.

@@ -7,10 +7,10 @@
 //! permit drops. When the attempt ends, [`Permit::end`] tells every gate how
 //! (an [`AttemptEnd`]); a permit dropped before that (the attempt never started, its future
 //! was dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
-//! itself: the bulkhead slot, a half-open breaker's probe slot (a
-//! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded), and
-//! the attempt's count in the throttle (a [`ThrottleClaim`] takes it back when dropped
-//! unrecorded). No path releases anything by hand.
+//! itself: the bulkhead slot and a half-open breaker's probe slot (a
+//! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded); the
+//! throttle counts an attempt only when it ends (a [`ThrottleClaim`] dropped unrecorded was
+//! never counted). No path releases anything by hand.
 //!
 //! A retry or a hedge also costs a retry ([`spend`]): one from the operation's shared
 //! allowance, then a token of the upstream's retry budget. A retry spends when the engine
@@ -117,28 +117,18 @@ pub(crate) struct Permit {
     slot: Option<Slot>,
 }
 
-/// An admitted attempt's count in its upstream's throttle: [`end`](Self::end) says whether the
-/// upstream accepted it; dropped without that (cancelled, never started, lost to connection
-/// rotation), it takes the count back, since the attempt says nothing about the upstream.
+/// An admitted attempt's place in its upstream's throttle: [`end`](Self::end) counts it,
+/// accepted or not; dropped without that (cancelled, never started, lost to connection
+/// rotation), it was never counted, since the attempt says nothing about the upstream.
 #[derive(Debug)]
 pub(crate) struct ThrottleClaim {
     throttle: Arc<Throttle>,
-    sent: Option<Sent>,
+    sent: Sent,
 }
 
 impl ThrottleClaim {
-    fn end(mut self, accepted: bool, tick: Tick) {
-        if let Some(sent) = self.sent.take() {
-            self.throttle.record(sent, accepted, tick);
-        }
-    }
-}
-
-impl Drop for ThrottleClaim {
-    fn drop(&mut self) {
-        if let Some(sent) = self.sent.take() {
-            self.throttle.forget(sent);
-        }
+    fn end(self, accepted: bool, tick: Tick) {
+        self.throttle.record(self.sent, accepted, tick);
     }
 }
 
@@ -174,7 +164,7 @@ pub(crate) fn admit(
             match throttle.admit(work, upstream.tick(ask.at), draw) {
                 Some(sent) => Some(ThrottleClaim {
                     throttle: Arc::clone(throttle),
-                    sent: Some(sent),
+                    sent,
                 }),
                 None => return Err(Rejection::Throttled),
             }
