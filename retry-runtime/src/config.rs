@@ -38,8 +38,8 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `propagate` | false | send the deadline and retry headers: turn it on for your own services behind the server layer |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
-/// | `throttle` | on: first attempts up to 2x what the upstream accepted in the last 2 s, retries and hedges up to 1x | proportional and recovering at once, where a breaker refuses everything for its open time (see [`throttle`](crate::throttle)) |
-/// | `breaker` | none (off) | a hard stop for those who want one; the throttle already stops a dead upstream's traffic |
+/// | `throttle` | none (off) | opt-in adaptive admission (see [`throttle`](crate::throttle)): it refuses in proportion to what the upstream accepts, but also counts the resets of a server closing connections (reloads, `keepalive_requests`), which the library's defaults must keep invisible |
+/// | `breaker` | on: 80 % of >= 20 attempts in 10 s, open 5 s, 3 probes | retries without a breaker keep hitting a dead upstream |
 /// | `hedge` | none (never hedged) | a hedge adds load: turn it on for an upstream with a slow tail |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -79,9 +79,7 @@ pub struct UpstreamConfig {
     /// The adaptive throttle (`None`: disabled): refuses attempts locally in proportion to
     /// what the upstream currently does not accept (see [`throttle`](crate::throttle)).
     pub throttle: Option<ThrottleConfig>,
-    /// The circuit breaker (`None`: disabled, the default). It stops every attempt for its
-    /// `open_for` once most attempts fail; the throttle, on by default, already stops most of
-    /// a dead upstream's traffic in proportion and lets it recover at once.
+    /// The circuit breaker (`None`: disabled).
     pub breaker: Option<BreakerConfig>,
     /// Hedging: when a further copy of a slow safe request is sent (`None`: never). Only calls
     /// that ask for it are hedged (`#[retry(hedge, ..)]`, [`RetryCall::hedged`]), and only
@@ -117,8 +115,8 @@ impl UpstreamConfig {
             propagate: false,
             budget: BudgetConfig::new(),
             bulkhead: None,
-            throttle: Some(ThrottleConfig::new()),
-            breaker: None,
+            throttle: None,
+            breaker: Some(BreakerConfig::new()),
             hedge: None,
         }
     }

@@ -50,7 +50,9 @@ use tokio::time::Instant;
 
 use crate::window::{Clock, Counter, Tick};
 
-/// Adaptive admission settings of one upstream; see the [module docs](self).
+/// Adaptive admission settings of one upstream (opt-in: `[upstreams.<name>.throttle]`, or
+/// [`UpstreamConfig::with_throttle`](crate::UpstreamConfig::with_throttle)); see the
+/// [module docs](self).
 ///
 /// # Default
 /// - `multiplier`: 3.0 (the first attempts of an upstream that accepts a third or more of what

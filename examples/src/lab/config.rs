@@ -165,9 +165,12 @@ mod tests {
         let catalog = lab.get(Design::BTuned, "catalog").unwrap();
         assert_eq!(catalog.max_attempts, 3);
         assert_eq!(catalog.bulkhead, Some(32));
-        // The budget, the throttle and the breaker are the library's defaults.
+        // The default budget; the throttle at its defaults instead of the breaker.
         assert_eq!(catalog.budget, UpstreamConfig::new().budget);
-        assert_eq!(catalog.throttle, UpstreamConfig::new().throttle);
+        assert_eq!(
+            catalog.throttle,
+            Some(retry_runtime::throttle::ThrottleConfig::new())
+        );
         assert_eq!(catalog.breaker, None);
         assert!(lab.get(Design::BTuned, "middle").is_some());
         assert_eq!(catalog.hedge, None, "B-tuned does not hedge");

@@ -455,10 +455,10 @@ mod tests {
         let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["catalog", "sber", "sms-gateway"]);
         let sber = &configs[1].1;
-        // Every documented default, and the breaker its table turns on.
+        // Every documented default, and the throttle its table turns on.
         assert_eq!(
             sber,
-            &UpstreamConfig::new().with_breaker(Some(crate::breaker::BreakerConfig::new()))
+            &UpstreamConfig::new().with_throttle(Some(crate::throttle::ThrottleConfig::new()))
         );
         let catalog = &configs[0].1;
         assert_eq!(catalog.max_attempts, 2);

@@ -128,7 +128,7 @@ pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
 /// The keys of `[upstreams.<name>.breaker]`.
 #[rustfmt::skip]
 pub(crate) const BREAKER_KEYS: &[KeySpec] = &[
-    key("enabled",          "breaker.enabled",          Kind::Flag,     "false"),
+    key("enabled",          "breaker.enabled",          Kind::Flag,     "true"),
     key("failure_rate",     "breaker.failure_rate",     Kind::Number,   "0.8"),
     key("min_attempts",     "breaker.min_attempts",     Kind::Count,    "20"),
     key("window",           "breaker.window",           Kind::Duration, "10s"),
@@ -169,7 +169,10 @@ pub(crate) fn by_path(path: &str) -> Option<&'static KeySpec> {
 pub(crate) struct Settings {
     config: UpstreamConfig,
     throttle: ThrottleConfig,
-    throttle_enabled: bool,
+    /// Whether any throttle key was written: writing one turns the throttle on...
+    throttle_written: bool,
+    /// ...unless `throttle.enabled = false` says otherwise.
+    throttle_enabled: Option<bool>,
     breaker: BreakerConfig,
     /// Whether any breaker key was written: writing one turns the breaker on...
     breaker_written: bool,
@@ -189,7 +192,8 @@ impl Settings {
         let config = UpstreamConfig::new();
         Settings {
             throttle: config.throttle.unwrap_or_default(),
-            throttle_enabled: config.throttle.is_some(),
+            throttle_written: config.throttle.is_some(),
+            throttle_enabled: None,
             breaker: config.breaker.unwrap_or_default(),
             breaker_written: config.breaker.is_some(),
             breaker_enabled: None,
@@ -206,7 +210,10 @@ impl Settings {
     /// The config these settings describe.
     pub(crate) fn config(&self) -> UpstreamConfig {
         let mut config = self.config.clone();
-        config.throttle = self.throttle_enabled.then_some(self.throttle);
+        config.throttle = self
+            .throttle_enabled
+            .unwrap_or(self.throttle_written)
+            .then_some(self.throttle);
         config.breaker = self
             .breaker_enabled
             .unwrap_or(self.breaker_written)
@@ -313,6 +320,9 @@ impl KeySpec {
         if self.path.starts_with("hedge.") && self.path != "hedge.enabled" {
             settings.hedge_written = true;
         }
+        if self.path.starts_with("throttle.") && self.path != "throttle.enabled" {
+            settings.throttle_written = true;
+        }
         if self.path.starts_with("breaker.") && self.path != "breaker.enabled" {
             settings.breaker_written = true;
         }
@@ -356,7 +366,7 @@ impl KeySpec {
                     format!("`bulkhead` = {n} is out of range: {}", self.fix(value))
                 })?);
             }
-            "throttle.enabled" => settings.throttle_enabled = self.flag(value)?,
+            "throttle.enabled" => settings.throttle_enabled = Some(self.flag(value)?),
             "throttle.multiplier" => throttle.multiplier = self.number(value)?,
             "throttle.retry_multiplier" => throttle.retry_multiplier = self.number(value)?,
             "throttle.window" => throttle.window = self.duration(value)?,
@@ -433,7 +443,9 @@ mod tests {
         // The examples are the documented defaults: applying them to a default config changes
         // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
         for key in all().filter(|k| {
-            k.path != "bulkhead" && !k.path.starts_with("hedge.") && !k.path.starts_with("breaker.")
+            k.path != "bulkhead"
+                && !k.path.starts_with("hedge.")
+                && !k.path.starts_with("throttle.")
         }) {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example))
@@ -446,23 +458,24 @@ mod tests {
         let bulkhead = by_path("bulkhead").unwrap();
         bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
         assert_eq!(settings.config().bulkhead, Some(100));
-        // The breaker is off until a breaker key is written, with the documented defaults,
+        // The throttle is off until a throttle key is written, with the documented defaults,
         // and `enabled = false` keeps it off.
-        assert_eq!(UpstreamConfig::new().breaker, None);
-        for key in all().filter(|k| k.path.starts_with("breaker.") && k.path != "breaker.enabled") {
+        assert_eq!(UpstreamConfig::new().throttle, None);
+        for key in all().filter(|k| k.path.starts_with("throttle.") && k.path != "throttle.enabled")
+        {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example)).unwrap();
             assert_eq!(
-                settings.config().breaker,
-                Some(BreakerConfig::new()),
+                settings.config().throttle,
+                Some(ThrottleConfig::new()),
                 "{}",
                 key.path
             );
-            by_path("breaker.enabled")
+            by_path("throttle.enabled")
                 .unwrap()
                 .apply(&mut settings, Value::Env("false"))
                 .unwrap();
-            assert_eq!(settings.config().breaker, None, "{}", key.path);
+            assert_eq!(settings.config().throttle, None, "{}", key.path);
         }
         // Hedging is off until a hedge key is written, and `enabled = false` keeps it off.
         assert_eq!(UpstreamConfig::new().hedge, None);
