@@ -455,11 +455,7 @@ mod tests {
         let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["catalog", "sber", "sms-gateway"]);
         let sber = &configs[1].1;
-        // Every documented default, and the throttle its table turns on.
-        assert_eq!(
-            sber,
-            &UpstreamConfig::new().with_throttle(Some(crate::throttle::ThrottleConfig::new()))
-        );
+        assert_eq!(sber, &UpstreamConfig::new());
         let catalog = &configs[0].1;
         assert_eq!(catalog.max_attempts, 2);
         assert_eq!(catalog.backoff.initial, Duration::from_millis(200));
