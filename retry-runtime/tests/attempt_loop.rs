@@ -91,10 +91,9 @@ impl Classify for Fail {
 }
 
 fn registry(config: UpstreamConfig) -> Registry {
-    // The throttle is tested on its own (`throttle.rs`, `tests/throttle.rs`); here, against
-    // one scripted upstream failing on purpose, it would refuse retries mid-test.
-    let config = if config.throttle == UpstreamConfig::new().throttle {
-        config.with_throttle(None)
+    // The breaker is tested on its own below; elsewhere it would open mid-test.
+    let config = if config.breaker == UpstreamConfig::new().breaker {
+        config.with_breaker(None)
     } else {
         config
     };
