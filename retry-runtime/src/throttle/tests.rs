@@ -109,11 +109,8 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     let mut rng = fastrand::Rng::with_seed(7);
     let mut pass = |kind| {
         (0..10_000)
-            .filter(|_| match throttle.admit(kind, tick, || rng.f64()) {
-                // Never ended: not counted.
-                Some(_) => true,
-                None => false,
-            })
+            // Admitted and never ended: not counted.
+            .filter(|_| throttle.admit(kind, tick, || rng.f64()).is_some())
             .count()
     };
     let first = pass(Work::First);
