@@ -1,9 +1,11 @@
 //! The headline properties of the library's designs, which `outage-lab --quick` asserts (and
 //! CI with it): a regression in the library breaks the build, not just the README.
 //!
-//! 1. B and B-tuned: under a dead catalog, at most [`DEAD_CALLS`] catalog calls per operation
-//!    on average ([`DEAD_CALLS_SHORT`] in a run shorter than 4 s): the adaptive throttle stops
-//!    the traffic in proportion, leaving a few probes (A sends about ten);
+//! 1. B-tuned and B-hedged: under a dead catalog, at most [`DEAD_CALLS`] catalog calls per
+//!    operation on average ([`DEAD_CALLS_SHORT`] in a run shorter than 4 s): the adaptive
+//!    throttle stops the traffic in proportion, leaving a few probes (A sends about ten).
+//!    Reported for B: its default breaker (80 % of the attempts of 10 s) has counted 10 s of
+//!    warm-up successes and does not open within a 4 s outage (about 2 calls per operation);
 //! 2. B and B-tuned: no duplicate side effect in any scenario (a write that may have executed
 //!    is repeated only with a key the catalog deduplicates, or after a check says it did not
 //!    happen);
@@ -27,7 +29,7 @@
 //!    there: its writes are answered "deferred" during the outage, neither success nor
 //!    failure.
 //!
-//! Properties 3 and 7 are checked for B too but **reported, not asserted**: B keeps the
+//! Properties 1, 3 and 7 are checked for B too but **reported, not asserted**: B keeps the
 //! library's defaults, whose breaker (on) and throttle (off) the lab shows losing to no retry
 //! in `brief-slowdown-ignores-deadline` (the breaker opens and stays open past the recovery).
 //! The throttle is not the default because, against a real nginx, it counts the resets of a
@@ -146,10 +148,12 @@ pub fn check(results: &[Aggregate]) -> Vec<Violation> {
             out.push(Violation {
                 text: format!(
                     "{name}: {:.2} catalog calls per operation over {} operations, more than \
-                     {dead_limit}: the throttle no longer stops the traffic to a dead dependency",
+                     {dead_limit}: the traffic to a dead dependency is not stopped",
                     ours.calls.pooled, ours.ops
                 ),
-                asserted: true,
+                // B's default breaker, warmed up by 10 s of successes, does not open within a
+                // run: reported (module docs).
+                asserted: ours.design != Design::B,
             });
         }
         if ours.duplicates > 0 {
