@@ -23,8 +23,8 @@
 //! breaker is all or nothing, and once a brief slowdown opens it, it refuses calls one attempt
 //! would complete for as long as it stays open. An upstream's [`throttle`] (opt-in:
 //! `[upstreams.<name>.throttle]`) follows what the upstream accepts over the last half second
-//! and refuses the rest locally, in proportion: first attempts up to three times what it
-//! accepts, retries and hedges only in the proportion it accepts. A dead upstream gets a few
+//! and refuses the rest locally, in proportion: first attempts pass at up to three times the
+//! share it accepts, retries and hedges only in the proportion it accepts. A dead upstream gets a few
 //! probes, a recovered one everything again within a few hundred milliseconds. It is not the
 //! default yet: it also counts the resets of a server closing connections under load (a
 //! reload, `keepalive_requests`), which the defaults keep invisible to callers.

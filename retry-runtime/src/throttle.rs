@@ -16,8 +16,10 @@
 //! p = max(0, (sent - K x accepted) / (sent + 1))
 //! ```
 //!
-//! the client-side adaptive throttling of Google's SRE book ("Handling Overload"): the upstream
-//! sees at most about K times what it accepts. `K` is [`ThrottleConfig::multiplier`] (3) for a
+//! after the client-side adaptive throttling of Google's SRE book ("Handling Overload"). Since
+//! refused attempts are not counted (below), an upstream that accepts a share `a` of what it is
+//! sent receives about `min(1, K x a)` of the calls offered, plus a few probes (the book's
+//! variant, which counts refusals, holds it to about K times what it accepts). `K` is [`ThrottleConfig::multiplier`] (3) for a
 //! call's **first attempt**, and [`ThrottleConfig::retry_multiplier`] (1) for a **retry or a
 //! hedge**: extra work gets through only in
 //! the proportion the upstream currently accepts, so a healthy upstream's retries all pass, a
@@ -36,7 +38,7 @@
 //! - **Refusals are local and honest.** A refused attempt fails with
 //!   [`Error::Throttled`](crate::Error::Throttled) (evidence `NotSent`, reason `throttled`),
 //!   spends no retry budget, is not counted against the upstream, and is counted in the
-//!   `retry.rejected` metric with `reason = "throttled"`.
+//!   `retry.rejections` metric with `reason = "throttled"`.
 //!
 //! Counting is lock-free: the window counters the budget and the breaker use (one
 //! compare-and-swap per count, one load per read).
