@@ -38,8 +38,8 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `propagate` | false | send the deadline and retry headers: turn it on for your own services behind the server layer |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
-/// | `throttle` | none (off) | opt-in adaptive admission (see [`throttle`](crate::throttle)): it refuses in proportion to what the upstream accepts, but also counts the resets of a server closing connections (reloads, `keepalive_requests`), which the library's defaults must keep invisible |
-/// | `breaker` | on: 80 % of >= 20 attempts in 10 s, open 5 s, 3 probes | retries without a breaker keep hitting a dead upstream |
+/// | `throttle` | on: 3 x accepted for first attempts, 1 x for retries, over 500 ms | sends an upstream that fails or slows about what it accepts, and recovers as soon as it accepts again (see [`throttle`](crate::throttle)) |
+/// | `breaker` | none (off) | all or nothing: opened by a brief slowdown, it refuses calls one attempt would complete for `open_for`; turn it on for a hard stop (80 % of >= 20 attempts in 10 s, open 5 s, 3 probes) |
 /// | `hedge` | none (never hedged) | a hedge adds load: turn it on for an upstream with a slow tail |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -115,8 +115,8 @@ impl UpstreamConfig {
             propagate: false,
             budget: BudgetConfig::new(),
             bulkhead: None,
-            throttle: None,
-            breaker: Some(BreakerConfig::new()),
+            throttle: Some(ThrottleConfig::new()),
+            breaker: None,
             hedge: None,
         }
     }

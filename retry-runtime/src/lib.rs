@@ -18,16 +18,16 @@
 //! add only a fraction of real traffic, and the [operation scope](operation) shares one retry
 //! allowance and one deadline across every layer of a business operation (3 calls, not 3 x 3).
 //!
-//! # A throttle beside the breaker
+//! # A throttle, not a breaker
 //! A budget caps retries over its window, not at the moment an upstream slows down; a circuit
 //! breaker is all or nothing, and once a brief slowdown opens it, it refuses calls one attempt
-//! would complete for as long as it stays open. An upstream's [`throttle`] (opt-in:
-//! `[upstreams.<name>.throttle]`) follows what the upstream accepts over the last half second
-//! and refuses the rest locally, in proportion: first attempts pass at up to three times the
-//! share it accepts, retries and hedges only in the proportion it accepts. A dead upstream gets a few
-//! probes, a recovered one everything again within a few hundred milliseconds. It is not the
-//! default yet: it also counts the resets of a server closing connections under load (a
-//! reload, `keepalive_requests`), which the defaults keep invisible to callers.
+//! would complete for as long as it stays open. Each upstream's [`throttle`] (on by default)
+//! follows what the upstream accepts over the last half second and refuses the rest locally,
+//! in proportion: first attempts pass at up to three times the share it accepts, retries and
+//! hedges only in the proportion it accepts. A dead upstream gets a few probes, a recovered one
+//! everything again within a few hundred milliseconds. It judges answers and timeouts only: a
+//! server closing connections under load (a reload, `keepalive_requests`, a restart) stays
+//! invisible to callers. The [`breaker`] remains, opt-in, for a hard stop.
 //!
 //! # Quick start
 //! Name the upstream in code, tune it in the registry, send through the classifying path:

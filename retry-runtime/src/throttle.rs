@@ -7,10 +7,15 @@
 //! attempt would have completed for as long as it stays open.
 //!
 //! The throttle follows what the upstream **accepts**, in proportion, per upstream, shared by
-//! every call. Over a short sliding window it counts the attempts sent and those the upstream
-//! accepted (an answer that is not an overload or failure signal: see
-//! [`is_upstream_failure`](crate::breaker::is_upstream_failure); a timeout is not accepted).
-//! It then refuses an attempt locally, before anything is sent, with probability
+//! every call. Over a short sliding window it counts the attempts the upstream answered or let
+//! time out, and those it accepted: every answer but an overload or failure signal (a 5xx,
+//! 408 or 429; see [`is_upstream_failure`](crate::breaker::is_upstream_failure)); an attempt
+//! that timed out was not accepted. A connection that failed with no answer (refused, reset,
+//! closed early) is not counted either way: a server closing connections under load (a
+//! graceful reload, a `keepalive_requests` limit, a restart) fails attempts that way while it
+//! accepts every request it reads, and a refused connection is no work to shed (an opt-in
+//! [circuit breaker](crate::breaker) stops calls to a host that is down). It then refuses an
+//! attempt locally, before anything is sent, with probability
 //!
 //! ```text
 //! p = max(0, (sent - K x accepted) / (sent + 1))
@@ -52,9 +57,9 @@ use tokio::time::Instant;
 
 use crate::window::{Clock, Counter, Tick};
 
-/// Adaptive admission settings of one upstream (opt-in: `[upstreams.<name>.throttle]`, or
-/// [`UpstreamConfig::with_throttle`](crate::UpstreamConfig::with_throttle)); see the
-/// [module docs](self).
+/// Adaptive admission settings of one upstream (on by default; `[upstreams.<name>.throttle]`
+/// or [`UpstreamConfig::with_throttle`](crate::UpstreamConfig::with_throttle) tune or disable
+/// it); see the [module docs](self).
 ///
 /// # Default
 /// - `multiplier`: 3.0 (the first attempts of an upstream that accepts a third or more of what
@@ -293,16 +298,17 @@ impl Throttle {
     }
 }
 
-/// Whether a failed attempt still counts as accepted: the callee answered that it spent the
-/// operation's retries below it ([`Pushback::RetriesSpent`]), so it did the work it was asked
-/// and its own dependency failed. Counting that against the callee would throttle every layer
-/// of a chain for one failing dependency, and keep the chain shut until each layer's window
-/// forgot it; the layer next to the dependency throttles it. (`Overloaded` pushback is the
-/// callee refusing work: not accepted.)
+/// Whether a failed attempt still counts as accepted: the callee answered with a pushback
+/// ([`Pushback`]): it spent the operation's retries below it, or refused to retry a dependency
+/// that is failing for everyone, or shed the request at its door. Either way it answered at
+/// once and asked not to be retried (the engine honours that), and where a dependency below
+/// it fails, the layer next to that dependency throttles it: counting the answer here too would
+/// throttle every layer of a chain for one failing dependency, and keep the chain shut until
+/// each layer's window forgot it.
 ///
-/// [`Pushback::RetriesSpent`]: crate::Pushback::RetriesSpent
+/// [`Pushback`]: crate::Pushback
 pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
-    failure.pushback == Some(crate::Pushback::RetriesSpent)
+    failure.pushback.is_some()
 }
 
 /// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the

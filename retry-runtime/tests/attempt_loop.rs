@@ -91,9 +91,10 @@ impl Classify for Fail {
 }
 
 fn registry(config: UpstreamConfig) -> Registry {
-    // The breaker is tested on its own below; elsewhere it would open mid-test.
-    let config = if config.breaker == UpstreamConfig::new().breaker {
-        config.with_breaker(None)
+    // The throttle is tested on its own (`throttle` unit tests, `throttle_admission`); here
+    // it would refuse some of the scripted failures' retries.
+    let config = if config.throttle == UpstreamConfig::new().throttle {
+        config.with_throttle(None)
     } else {
         config
     };

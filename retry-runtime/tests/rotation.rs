@@ -105,9 +105,9 @@ async fn call(
 async fn while_the_upstream_makes_progress_rotation_retries_are_immediate_and_free() {
     // One connection serving 3 requests among 200 concurrent callers: a caller can be turned
     // away by dozens of GOAWAYs in a row while the others' requests succeed between them.
-    let with_throttle =
-        UpstreamConfig::new().with_throttle(Some(retry_runtime::throttle::ThrottleConfig::new()));
-    let reg = Arc::new(registry(with_throttle));
+    let with_breaker =
+        UpstreamConfig::new().with_breaker(Some(retry_runtime::breaker::BreakerConfig::new()));
+    let reg = Arc::new(registry(with_breaker));
     let up = reg.upstream("up").unwrap();
     let tokens = up.budget().available();
     let start = Instant::now();

@@ -1,13 +1,14 @@
 //! Connection rotation against a real nginx (tests/nginx/rotation.conf, started on loopback by
 //! `retry_tests::nginx`): `keepalive_requests 3`, a graceful reload under load, a stop and start
 //! under load; each with GETs, keyed POSTs and unkeyed POSTs, 24 and 200 concurrent operations,
-//! over HTTP/1.1 and h2c (prior knowledge), through the library with its default settings.
+//! over HTTP/1.1 and h2c (prior knowledge), through the library with its default settings
+//! (the adaptive throttle on), plus the opt-in circuit breaker at its documented settings.
 //!
 //! The assertions read nginx's own access log (each processed request with the operation id, the
 //! idempotency key and the attempt header): no key processed twice with different outcomes, no
 //! unkeyed write processed twice; every GET and keyed write succeeds in the rotation and reload
-//! scenarios, where the circuit breaker never opens; after a restart, calls recover soon after
-//! the server is back.
+//! scenarios, where neither the throttle nor the breaker refuses a call; after a restart, calls
+//! recover soon after the server is back.
 //!
 //! When nginx is not installed these tests are ignored (the reason shows in the summary), except
 //! under `CI=true`, where they run and fail: CI installs nginx (`.ci/run`).
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use retry_runtime::breaker::BreakerState;
+use retry_runtime::breaker::{BreakerConfig, BreakerState};
 use retry_runtime::http::{RequestBuilderExt, ResponseExt};
 use retry_runtime::{Error, Registry, Retry, UpstreamConfig};
 use retry_tests::nginx::{Nginx, Processed, Protocol};
@@ -33,11 +34,13 @@ fn tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
 }
 
-/// A registry with the library's defaults for the upstream (breaker, budget, attempts,
-/// backoff, deadline), and the sound client for it.
+/// A registry with the library's defaults for the upstream (throttle, budget, attempts,
+/// backoff, deadline) and the opt-in breaker at its documented settings, and the sound client
+/// for it.
 fn library(protocol: Protocol) -> (Registry, reqwest::Client) {
+    let config = UpstreamConfig::new().with_breaker(Some(BreakerConfig::new()));
     let registry = Registry::builder()
-        .upstream(UPSTREAM, UpstreamConfig::new())
+        .upstream(UPSTREAM, config)
         .build()
         .expect("default config");
     let config = registry
@@ -60,7 +63,8 @@ fn library(protocol: Protocol) -> (Registry, reqwest::Client) {
 enum Outcome {
     Ok,
     Ambiguous,
-    CircuitOpen,
+    /// Refused locally by the throttle or the breaker.
+    Refused,
     Failed,
 }
 
@@ -110,12 +114,12 @@ impl Tally {
                 continue;
             }
             s.push_str(&format!(
-                "{}: {} ops, ok {}, ambiguous {}, circuit_open {}, failed {}, {:.2} calls/op; ",
+                "{}: {} ops, ok {}, ambiguous {}, refused {}, failed {}, {:.2} calls/op; ",
                 name(kind),
                 self.operations(kind),
                 self.count(kind, Outcome::Ok),
                 self.count(kind, Outcome::Ambiguous),
-                self.count(kind, Outcome::CircuitOpen),
+                self.count(kind, Outcome::Refused),
                 self.count(kind, Outcome::Failed),
                 self.calls_per_operation(kind),
             ));
@@ -168,7 +172,9 @@ async fn operation(
     match result {
         Ok(_) => (Outcome::Ok, attempts, None),
         Err(e @ Error::Ambiguous(_)) => (Outcome::Ambiguous, attempts, Some(e.to_string())),
-        Err(e @ Error::CircuitOpen { .. }) => (Outcome::CircuitOpen, attempts, Some(e.to_string())),
+        Err(e @ (Error::CircuitOpen { .. } | Error::Throttled { .. })) => {
+            (Outcome::Refused, attempts, Some(e.to_string()))
+        }
         Err(e) => (Outcome::Failed, attempts, Some(e.to_string())),
     }
 }
@@ -228,26 +234,17 @@ fn check_log(processed: &[Processed], tag: &str) -> (usize, u64) {
     (twice, most)
 }
 
-/// No call of any kind was refused by the breaker, and it is closed now.
-fn assert_breaker_stayed_closed(all: &Tally, registry: &Registry) {
+/// No call of any kind was refused locally, the breaker is closed now, and the throttle would
+/// admit every call.
+fn assert_admission_stayed_open(all: &Tally, registry: &Registry) {
     for kind in Kind::ALL {
-        assert_eq!(
-            all.count(kind, Outcome::CircuitOpen),
-            0,
-            "{}",
-            all.summary()
-        );
+        assert_eq!(all.count(kind, Outcome::Refused), 0, "{}", all.summary());
     }
-    assert_eq!(breaker_state(registry), BreakerState::Closed);
-}
-
-fn breaker_state(registry: &Registry) -> BreakerState {
-    registry
-        .upstream(UPSTREAM)
-        .expect("configured")
-        .breaker()
-        .expect("the default config has a breaker")
-        .state()
+    let upstream = registry.upstream(UPSTREAM).expect("configured");
+    let breaker = upstream.breaker().expect("the breaker is on");
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    let throttle = upstream.throttle().expect("the throttle is on by default");
+    assert_eq!(throttle.refusal_probability(), 0.0, "{}", all.summary());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +299,7 @@ async fn keepalive_requests_3_is_invisible_to_callers() {
             }
             assert_eq!(twice, 0, "no key is processed twice");
             assert!(most <= 3, "nginx rotated after 3 requests");
-            assert_breaker_stayed_closed(&all, &registry);
+            assert_admission_stayed_open(&all, &registry);
         }
     }
 }
@@ -453,7 +450,7 @@ async fn a_graceful_reload_under_load_is_invisible_to_reads_and_keyed_writes() {
                     all.example
                 );
             }
-            assert_breaker_stayed_closed(&all, &registry);
+            assert_admission_stayed_open(&all, &registry);
         }
     }
 }

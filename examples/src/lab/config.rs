@@ -165,14 +165,13 @@ mod tests {
         let catalog = lab.get(Design::BTuned, "catalog").unwrap();
         assert_eq!(catalog.max_attempts, 3);
         assert_eq!(catalog.bulkhead, Some(32));
-        // The default budget; the throttle at its defaults instead of the breaker.
-        assert_eq!(catalog.budget, UpstreamConfig::new().budget);
-        assert_eq!(
-            catalog.throttle,
-            Some(retry_runtime::throttle::ThrottleConfig::new())
-        );
-        assert_eq!(catalog.breaker, None);
-        assert!(lab.get(Design::BTuned, "middle").is_some());
+        // The library's admission control and budget: nothing tuned there.
+        for name in ["catalog", "middle"] {
+            let tuned = lab.get(Design::BTuned, name).unwrap();
+            assert_eq!(tuned.budget, UpstreamConfig::new().budget);
+            assert_eq!(tuned.throttle, UpstreamConfig::new().throttle);
+            assert_eq!(tuned.breaker, UpstreamConfig::new().breaker);
+        }
         assert_eq!(catalog.hedge, None, "B-tuned does not hedge");
         let hedged = lab.get(Design::BHedged, "catalog").unwrap();
         assert_eq!(

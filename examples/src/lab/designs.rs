@@ -708,7 +708,10 @@ fn error_response(e: &AdapterError, refused: &AtomicUsize) -> Resp {
     if std::env::var_os("LAB_DEBUG").is_some() {
         eprintln!("lab: {e}");
     }
-    if let AdapterError::Runtime(retry_runtime::Error::CircuitOpen { .. }) = e {
+    if let AdapterError::Runtime(
+        retry_runtime::Error::CircuitOpen { .. } | retry_runtime::Error::Throttled { .. },
+    ) = e
+    {
         refused.fetch_add(1, Ordering::Relaxed);
     }
     if e.as_ambiguous().is_some() {
@@ -729,7 +732,9 @@ fn error_response(e: &AdapterError, refused: &AtomicUsize) -> Resp {
             r
         }
         AdapterError::Runtime(
-            retry_runtime::Error::CircuitOpen { .. } | retry_runtime::Error::BulkheadFull { .. },
+            retry_runtime::Error::CircuitOpen { .. }
+            | retry_runtime::Error::BulkheadFull { .. }
+            | retry_runtime::Error::Throttled { .. },
         ) => {
             let mut r = servers::respond(503, e.to_string());
             propagation::set_pushback(r.headers_mut(), Pushback::Overloaded);

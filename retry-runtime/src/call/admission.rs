@@ -79,27 +79,42 @@ pub(crate) enum AttemptEnd {
     /// The upstream answered as a working upstream does: a success, or a response it chose
     /// to send (a 4xx other than 408/429), or a local failure that says nothing against it.
     Accepted,
-    /// The upstream failed or is overloaded: a 5xx, 408, 429, a timeout, a connect failure,
-    /// a reset after the request was sent ([`breaker::is_upstream_failure`]).
+    /// The upstream answered that it failed or is overloaded (a 5xx, 408 or 429), or did not
+    /// answer within the attempt's time: a failure to every gate.
     Failed,
+    /// The connection failed with no answer and no timeout: refused, reset, closed early
+    /// ([`breaker::is_upstream_failure`] with no status). A failure to the breaker (a dead host
+    /// fails this way); the throttle does not judge it, since a server closing connections
+    /// under load (a graceful reload, a `keepalive_requests` limit) fails the same way while it
+    /// accepts every request, and a refused connection is no work to shed.
+    ConnectionFailed,
     /// Says nothing about the upstream either way: a server rotating a healthy connection.
     Unjudged,
-    /// Failed, but the callee says it spent the operation's retries below it
-    /// ([`throttle::accepted_anyway`]): a failure to the breaker, accepted work to the
-    /// throttle (its dependency failed, not it).
+    /// Failed, with the callee's pushback ([`throttle::accepted_anyway`]): a failure to the
+    /// breaker, accepted work to the throttle (it answered at once and asked not to be retried).
     FailedBelow,
 }
 
 impl AttemptEnd {
+    /// Whether the attempt failed, to any gate.
+    #[inline]
+    pub(crate) fn failed(self) -> bool {
+        matches!(
+            self,
+            AttemptEnd::Failed | AttemptEnd::ConnectionFailed | AttemptEnd::FailedBelow
+        )
+    }
+
     /// What a failed attempt's facts say about the upstream.
     #[inline]
     pub(crate) fn of_failure(failure: &Failure) -> AttemptEnd {
         if failure.connection_rotated {
             AttemptEnd::Unjudged
         } else if breaker::is_upstream_failure(failure) {
-            match throttle::accepted_anyway(failure) {
-                true => AttemptEnd::FailedBelow,
-                false => AttemptEnd::Failed,
+            match (failure.status, throttle::accepted_anyway(failure)) {
+                (None, _) => AttemptEnd::ConnectionFailed,
+                (Some(_), true) => AttemptEnd::FailedBelow,
+                (Some(_), false) => AttemptEnd::Failed,
             }
         } else {
             AttemptEnd::Accepted
@@ -272,7 +287,7 @@ impl Permit {
         if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
             match end {
                 AttemptEnd::Accepted => breaker.record_on(admission, false, tick),
-                AttemptEnd::Failed | AttemptEnd::FailedBelow => {
+                AttemptEnd::Failed | AttemptEnd::ConnectionFailed | AttemptEnd::FailedBelow => {
                     breaker.record_on(admission, true, tick)
                 }
                 AttemptEnd::Unjudged => drop(admission),
@@ -282,7 +297,7 @@ impl Permit {
             match end {
                 AttemptEnd::Accepted | AttemptEnd::FailedBelow => claim.end(true, tick),
                 AttemptEnd::Failed => claim.end(false, tick),
-                AttemptEnd::Unjudged => drop(claim),
+                AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => drop(claim),
             }
         }
     }

@@ -249,7 +249,7 @@ impl Call<'_> {
     /// decision that follows.
     #[inline]
     fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> Tick {
-        let failed = end == AttemptEnd::Failed;
+        let failed = end.failed();
         if waited || failed {
             let now = Instant::now();
             if failed {

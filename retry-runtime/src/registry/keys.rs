@@ -443,9 +443,7 @@ mod tests {
         // The examples are the documented defaults: applying them to a default config changes
         // nothing, which keeps the key table, the docs and `UpstreamConfig::new` consistent.
         for key in all().filter(|k| {
-            k.path != "bulkhead"
-                && !k.path.starts_with("hedge.")
-                && !k.path.starts_with("throttle.")
+            k.path != "bulkhead" && !k.path.starts_with("hedge.") && !k.path.starts_with("breaker.")
         }) {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example))
@@ -458,24 +456,31 @@ mod tests {
         let bulkhead = by_path("bulkhead").unwrap();
         bulkhead.apply(&mut settings, Value::Env("100")).unwrap();
         assert_eq!(settings.config().bulkhead, Some(100));
-        // The throttle is off until a throttle key is written, with the documented defaults,
+        // The throttle is on by default, and `enabled = false` turns it off.
+        assert_eq!(UpstreamConfig::new().throttle, Some(ThrottleConfig::new()));
+        let mut settings = Settings::new();
+        by_path("throttle.enabled")
+            .unwrap()
+            .apply(&mut settings, Value::Env("false"))
+            .unwrap();
+        assert_eq!(settings.config().throttle, None);
+        // The breaker is off until a breaker key is written, with the documented defaults,
         // and `enabled = false` keeps it off.
-        assert_eq!(UpstreamConfig::new().throttle, None);
-        for key in all().filter(|k| k.path.starts_with("throttle.") && k.path != "throttle.enabled")
-        {
+        assert_eq!(UpstreamConfig::new().breaker, None);
+        for key in all().filter(|k| k.path.starts_with("breaker.") && k.path != "breaker.enabled") {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example)).unwrap();
             assert_eq!(
-                settings.config().throttle,
-                Some(ThrottleConfig::new()),
+                settings.config().breaker,
+                Some(BreakerConfig::new()),
                 "{}",
                 key.path
             );
-            by_path("throttle.enabled")
+            by_path("breaker.enabled")
                 .unwrap()
                 .apply(&mut settings, Value::Env("false"))
                 .unwrap();
-            assert_eq!(settings.config().throttle, None, "{}", key.path);
+            assert_eq!(settings.config().breaker, None, "{}", key.path);
         }
         // Hedging is off until a hedge key is written, and `enabled = false` keeps it off.
         assert_eq!(UpstreamConfig::new().hedge, None);

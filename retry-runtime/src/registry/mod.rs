@@ -35,12 +35,13 @@
 //! min_per_second = 10
 //! window = "10s"
 //!
-//! [upstreams.sber.throttle]   # no default: left out, no throttle
+//! [upstreams.sber.throttle]   # on by default
+//! enabled = true
 //! multiplier = 3.0
 //! retry_multiplier = 1.0
 //! window = "500ms"
 //!
-//! [upstreams.sber.breaker]
+//! [upstreams.sber.breaker]    # no default: left out, no breaker
 //! enabled = true
 //! failure_rate = 0.8
 //! min_attempts = 20
@@ -73,11 +74,11 @@
 //! | `budget.ratio` | number | 0.2 | 0.0..=1000.0 |
 //! | `budget.min_per_second` | integer | 10 | |
 //! | `budget.window` | duration | `"10s"` | 1s..=60s |
-//! | `throttle.enabled` | boolean | `true` once a throttle key is set | opt-in adaptive admission: see [`throttle`](crate::throttle) |
+//! | `throttle.enabled` | boolean | `true` | adaptive admission: see [`throttle`](crate::throttle) |
 //! | `throttle.multiplier` | number | 3.0 | 1..=100: first attempts reach at most this many times what the upstream accepts |
 //! | `throttle.retry_multiplier` | number | 1.0 | 1..=100: the same for retries and hedges |
 //! | `throttle.window` | duration | `"500ms"` | 500ms..=600s |
-//! | `breaker.enabled` | boolean | `true` | retries without a breaker keep hitting a dead upstream |
+//! | `breaker.enabled` | boolean | `true` once a breaker key is set | an opt-in hard stop: opened, it refuses every call for `open_for` |
 //! | `breaker.failure_rate` | number | 0.8 | above 0, at most 1 (below 0.8 it opens on an upstream that is only flaky) |
 //! | `breaker.min_attempts` | integer | 20 | at least 1 |
 //! | `breaker.window` | duration | `"10s"` | 1s..=600s |

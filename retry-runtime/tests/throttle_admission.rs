@@ -1,0 +1,182 @@
+//! What the default adaptive throttle holds against an upstream, through the attempt loop on
+//! tokio's paused clock: failing answers and timeouts lower admission; connections that fail
+//! with no answer (a server closing them under load looks the same) and answers carrying a
+//! pushback do not.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use retry_runtime::{Classify, Error, Evidence, Method, Pushback, Registry, Retry, UpstreamConfig};
+
+/// A failure with chosen facts.
+#[derive(Debug)]
+struct Fail {
+    evidence: Evidence,
+    status: Option<u16>,
+    pushback: Option<Pushback>,
+    runtime: Option<Error>,
+}
+
+impl Fail {
+    fn new(evidence: Evidence) -> Self {
+        Fail {
+            evidence,
+            status: None,
+            pushback: None,
+            runtime: None,
+        }
+    }
+    fn status(status: u16) -> Self {
+        Fail {
+            status: Some(status),
+            ..Fail::new(Evidence::ResponseReceived)
+        }
+    }
+    fn throttled(&self) -> bool {
+        matches!(self.runtime, Some(Error::Throttled { .. }))
+    }
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.runtime {
+            Some(e) => e.fmt(f),
+            None => write!(f, "fail {} {:?}", self.evidence, self.status),
+        }
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail {
+            runtime: Some(e),
+            ..Fail::new(Evidence::NotSent)
+        }
+    }
+}
+
+impl Classify for Fail {
+    fn via(&self) -> Option<&dyn Classify> {
+        self.runtime.as_ref().map(|e| e as &dyn Classify)
+    }
+    fn evidence(&self) -> Evidence {
+        self.evidence
+    }
+    fn status(&self) -> Option<u16> {
+        self.status
+    }
+    fn pushback(&self) -> Option<Pushback> {
+        self.pushback
+    }
+}
+
+/// A registry whose one upstream keeps the library's defaults (the throttle on), with one
+/// attempt per call, so that each call is one first attempt the throttle judges.
+fn registry() -> Arc<Registry> {
+    let config = UpstreamConfig::new().with_max_attempts(1);
+    assert!(config.throttle.is_some(), "the throttle is on by default");
+    Arc::new(
+        Registry::builder()
+            .upstream("up", config)
+            .seed(7)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Runs `n` calls one after another, each answered by `fail()`; returns how many reached the
+/// upstream and how many the throttle refused.
+async fn calls(reg: &Registry, n: u32, fail: impl Fn() -> Fail) -> (u32, u32) {
+    let reached = AtomicU32::new(0);
+    let mut refused = 0;
+    for _ in 0..n {
+        let result: Result<(), Fail> = Retry::in_registry(reg, "up")
+            .method(Method::GET)
+            .run(|_| {
+                reached.fetch_add(1, Ordering::SeqCst);
+                let failure = fail();
+                async move { Err(failure) }
+            })
+            .await;
+        if result.unwrap_err().throttled() {
+            refused += 1;
+        }
+    }
+    (reached.load(Ordering::SeqCst), refused)
+}
+
+#[tokio::test(start_paused = true)]
+async fn connections_that_fail_with_no_answer_are_not_held_against_the_upstream() {
+    let reg = registry();
+    // Resets after the request was written (a server closing a connection it was rotating
+    // looks the same), then refused connections: all within one window.
+    let (reached, refused) = calls(&reg, 100, || Fail::new(Evidence::SentNoResponse)).await;
+    assert_eq!((reached, refused), (100, 0));
+    let (reached, refused) = calls(&reg, 100, || Fail::new(Evidence::NotSent)).await;
+    assert_eq!((reached, refused), (100, 0));
+    let upstream = reg.upstream("up").unwrap();
+    let throttle = upstream.throttle().unwrap();
+    assert_eq!(throttle.refusal_probability(), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_answers_lower_admission_and_refusals_never_reach_the_upstream() {
+    let reg = registry();
+    let (reached, refused) = calls(&reg, 100, || Fail::status(503)).await;
+    // Every call either reached the upstream or was refused locally, and most were refused:
+    // with nothing accepted, the window settles at about the square root of the calls.
+    assert_eq!(reached + refused, 100);
+    assert!(reached <= 20, "{reached} of 100 reached a failing upstream");
+    let upstream = reg.upstream("up").unwrap();
+    let throttle = upstream.throttle().unwrap();
+    assert!(throttle.refusal_probability() > 0.8);
+    // The window forgets: once it has passed, the next call goes through.
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert_eq!(throttle.refusal_probability(), 0.0);
+    let (reached, refused) = calls(&reg, 1, || Fail::status(503)).await;
+    assert_eq!((reached, refused), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_that_time_out_are_not_accepted() {
+    let reg = registry();
+    // 20 concurrent calls to an upstream that takes longer than the 1 s attempt timeout.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let reg = reg.clone();
+        tasks.spawn(async move {
+            Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| async {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok::<(), Fail>(())
+                })
+                .await
+                .unwrap_err()
+        });
+    }
+    while let Some(error) = tasks.join_next().await {
+        assert!(matches!(
+            error.unwrap().runtime,
+            Some(Error::AttemptTimeout { .. })
+        ));
+    }
+    let upstream = reg.upstream("up").unwrap();
+    let throttle = upstream.throttle().unwrap();
+    // 20 sent, none accepted: 20 / 21.
+    assert!(throttle.refusal_probability() > 0.9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_with_a_pushback_counts_as_accepted() {
+    let reg = registry();
+    for pushback in [Pushback::RetriesSpent, Pushback::Overloaded] {
+        let (reached, refused) = calls(&reg, 100, || Fail {
+            pushback: Some(pushback),
+            ..Fail::status(503)
+        })
+        .await;
+        assert_eq!((reached, refused), (100, 0), "{pushback:?}");
+    }
+}
