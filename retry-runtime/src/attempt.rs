@@ -130,8 +130,8 @@ pub(crate) mod tests {
 
     /// An upstream for unit tests.
     pub(crate) fn upstream() -> Arc<Upstream> {
-        crate::Registry::builder()
-            .upstream("up", crate::UpstreamConfig::new())
+        crate::registry::Registry::builder()
+            .upstream("up", crate::config::UpstreamConfig::new())
             .build()
             .expect("registry")
             .upstream("up")

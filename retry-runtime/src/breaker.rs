@@ -21,8 +21,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::category::PermanentCategory;
+use crate::decision::Failure;
+use crate::evidence::Evidence;
 use crate::window::{Clock, Counter, Tick};
-use crate::{Evidence, Failure, PermanentCategory};
 
 /// Breaker settings of one upstream.
 ///
@@ -511,10 +513,10 @@ mod tests {
             min_attempts: 1,
             ..BreakerConfig::new()
         };
-        let errors = crate::Registry::builder()
+        let errors = crate::registry::Registry::builder()
             .upstream(
                 "bank",
-                crate::UpstreamConfig::new().with_breaker(Some(config)),
+                crate::config::UpstreamConfig::new().with_breaker(Some(config)),
             )
             .build()
             .unwrap_err();
@@ -654,7 +656,7 @@ mod tests {
         assert!(is_upstream_failure(&Failure::new(Evidence::SentNoResponse)));
         assert!(is_upstream_failure(&Failure::new(Evidence::NotSent)));
         let mut local = Failure::new(Evidence::NotSent);
-        local.rejection = Some(crate::Rejection::CircuitOpen);
+        local.rejection = Some(crate::category::Rejection::CircuitOpen);
         assert!(!is_upstream_failure(&local));
     }
 

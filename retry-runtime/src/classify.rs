@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use crate::Evidence;
 use crate::category::{PermanentCategory, Pushback, Rejection};
 use crate::decision::{Failure, Stop};
+use crate::evidence::Evidence;
 
 /// What a failed attempt's error knows about itself. Implement it for your adapter's error type
 /// (usually by delegating to the transport error it wraps) so the engine can decide.
@@ -206,7 +206,7 @@ mod tests {
     struct KnowsNothing;
     impl Classify for KnowsNothing {}
 
-    struct Wraps(crate::Error);
+    struct Wraps(crate::error::Error);
     impl Classify for Wraps {
         fn via(&self) -> Option<&dyn Classify> {
             Some(&self.0)
@@ -224,12 +224,14 @@ mod tests {
 
     #[test]
     fn every_fact_is_delegated_through_via() {
-        let open = Wraps(crate::Error::CircuitOpen {
+        let open = Wraps(crate::error::Error::CircuitOpen {
             upstream: "x".into(),
         });
         assert_eq!(open.evidence(), Evidence::NotSent);
         assert_eq!(open.rejection(), Some(Rejection::CircuitOpen));
-        let key = Wraps(crate::Error::InvalidIdempotencyKey(crate::KeyError::Empty));
+        let key = Wraps(crate::error::Error::InvalidIdempotencyKey(
+            crate::key::KeyError::Empty,
+        ));
         assert_eq!(key.permanent(), Some(PermanentCategory::InvalidRequest));
         let boxed: Box<dyn Classify> = Box::new(open);
         assert_eq!(boxed.rejection(), Some(Rejection::CircuitOpen));

@@ -448,9 +448,9 @@ mod tests {
             if violations.is_empty() {
                 proptest::prop_assert!(c.retry_window() <= MAX_IN_MEMORY_WINDOW);
                 proptest::prop_assert!(c.deadline <= MAX_IN_MEMORY_WINDOW);
-                proptest::prop_assert!(crate::Registry::builder().upstream("u", c).build().is_ok());
+                proptest::prop_assert!(crate::registry::Registry::builder().upstream("u", c).build().is_ok());
             } else {
-                proptest::prop_assert!(crate::Registry::builder().upstream("u", c).build().is_err());
+                proptest::prop_assert!(crate::registry::Registry::builder().upstream("u", c).build().is_err());
             }
         }
     }

@@ -4,10 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::category::PermanentCategory;
+use crate::classify::Classify;
 use crate::decision::AmbiguityReason;
+use crate::evidence::Evidence;
 use crate::key::{IdempotencyKey, KeyError};
 use crate::registry::duration::Readable;
-use crate::{Classify, Evidence, PermanentCategory};
 
 /// The outcome of a write whose fate is unknown: it may or may not have happened.
 ///
@@ -329,7 +331,7 @@ impl Classify for Error {
         }
     }
 
-    fn pushback(&self) -> Option<crate::Pushback> {
+    fn pushback(&self) -> Option<crate::category::Pushback> {
         match self {
             #[cfg(feature = "http")]
             Error::Http(e) => Classify::pushback(e),
@@ -337,11 +339,11 @@ impl Classify for Error {
         }
     }
 
-    fn rejection(&self) -> Option<crate::Rejection> {
+    fn rejection(&self) -> Option<crate::category::Rejection> {
         match self {
-            Error::CircuitOpen { .. } => Some(crate::Rejection::CircuitOpen),
-            Error::BulkheadFull { .. } => Some(crate::Rejection::BulkheadFull),
-            Error::Throttled { .. } => Some(crate::Rejection::Throttled),
+            Error::CircuitOpen { .. } => Some(crate::category::Rejection::CircuitOpen),
+            Error::BulkheadFull { .. } => Some(crate::category::Rejection::BulkheadFull),
+            Error::Throttled { .. } => Some(crate::category::Rejection::Throttled),
             _ => None,
         }
     }
@@ -358,7 +360,7 @@ impl Classify for Error {
         }
     }
 
-    fn stopped(&mut self, stop: crate::Stop) {
+    fn stopped(&mut self, stop: crate::decision::Stop) {
         #[cfg(feature = "http")]
         if let Error::Http(e) = self {
             e.stopped(stop);

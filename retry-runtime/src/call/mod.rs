@@ -47,11 +47,14 @@ use tokio::time::Instant;
 use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
+use crate::classify::Classify;
+use crate::decision::Failure;
 use crate::decision::{Decision, RetryReason};
 use crate::engine::Context;
+use crate::error::{Ambiguous, Error};
+use crate::evidence::Evidence;
 use crate::observe::{AttemptOutcome, CallKind};
 use crate::window::Tick;
-use crate::{Ambiguous, Classify, Error, Evidence, Failure};
 
 use admission::{Admitted, AttemptEnd, AttemptKind, Permit};
 use state::{Local, Now};

@@ -10,13 +10,15 @@ use tokio::time::Instant;
 use super::rotation::Rotations;
 use crate::attempt::Attempt;
 use crate::budget::Moment;
+use crate::category::Rejection;
 use crate::decision::DenyReason;
+use crate::decision::Failure;
 use crate::engine::Safety;
 use crate::key::IdempotencyKey;
 use crate::registry::{Registry, Upstream};
+use crate::replay::Replayability;
 use crate::scope::{CallScope, deadline_after};
 use crate::window::Tick;
-use crate::{Failure, Rejection, Replayability};
 
 /// What the loop itself did to the last attempt: facts it knows first-hand override whatever
 /// the caller's error type reports.

@@ -168,12 +168,13 @@ use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
 use crate::bulkhead::Bulkhead;
 use crate::config::UpstreamConfig;
+use crate::drain::Drain;
 use crate::engine::{DefaultEngine, EligibilityEngine};
+use crate::error::Error;
 use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
 use crate::latency::LatencyWindow;
 use crate::throttle::Throttle;
 use crate::window::Tick;
-use crate::{Drain, Error};
 
 #[cfg(feature = "durable")]
 mod durable;
