@@ -7,9 +7,9 @@ use std::time::Duration;
 use crate::category::PermanentCategory;
 use crate::classify::Classify;
 use crate::decision::AmbiguityReason;
+use crate::duration::Readable;
 use crate::evidence::Evidence;
 use crate::key::{IdempotencyKey, KeyError};
-use crate::registry::duration::Readable;
 
 /// The outcome of a write whose fate is unknown: it may or may not have happened.
 ///
@@ -149,8 +149,7 @@ impl fmt::Display for Error {
             Error::Ambiguous(a) => a.fmt(f),
             Error::UnknownUpstream { name, known } => {
                 write!(f, "unknown upstream `{name}`: ")?;
-                if let Some(close) =
-                    crate::registry::keys::closest(name, known.iter().map(String::as_str))
+                if let Some(close) = crate::suggest::closest(name, known.iter().map(String::as_str))
                 {
                     write!(f, "did you mean `{close}`? ")?;
                 }

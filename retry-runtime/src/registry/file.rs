@@ -19,6 +19,7 @@ use super::keys::{
 };
 use crate::budget::BudgetConfig;
 use crate::config::UpstreamConfig;
+use crate::suggest::closest;
 
 /// The one top-level table.
 const UPSTREAMS: &str = "upstreams";
@@ -351,7 +352,7 @@ impl Draft {
                 format!("{}.{name}", sub.name()),
             ),
         };
-        let hint = match keys::closest(name, valid.iter().copied()) {
+        let hint = match closest(name, valid.iter().copied()) {
             Some(close) => format!("did you mean `{close}`? "),
             None => String::new(),
         };

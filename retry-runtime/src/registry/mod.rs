@@ -178,7 +178,6 @@ use crate::window::Tick;
 
 #[cfg(feature = "durable")]
 mod durable;
-pub(crate) mod duration;
 mod env;
 mod errors;
 mod file;
