@@ -10,6 +10,7 @@ use crate::decision::AmbiguityReason;
 use crate::duration::Readable;
 use crate::evidence::Evidence;
 use crate::key::{IdempotencyKey, KeyError};
+use crate::upstream::RefreshError;
 
 /// The outcome of a write whose fate is unknown: it may or may not have happened.
 ///
@@ -53,9 +54,6 @@ impl fmt::Display for Ambiguous {
 }
 
 impl std::error::Error for Ambiguous {}
-
-/// The error a credentials refresh may return.
-pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors raised by the runtime itself. Application error types wrap it (`From<Error>`) so a
 /// retrying function keeps its own signature.

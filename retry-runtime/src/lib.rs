@@ -125,6 +125,7 @@ mod retry;
 mod scope;
 mod site;
 mod suggest;
+mod upstream;
 mod window;
 
 pub mod backoff;

@@ -38,9 +38,9 @@ use crate::category::Rejection;
 use crate::decision::DenyReason;
 use crate::decision::Failure;
 use crate::error::Error;
-use crate::registry::Upstream;
 use crate::scope::CallScope;
 use crate::throttle::{self, Sent, Throttle, Work};
+use crate::upstream::Upstream;
 use crate::window::Tick;
 
 /// Which attempt a gate is asked to admit.

@@ -14,8 +14,8 @@ use crate::engine::Safety;
 use crate::evidence::Evidence;
 use crate::key::IdempotencyKey;
 use crate::observe::{self, AttemptOutcome, CallKind};
-use crate::registry::Upstream;
 use crate::scope::Operation;
+use crate::upstream::Upstream;
 
 /// The target of every decision event.
 const DECISION: &str = "retry_runtime::decision";
