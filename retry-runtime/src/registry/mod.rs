@@ -166,15 +166,18 @@ use crate::engine::{DefaultEngine, EligibilityEngine};
 use crate::error::Error;
 
 mod builder;
+mod draft;
 #[cfg(feature = "durable")]
 mod durable;
 mod env;
 mod errors;
 mod file;
 pub(crate) mod keys;
+mod position;
 mod reload;
 mod table;
 mod verify;
+mod walk;
 pub use builder::RegistryBuilder;
 pub use env::ENV_PREFIX;
 pub use errors::{ConfigError, ConfigErrors, Location};
