@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::config::MAX_IN_MEMORY_WINDOW;
-use crate::decision::Failure;
-use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
+use crate::decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason};
 use crate::evidence::Evidence;
 use crate::replay::Replayability;
 

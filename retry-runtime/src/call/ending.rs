@@ -7,8 +7,7 @@ use tokio::time::Instant;
 
 use super::{Call, Local, Step};
 use crate::classify::Classify;
-use crate::decision::Failure;
-use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
+use crate::decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason, Stop};
 use crate::engine::Safety;
 use crate::error::{Ambiguous, Error};
 use crate::evidence::Evidence;

@@ -4,8 +4,7 @@
 use tracing::Instrument;
 
 use super::Call;
-use crate::decision::DenyReason;
-use crate::decision::Failure;
+use crate::decision::{DenyReason, Failure};
 use crate::error::Error;
 
 impl Call<'_> {

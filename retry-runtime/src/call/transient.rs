@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use super::Call;
-use crate::decision::Failure;
-use crate::decision::{Decision, DenyReason};
+use crate::decision::{Decision, DenyReason, Failure};
 use crate::engine::CallFacts;
 use crate::replay::Replayability;
 
