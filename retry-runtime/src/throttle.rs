@@ -301,8 +301,8 @@ impl Throttle {
 /// callee refusing work: not accepted.)
 ///
 /// [`Pushback::RetriesSpent`]: crate::Pushback::RetriesSpent
-pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
-    failure.pushback == Some(crate::Pushback::RetriesSpent)
+pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
+    failure.pushback == Some(crate::category::Pushback::RetriesSpent)
 }
 
 /// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the
