@@ -123,7 +123,7 @@ impl<F: Future> Future for AttemptFuture<'_, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Attempt;
+    use crate::attempt::Attempt;
     use crate::scope::Installs;
     use std::time::Duration;
 

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use crate::Evidence;
 use crate::category::{PermanentCategory, Pushback, Rejection};
 use crate::decision::{Failure, Stop};
+use crate::evidence::Evidence;
 
 /// What a failed attempt's error knows about itself. Implement it for your adapter's error type
 /// (usually by delegating to the transport error it wraps) so the engine can decide.
@@ -199,39 +199,4 @@ impl Failure {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug)]
-    struct KnowsNothing;
-    impl Classify for KnowsNothing {}
-
-    struct Wraps(crate::Error);
-    impl Classify for Wraps {
-        fn via(&self) -> Option<&dyn Classify> {
-            Some(&self.0)
-        }
-    }
-
-    #[test]
-    fn an_error_that_proves_nothing_may_have_been_sent() {
-        assert_eq!(KnowsNothing.evidence(), Evidence::SentNoResponse);
-        assert_eq!(
-            Failure::of(&KnowsNothing),
-            Failure::new(Evidence::SentNoResponse)
-        );
-    }
-
-    #[test]
-    fn every_fact_is_delegated_through_via() {
-        let open = Wraps(crate::Error::CircuitOpen {
-            upstream: "x".into(),
-        });
-        assert_eq!(open.evidence(), Evidence::NotSent);
-        assert_eq!(open.rejection(), Some(Rejection::CircuitOpen));
-        let key = Wraps(crate::Error::InvalidIdempotencyKey(crate::KeyError::Empty));
-        assert_eq!(key.permanent(), Some(PermanentCategory::InvalidRequest));
-        let boxed: Box<dyn Classify> = Box::new(open);
-        assert_eq!(boxed.rejection(), Some(Rejection::CircuitOpen));
-    }
-}
+mod tests;

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Evidence;
 use crate::category::{PermanentCategory, Pushback, Rejection};
+use crate::evidence::Evidence;
 
 /// The engine's answer for one failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::config::MAX_IN_MEMORY_WINDOW;
-use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason};
-use crate::{Evidence, Failure, Replayability};
+use crate::decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason};
+use crate::evidence::Evidence;
+use crate::replay::Replayability;
 
 /// Whether repeating the operation is harmless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -173,9 +174,11 @@ impl EligibilityEngine for DefaultEngine {
             return Decision::Denied(Pushback(p));
         }
         match f.rejection {
-            Some(crate::Rejection::CircuitOpen) => return Decision::Denied(CircuitOpen),
-            Some(crate::Rejection::BulkheadFull) => return Decision::Denied(BulkheadFull),
-            Some(crate::Rejection::Throttled) => return Decision::Denied(Throttled),
+            Some(crate::category::Rejection::CircuitOpen) => return Decision::Denied(CircuitOpen),
+            Some(crate::category::Rejection::BulkheadFull) => {
+                return Decision::Denied(BulkheadFull);
+            }
+            Some(crate::category::Rejection::Throttled) => return Decision::Denied(Throttled),
             None => {}
         }
         // 8. sent, no response, on an operation that is not safely idempotent

@@ -4,10 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::category::PermanentCategory;
+use crate::classify::Classify;
 use crate::decision::AmbiguityReason;
+use crate::duration::Readable;
+use crate::evidence::Evidence;
 use crate::key::{IdempotencyKey, KeyError};
-use crate::registry::duration::Readable;
-use crate::{Classify, Evidence, PermanentCategory};
+use crate::upstream::RefreshError;
 
 /// The outcome of a write whose fate is unknown: it may or may not have happened.
 ///
@@ -51,9 +54,6 @@ impl fmt::Display for Ambiguous {
 }
 
 impl std::error::Error for Ambiguous {}
-
-/// The error a credentials refresh may return.
-pub type RefreshError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors raised by the runtime itself. Application error types wrap it (`From<Error>`) so a
 /// retrying function keeps its own signature.
@@ -147,8 +147,7 @@ impl fmt::Display for Error {
             Error::Ambiguous(a) => a.fmt(f),
             Error::UnknownUpstream { name, known } => {
                 write!(f, "unknown upstream `{name}`: ")?;
-                if let Some(close) =
-                    crate::registry::keys::closest(name, known.iter().map(String::as_str))
+                if let Some(close) = crate::suggest::closest(name, known.iter().map(String::as_str))
                 {
                     write!(f, "did you mean `{close}`? ")?;
                 }
@@ -329,7 +328,7 @@ impl Classify for Error {
         }
     }
 
-    fn pushback(&self) -> Option<crate::Pushback> {
+    fn pushback(&self) -> Option<crate::category::Pushback> {
         match self {
             #[cfg(feature = "http")]
             Error::Http(e) => Classify::pushback(e),
@@ -337,11 +336,11 @@ impl Classify for Error {
         }
     }
 
-    fn rejection(&self) -> Option<crate::Rejection> {
+    fn rejection(&self) -> Option<crate::category::Rejection> {
         match self {
-            Error::CircuitOpen { .. } => Some(crate::Rejection::CircuitOpen),
-            Error::BulkheadFull { .. } => Some(crate::Rejection::BulkheadFull),
-            Error::Throttled { .. } => Some(crate::Rejection::Throttled),
+            Error::CircuitOpen { .. } => Some(crate::category::Rejection::CircuitOpen),
+            Error::BulkheadFull { .. } => Some(crate::category::Rejection::BulkheadFull),
+            Error::Throttled { .. } => Some(crate::category::Rejection::Throttled),
             _ => None,
         }
     }
@@ -358,7 +357,7 @@ impl Classify for Error {
         }
     }
 
-    fn stopped(&mut self, stop: crate::Stop) {
+    fn stopped(&mut self, stop: crate::decision::Stop) {
         #[cfg(feature = "http")]
         if let Error::Http(e) = self {
             e.stopped(stop);

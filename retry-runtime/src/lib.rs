@@ -111,6 +111,7 @@ mod category;
 mod classify;
 mod decision;
 mod drain;
+mod duration;
 mod error;
 mod evidence;
 #[cfg(feature = "durable")]
@@ -123,6 +124,8 @@ mod replay;
 mod retry;
 mod scope;
 mod site;
+mod suggest;
+mod upstream;
 mod window;
 
 pub mod backoff;

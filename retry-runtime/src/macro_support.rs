@@ -4,8 +4,9 @@
 //! the fix, at the user's tokens (the expansion spans each call at the argument or expression
 //! concerned).
 
+use crate::classify::Classify;
+use crate::error::Error;
 use crate::key::{IdempotencyKey, IntoIdempotencyKey};
-use crate::{Classify, Error};
 
 /// Converts the `idempotency = ...` expression's value into a key, once, before the first
 /// attempt. An invalid key fails the call before anything is sent.
@@ -53,11 +54,11 @@ pub struct StopVia<'a, T: ?Sized>(pub &'a mut T);
 /// Forwards the stop to a `Classify` field.
 pub trait ForwardStop {
     /// Forwards `stop`.
-    fn forward_stop(&mut self, stop: crate::Stop);
+    fn forward_stop(&mut self, stop: crate::decision::Stop);
 }
 
 impl<T: Classify + ?Sized> ForwardStop for StopVia<'_, T> {
-    fn forward_stop(&mut self, stop: crate::Stop) {
+    fn forward_stop(&mut self, stop: crate::decision::Stop) {
         self.0.stopped(stop);
     }
 }
@@ -65,9 +66,9 @@ impl<T: Classify + ?Sized> ForwardStop for StopVia<'_, T> {
 /// The fallback for a field that is not `Classify` (already an error elsewhere).
 pub trait NoStop {
     /// Does nothing.
-    fn forward_stop(&mut self, stop: crate::Stop);
+    fn forward_stop(&mut self, stop: crate::decision::Stop);
 }
 
 impl<T: ?Sized> NoStop for &mut StopVia<'_, T> {
-    fn forward_stop(&mut self, _: crate::Stop) {}
+    fn forward_stop(&mut self, _: crate::decision::Stop) {}
 }

@@ -272,7 +272,7 @@ pub(crate) fn attempt_ended(
 }
 
 /// An attempt refused locally before sending (`reason`: `circuit_open`, `bulkhead_full`).
-pub(crate) fn rejected(upstream: &str, reason: crate::Rejection) {
+pub(crate) fn rejected(upstream: &str, reason: crate::category::Rejection) {
     #[cfg(feature = "metrics")]
     metrics::counter!("retry.rejections", "upstream" => upstream.to_owned(), "reason" => reason.as_str())
         .increment(1);

@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use crate::Pushback;
+use crate::category::Pushback;
 
 /// Milliseconds the caller still waits for this attempt (the earlier of the operation's
 /// deadline and the attempt's timeout): past it, whatever the callee does is done for nobody.

@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use crate::attempt::Attempt;
 use crate::call::{CallSpec, Hedged, Plain, Reconciled, drive, no_reconcile};
+use crate::classify::Classify;
+use crate::error::Error;
 use crate::key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 use crate::registry::Registry;
-use crate::{Classify, Error, Replayability};
+use crate::replay::Replayability;
 
 /// Entry point of the builder API. Choose the upstream, then the method (required: the runtime
 /// never assumes GET), then run.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 
-use crate::Error;
+use crate::error::Error;
 use crate::registry::{Registry, Upstream};
 
 /// What `#[retry]` fixes about its calls when it expands: the upstream, the method and the
@@ -85,7 +85,7 @@ impl CallSite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UpstreamConfig;
+    use crate::config::UpstreamConfig;
 
     fn registry(attempts: u32) -> Registry {
         Registry::builder()

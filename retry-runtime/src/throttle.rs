@@ -306,8 +306,8 @@ impl Throttle {
 /// throttle every layer of a chain for one failing dependency, and keep the chain shut until
 /// each layer's window forgot it.
 ///
-/// [`Pushback`]: crate::Pushback
-pub(crate) fn accepted_anyway(failure: &crate::Failure) -> bool {
+/// [`Pushback`]: crate::category::Pushback
+pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
     failure.pushback.is_some()
 }
 

@@ -323,21 +323,15 @@ fn folder_graph(krate: Crate) -> BTreeMap<Node, BTreeSet<Node>> {
 }
 
 #[test]
-fn the_durable_seam_is_in_no_folder_cycle() {
+fn no_two_folders_import_each_other() {
     // Layered files cannot form a cycle, but two folders still can (a file of each importing
-    // a file of the other): then neither folder can be understood without the other. The
-    // durable seam is checked here: `durable/` sits above the loop and the registry, and what
-    // the registry and the call site need of it (`hand_off`) sits below them.
-    for (krate, checked) in [
-        (RUNTIME, &["durable", "hand_off"][..]),
-        (
-            DURABLE,
-            &["sql", "sqlite", "postgres", "worker", "queue"][..],
-        ),
-    ] {
+    // a file of the other): then neither folder can be understood without the other. Every
+    // folder and top-level file of each crate is checked, so a type both sides need lives
+    // below both (as `upstream` below `registry/` and `attempt`, `hand_off` below `durable/`).
+    for krate in [RUNTIME, DURABLE] {
         let graph = folder_graph(krate);
         let mut cycles = Vec::new();
-        for (from, deps) in graph.iter().filter(|(f, _)| checked.contains(&f.as_str())) {
+        for (from, deps) in &graph {
             // Reachability from each dependency back to `from`.
             for dep in deps {
                 let mut seen = BTreeSet::new();
@@ -358,6 +352,38 @@ fn the_durable_seam_is_in_no_folder_cycle() {
             "folders of {} that import each other:\n{}",
             krate.dir,
             cycles.join("\n")
+        );
+    }
+}
+
+#[test]
+fn no_file_imports_through_the_crate_root() {
+    // `lib.rs` declares and re-exports everything: an item named through it (`crate::Error`)
+    // hides which module the file needs, and in a drawing of the imports it is an arrow up to
+    // the root and back down. Inside the crate, items are named by the module defining them.
+    for krate in [RUNTIME, DURABLE] {
+        let files = files(krate);
+        let roots = root_items(krate);
+        let mut found = Vec::new();
+        for (node, path) in &files {
+            for p in paths(&code(path), node) {
+                // `crate::X`, or `super::X` in a top-level file, where `X` is no module.
+                let through_root = p.first().is_some_and(|first| roots.contains_key(first))
+                    && !files.contains_key(&p[0]);
+                if through_root {
+                    found.push(format!(
+                        "{node}: {} (import it from crate::{})",
+                        p.join("::"),
+                        roots[&p[0]]
+                    ));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "imports of {} through the crate root:\n{}",
+            krate.dir,
+            found.join("\n")
         );
     }
 }

@@ -34,12 +34,13 @@ use crate::attempt::Attempt;
 use crate::breaker::{self, Admission};
 use crate::budget::Moment;
 use crate::bulkhead::Slot;
-use crate::decision::DenyReason;
-use crate::registry::Upstream;
+use crate::category::Rejection;
+use crate::decision::{DenyReason, Failure};
+use crate::error::Error;
 use crate::scope::CallScope;
 use crate::throttle::{self, Sent, Throttle, Work};
+use crate::upstream::Upstream;
 use crate::window::Tick;
-use crate::{Error, Failure, Rejection};
 
 /// Which attempt a gate is asked to admit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

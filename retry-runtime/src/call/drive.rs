@@ -7,7 +7,8 @@ use std::fmt::Display;
 
 use super::{Call, CallSpec, Reconciled, Step};
 use crate::attempt::Attempt;
-use crate::{Classify, Error};
+use crate::classify::Classify;
+use crate::error::Error;
 
 /// How a call's turns run their attempts: one body made afresh for each attempt.
 pub(crate) trait Attempts<T, E> {

@@ -6,10 +6,12 @@ use std::fmt::Display;
 use tokio::time::Instant;
 
 use super::{Call, Local, Step};
-use crate::decision::{AmbiguityReason, Decision, DenyReason, RetryReason, Stop};
+use crate::classify::Classify;
+use crate::decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason, Stop};
 use crate::engine::Safety;
+use crate::error::{Ambiguous, Error};
+use crate::evidence::Evidence;
 use crate::observe::CallKind;
-use crate::{Ambiguous, Classify, Error, Evidence, Failure};
 
 /// The answer of a reconcile check for a write whose outcome was ambiguous: a write without an
 /// idempotency key may be retried after it may have executed only if something can tell

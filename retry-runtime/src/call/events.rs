@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use super::Call;
 use crate::attempt::Attempt;
-use crate::decision::{AmbiguityReason, DenyReason, RetryReason};
+use crate::category::Rejection;
+use crate::decision::{AmbiguityReason, DenyReason, Failure, RetryReason};
 use crate::engine::Safety;
+use crate::evidence::Evidence;
 use crate::key::IdempotencyKey;
 use crate::observe::{self, AttemptOutcome, CallKind};
-use crate::registry::Upstream;
 use crate::scope::Operation;
-use crate::{Evidence, Failure, Rejection};
+use crate::upstream::Upstream;
 
 /// The target of every decision event.
 const DECISION: &str = "retry_runtime::decision";

@@ -17,10 +17,14 @@ use super::{Call, Local};
 use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::attempt_future::AttemptFuture;
-use crate::decision::Decision;
+use crate::category::Rejection;
+use crate::classify::Classify;
+use crate::decision::{Decision, Failure};
 use crate::engine::Safety;
+use crate::error::Error;
+use crate::evidence::Evidence;
 use crate::hedge::HedgeConfig;
-use crate::{Classify, Error, Evidence, Failure, Rejection, Replayability};
+use crate::replay::Replayability;
 
 /// One copy of a hedged attempt in flight, with what let it start.
 struct InFlight<F> {

@@ -47,11 +47,12 @@ use tokio::time::Instant;
 use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
-use crate::decision::{Decision, RetryReason};
+use crate::classify::Classify;
+use crate::decision::{Decision, Failure, RetryReason};
 use crate::engine::Context;
+use crate::error::{Ambiguous, Error};
+use crate::evidence::Evidence;
 use crate::observe::{AttemptOutcome, CallKind};
-use crate::window::Tick;
-use crate::{Ambiguous, Classify, Error, Evidence, Failure};
 
 use admission::{Admitted, AttemptEnd, AttemptKind, Permit};
 use state::{Local, Now};
@@ -241,26 +242,6 @@ impl Call<'_> {
             permit.end(&self.upstream, end, tick);
         }
         result
-    }
-
-    /// When an attempt that ended with `end` is counted, on the windows' clock: when it ended,
-    /// or, for one that completed in its first poll, when it started (no clock read; for the
-    /// first attempt that is when the call started). A failure's clock read is kept for the
-    /// decision that follows.
-    #[inline]
-    fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> Tick {
-        let failed = end.failed();
-        if waited || failed {
-            let now = Instant::now();
-            if failed {
-                self.failed_at = Some(now);
-            }
-            return self.upstream.tick(now);
-        }
-        match self.attempt_started == self.created {
-            true => self.created_tick,
-            false => self.upstream.tick(self.attempt_started),
-        }
     }
 
     /// Decides after an attempt: ends the call on success, or classifies the failure, asks the

@@ -4,8 +4,8 @@
 use tracing::Instrument;
 
 use super::Call;
-use crate::decision::DenyReason;
-use crate::{Error, Failure};
+use crate::decision::{DenyReason, Failure};
+use crate::error::Error;
 
 impl Call<'_> {
     /// Runs the upstream's refresh hook (if it has one) before the retry of `failure`, a 401;

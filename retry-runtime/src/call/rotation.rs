@@ -24,7 +24,7 @@
 //! [`Classify::connection_rotated`]: crate::Classify::connection_rotated
 
 use super::{Call, Step};
-use crate::Failure;
+use crate::decision::Failure;
 
 /// The rotations one call has seen.
 #[derive(Debug, Default)]

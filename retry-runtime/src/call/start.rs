@@ -11,11 +11,12 @@ use tokio::time::Instant;
 use super::rotation::Rotations;
 use super::{Call, Local, events};
 use crate::engine::Safety;
+use crate::error::Error;
 use crate::key::IdempotencyKey;
 use crate::registry::{Registry, Upstream};
+use crate::replay::Replayability;
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::site::CallSite;
-use crate::{Error, Replayability};
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]

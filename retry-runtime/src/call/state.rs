@@ -1,5 +1,5 @@
 //! What a call knows: the [`Call`] itself, and the small questions about it that every part of
-//! the loop asks (how much time is left, when an attempt is cut).
+//! the loop asks (how much time is left, when an attempt is cut, when an ended one is counted).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,16 +7,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::admission::AttemptEnd;
 use super::rotation::Rotations;
 use crate::attempt::Attempt;
 use crate::budget::Moment;
-use crate::decision::DenyReason;
+use crate::category::Rejection;
+use crate::decision::{DenyReason, Failure};
 use crate::engine::Safety;
 use crate::key::IdempotencyKey;
-use crate::registry::{Registry, Upstream};
+use crate::registry::Registry;
+use crate::replay::Replayability;
 use crate::scope::{CallScope, deadline_after};
+use crate::upstream::Upstream;
 use crate::window::Tick;
-use crate::{Failure, Rejection, Replayability};
 
 /// What the loop itself did to the last attempt: facts it knows first-hand override whatever
 /// the caller's error type reports.
@@ -138,6 +141,26 @@ impl<'r> Call<'r> {
         Now {
             instant: now,
             budget: self.upstream.budget().moment(now),
+        }
+    }
+
+    /// When an attempt that ended with `end` is counted, on the windows' clock: when it ended,
+    /// or, for one that completed in its first poll, when it started (no clock read; for the
+    /// first attempt that is when the call started). A failure's clock read is kept for the
+    /// decision that follows.
+    #[inline]
+    pub(super) fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> Tick {
+        let failed = end.failed();
+        if waited || failed {
+            let now = Instant::now();
+            if failed {
+                self.failed_at = Some(now);
+            }
+            return self.upstream.tick(now);
+        }
+        match self.attempt_started == self.created {
+            true => self.created_tick,
+            false => self.upstream.tick(self.attempt_started),
         }
     }
 }

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::Call;
-use crate::decision::{Decision, DenyReason};
+use crate::decision::{Decision, DenyReason, Failure};
 use crate::engine::CallFacts;
-use crate::{Failure, Replayability};
+use crate::replay::Replayability;
 
 /// Why a call stopped, when its failure is one that time can clear: the retries, the budget,
 /// the deadline or the in-memory window ran out on a failure the rules would have retried, or

@@ -28,8 +28,8 @@ use std::time::Instant;
 use super::outcome::{DeferredCall, Durable};
 use super::replay::ReplayContext;
 use crate::call::Call;
+use crate::error::{Ambiguous, Error};
 use crate::hand_off::{Deferred, HAND_OFF_RESERVE, TaskStatus};
-use crate::{Ambiguous, Error};
 
 const TARGET: &str = "retry_runtime::durable";
 

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 
 use super::outcome::Durable;
 use super::task::{AttemptError, HandlerFuture, TaskContext};
-use crate::Error;
+use crate::error::Error;
 use crate::hand_off::TaskId;
 use crate::key::{IdempotencyKey, KeyError};
 

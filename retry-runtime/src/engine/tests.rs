@@ -5,7 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::{PermanentCategory, Pushback};
+use crate::category::{PermanentCategory, Pushback};
 
 const MS: u64 = 1;
 

@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 
 use super::error::{HttpError, target_of};
-use crate::Attempt;
+use crate::attempt::Attempt;
 
 /// Buffers a response body inside the attempt, classifying failures.
 pub trait ResponseExt: super::sealed::Sealed {

@@ -46,7 +46,7 @@
 use std::error::Error as StdError;
 use std::io;
 
-use crate::Evidence;
+use crate::evidence::Evidence;
 
 /// The HTTP/2 `REFUSED_STREAM` error code (RFC 9113 §7).
 pub const REFUSED_STREAM: u32 = 0x7;

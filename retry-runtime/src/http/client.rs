@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::UpstreamConfig;
+use crate::config::UpstreamConfig;
 
 /// The connect timeout [`client_builder`] sets: well below the default 1 s attempt timeout, so
 /// a stalled connect surfaces as a provable `NotSent` (`is_connect && is_timeout`) rather than

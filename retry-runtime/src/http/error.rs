@@ -9,7 +9,10 @@ use ::http::{HeaderMap, Method, StatusCode};
 
 use super::classify::ChainFacts;
 use super::headers;
-use crate::{Classify, Evidence, PermanentCategory, Pushback, Stop};
+use crate::category::{PermanentCategory, Pushback};
+use crate::classify::Classify;
+use crate::decision::Stop;
+use crate::evidence::Evidence;
 
 /// Where an HTTP attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -18,7 +18,7 @@ pub use crate::propagation::{ATTEMPT, DEADLINE_MS, PUSHBACK, RETRIES_LEFT, parse
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Pushback;
+    use crate::category::Pushback;
 
     #[test]
     fn pushback_values() {

@@ -6,7 +6,9 @@ use ::http::{HeaderName, HeaderValue};
 
 use super::error::{HttpError, target_of};
 use super::headers;
-use crate::{Attempt, PermanentCategory, Replayability};
+use crate::attempt::Attempt;
+use crate::category::PermanentCategory;
+use crate::replay::Replayability;
 
 /// Sends a `reqwest::RequestBuilder` as (part of) the current attempt. See the [module
 /// docs](super) for what it adds and checks.

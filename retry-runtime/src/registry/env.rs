@@ -15,6 +15,7 @@ use std::ffi::OsString;
 
 use super::errors::{ConfigError, Location};
 use super::keys::{self, KeySpec};
+use crate::suggest::closest;
 
 /// The prefix of every override variable.
 pub const ENV_PREFIX: &str = "RETRY__";
@@ -118,7 +119,7 @@ pub(crate) fn resolve(
             }),
             None => {
                 let valid = keys::all().map(|k| k.path).collect::<Vec<_>>();
-                let hint = match keys::closest(&path, valid.iter().copied()) {
+                let hint = match closest(&path, valid.iter().copied()) {
                     Some(close) => format!("did you mean `{}`? ", env_key(close)),
                     None => String::new(),
                 };

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use toml::de::DeValue;
 
-use super::duration::parse_duration;
 use crate::backoff::Jitter;
 use crate::breaker::BreakerConfig;
 use crate::config::UpstreamConfig;
+use crate::duration::parse_duration;
 use crate::hedge::HedgeConfig;
 use crate::throttle::ThrottleConfig;
 
@@ -390,35 +390,6 @@ impl KeySpec {
     }
 }
 
-/// The key of `candidates` closest to `unknown`, if close enough to be a likely typo.
-pub(crate) fn closest<'a>(
-    unknown: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let unknown = unknown.to_ascii_lowercase();
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(&unknown, c), c))
-        .filter(|(d, c)| *d <= (c.len() / 3).max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
-}
-
 /// `a, b, c` for messages.
 pub(crate) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     names.into_iter().collect::<Vec<_>>().join(", ")
@@ -427,6 +398,7 @@ pub(crate) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suggest::closest;
 
     #[test]
     fn typos_find_their_key() {

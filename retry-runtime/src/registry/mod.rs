@@ -11,7 +11,7 @@
 //!
 //! One table per upstream under `upstreams`; the budget, the circuit breaker and hedging are
 //! sub-tables. Every key is optional
-//! and defaults to [`UpstreamConfig::new`] (the table below restates its `# Default` section).
+//! and defaults to [`UpstreamConfig::new`](crate::UpstreamConfig::new) (the table below restates its `# Default` section).
 //!
 //! ```toml
 //! [upstreams.sber]
@@ -103,7 +103,7 @@
 //!
 //! **Errors.** Loading reports every mistake at once, each at its `file:line:column` (columns
 //! count characters) with the fix: unknown keys (with the closest valid one), wrong types, bad
-//! durations, and every rule of [`UpstreamConfig::violations`], located at the offending value
+//! durations, and every rule of [`UpstreamConfig::violations`](crate::UpstreamConfig::violations), located at the offending value
 //! or, when the key was left at its default, at the upstream's table header. A file that is not
 //! valid TOML reports its syntax errors only. A file with no upstream is refused, so that a
 //! truncated file cannot unload every upstream. A sample file with every key, its default and
@@ -157,181 +157,37 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::future::Future;
-use std::path::Path;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
-use crate::breaker::CircuitBreaker;
-use crate::budget::RetryBudget;
-use crate::bulkhead::Bulkhead;
-use crate::config::UpstreamConfig;
+use crate::drain::Drain;
 use crate::engine::{DefaultEngine, EligibilityEngine};
-use crate::hedge::{LATENCY_WINDOW, MIN_SAMPLES};
-use crate::latency::LatencyWindow;
-use crate::throttle::Throttle;
-use crate::window::Tick;
-use crate::{Drain, Error};
+use crate::error::Error;
 
+mod builder;
+mod draft;
 #[cfg(feature = "durable")]
 mod durable;
-pub(crate) mod duration;
 mod env;
 mod errors;
 mod file;
 pub(crate) mod keys;
+mod position;
+mod reload;
+mod table;
 mod verify;
+mod walk;
+pub use builder::RegistryBuilder;
 pub use env::ENV_PREFIX;
 pub use errors::{ConfigError, ConfigErrors, Location};
 pub use file::parse_toml;
+pub use table::KNOWN_IN_ERRORS;
+use table::{Snapshot, next_snapshot_number};
 pub use verify::{MissingUpstream, MissingUpstreams, Registration};
 
-pub use crate::error::RefreshError;
-
-/// A per-upstream hook that refreshes credentials after a 401, before the one replay the engine
-/// allows for safe, replayable operations.
-pub trait RefreshAuth: Send + Sync {
-    /// Refreshes the credentials the next attempt will use.
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<(), RefreshError>> + Send + '_>>;
-}
-
-impl<F, Fut> RefreshAuth for F
-where
-    F: Fn() -> Fut + Send + Sync,
-    Fut: Future<Output = Result<(), RefreshError>> + Send + 'static,
-{
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<(), RefreshError>> + Send + '_>> {
-        Box::pin(self())
-    }
-}
-
-/// One named upstream as the runtime uses it: config, budget and hooks.
-pub struct Upstream {
-    name: Arc<str>,
-    config: UpstreamConfig,
-    budget: Arc<RetryBudget>,
-    throttle: Option<Arc<Throttle>>,
-    breaker: Option<Arc<CircuitBreaker>>,
-    bulkhead: Option<Arc<Bulkhead>>,
-    /// Recent attempt latencies, kept only for a hedge delay at a percentile.
-    latency: Option<Arc<LatencyWindow>>,
-    refresh: Option<Arc<dyn RefreshAuth>>,
-    /// What the windows of `budget` and `breaker` count from: the registry's origin.
-    origin: tokio::time::Instant,
-}
-
-impl fmt::Debug for Upstream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Upstream")
-            .field("name", &self.name)
-            .field("config", &self.config)
-            .field("budget", &self.budget)
-            .field("throttle", &self.throttle)
-            .field("breaker", &self.breaker)
-            .field("bulkhead", &self.config.bulkhead)
-            .field("refresh", &self.refresh.is_some())
-            .finish()
-    }
-}
-
-impl Upstream {
-    /// The upstream's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The name, shared.
-    pub fn name_arc(&self) -> &Arc<str> {
-        &self.name
-    }
-
-    /// Its configuration.
-    pub fn config(&self) -> &UpstreamConfig {
-        &self.config
-    }
-
-    /// `now` on the clocks of its budget's and breaker's windows: read once, it places a call
-    /// in both.
-    pub(crate) fn tick(&self, now: tokio::time::Instant) -> Tick {
-        Tick::at(self.origin, now)
-    }
-
-    /// Its retry budget (shared across reloads while the budget settings stay the same).
-    pub fn budget(&self) -> &RetryBudget {
-        &self.budget
-    }
-
-    /// Its adaptive throttle, if enabled (shared across reloads while its settings stay the
-    /// same).
-    pub fn throttle(&self) -> Option<&Throttle> {
-        self.throttle.as_deref()
-    }
-
-    /// Its adaptive throttle, shared (an admitted attempt holds it until it ends).
-    pub(crate) fn throttle_arc(&self) -> Option<&Arc<Throttle>> {
-        self.throttle.as_ref()
-    }
-
-    /// Its circuit breaker, if enabled.
-    pub fn breaker(&self) -> Option<&CircuitBreaker> {
-        self.breaker.as_deref()
-    }
-
-    /// Its bulkhead, if limited.
-    pub(crate) fn bulkhead(&self) -> Option<&Bulkhead> {
-        self.bulkhead.as_deref()
-    }
-
-    /// Attempts in flight through the bulkhead (0 when unlimited).
-    pub fn in_flight(&self) -> usize {
-        self.bulkhead.as_ref().map_or(0, |b| b.in_flight())
-    }
-
-    /// The 401 refresh hook, if registered.
-    pub fn refresh_hook(&self) -> Option<&Arc<dyn RefreshAuth>> {
-        self.refresh.as_ref()
-    }
-
-    /// How long a copy runs before the next one is sent, at `now`: the fixed delay, or the
-    /// percentile of the recent latencies (`None` while too few are known, or without hedging).
-    pub fn hedge_delay(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
-        let hedge = self.config.hedge.as_ref()?;
-        match (hedge.delay, hedge.percentile, &self.latency) {
-            (Some(delay), _, _) => Some(delay),
-            (None, Some(p), Some(latency)) => latency.percentile(p, MIN_SAMPLES, now),
-            _ => None,
-        }
-    }
-
-    /// Whether attempts' latencies are kept (for a percentile hedge delay).
-    pub(crate) fn keeps_latency(&self) -> bool {
-        self.latency.is_some()
-    }
-
-    /// Records an attempt's latency for a percentile hedge delay (nothing without one).
-    pub(crate) fn record_latency(&self, latency: std::time::Duration, now: tokio::time::Instant) {
-        if let Some(window) = &self.latency {
-            window.record(latency, now);
-        }
-    }
-}
-
-/// The next snapshot's number, for any registry.
-fn next_snapshot_number() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-#[derive(Default)]
-struct Snapshot {
-    /// Hashed with FNV-1a: every call looks its upstream up, and SipHash (the default, which
-    /// resists collision attacks on untrusted keys) cost more than the rest of the lookup. The
-    /// names come from the operator's configuration, not from requests.
-    upstreams: HashMap<Arc<str>, Arc<Upstream>, fnv::FnvBuildHasher>,
-}
+pub use crate::upstream::{RefreshAuth, RefreshError, Upstream};
 
 /// Named upstream configurations, swappable at runtime.
 ///
@@ -439,14 +295,14 @@ impl Registry {
             Some(u) => Ok(u.clone()),
             None => Err(Error::UnknownUpstream {
                 name: name.to_owned(),
-                known: closest_names(&snapshot, name),
+                known: snapshot.closest_names(name),
             }),
         }
     }
 
     /// The names of every configured upstream, sorted.
     pub fn names(&self) -> Vec<String> {
-        sorted_names(&self.snapshot.load())
+        self.snapshot.load().sorted_names()
     }
 
     /// Sets the `retry.budget.available` and `retry.breaker.state` gauges of every upstream to
@@ -485,165 +341,6 @@ impl Registry {
         &*self.engine
     }
 
-    /// Validates `configs` and, if every one is valid, swaps them in atomically. Calls in flight
-    /// keep the config they started with. Budgets of upstreams whose budget settings did not
-    /// change carry over, so a reload does not refill an exhausted budget; refresh hooks carry
-    /// over by name. On error nothing changes and every violation is returned.
-    pub fn replace(
-        &self,
-        configs: impl IntoIterator<Item = (String, UpstreamConfig)>,
-    ) -> Result<(), ConfigErrors> {
-        // The metrics' HELP texts, for the recorder installed by now (usually at start-up).
-        crate::observe::describe_metrics();
-        let configs: Vec<_> = configs.into_iter().collect();
-        let mut errors = Vec::new();
-        for (name, config) in &configs {
-            if name.trim().is_empty() {
-                errors.push(ConfigError::new(
-                    name,
-                    "name",
-                    "an upstream name is empty: name it after the system it calls",
-                ));
-            }
-            for v in config.violations() {
-                errors.push(ConfigError::new(name, v.field, v.message));
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ConfigErrors(errors));
-        }
-        // Held until the new snapshot is stored: see the field's docs.
-        let hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
-        let old = self.snapshot.load();
-        let mut upstreams =
-            HashMap::with_capacity_and_hasher(configs.len(), fnv::FnvBuildHasher::default());
-        for (name, config) in configs {
-            // State carries over a reload while its settings stay the same, so a reload neither
-            // refills an exhausted budget nor closes an open breaker nor resets a bulkhead.
-            let previous = old.upstreams.get(name.as_str());
-            let budget = match previous {
-                Some(u) if u.config.budget == config.budget => u.budget.clone(),
-                _ => Arc::new(
-                    RetryBudget::counting_from(config.budget, self.origin)
-                        .expect("validated above"),
-                ),
-            };
-            let breaker = match (previous, config.breaker) {
-                (Some(u), Some(b)) if u.config.breaker == Some(b) => u.breaker.clone(),
-                (_, Some(b)) => Some(Arc::new(
-                    CircuitBreaker::counting_from(b, self.origin).named(Arc::from(name.as_str())),
-                )),
-                (_, None) => None,
-            };
-            let throttle = match (previous, config.throttle) {
-                (Some(u), Some(t)) if u.config.throttle == Some(t) => u.throttle.clone(),
-                (_, Some(t)) => Some(Arc::new(
-                    Throttle::counting_from(t, self.origin).named(Arc::from(name.as_str())),
-                )),
-                (_, None) => None,
-            };
-            let bulkhead = match (previous, config.bulkhead) {
-                (Some(u), Some(n)) if u.config.bulkhead == Some(n) => u.bulkhead.clone(),
-                (_, Some(n)) => Some(Arc::new(Bulkhead::new(n))),
-                (_, None) => None,
-            };
-            let latency = match (previous, config.hedge.and_then(|h| h.percentile)) {
-                (Some(u), Some(_)) if u.latency.is_some() => u.latency.clone(),
-                (_, Some(_)) => Some(Arc::new(LatencyWindow::new(
-                    LATENCY_WINDOW,
-                    tokio::time::Instant::now(),
-                ))),
-                (_, None) => None,
-            };
-            let name: Arc<str> = name.into();
-            let refresh = hooks.get(&*name).cloned();
-            upstreams.insert(
-                name.clone(),
-                Arc::new(Upstream {
-                    name,
-                    config,
-                    budget,
-                    throttle,
-                    breaker,
-                    bulkhead,
-                    latency,
-                    refresh,
-                    origin: self.origin,
-                }),
-            );
-        }
-        let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
-        removed.extend(
-            old.upstreams
-                .keys()
-                .filter(|name| !upstreams.contains_key(&***name))
-                .cloned(),
-        );
-        removed.retain(|name| !upstreams.contains_key(&**name));
-        drop(removed);
-        self.swap_in(Snapshot { upstreams });
-        drop(hooks);
-        tracing::info!(target: "retry_runtime::registry", upstreams = ?self.names(), "registry loaded");
-        Ok(())
-    }
-
-    /// Reads the TOML file at `path`, applies the process's `RETRY__*` environment overrides,
-    /// validates everything and, if valid, swaps it in ([`Registry::replace`]). Call it again to
-    /// reload without a restart. On error nothing changes and every mistake is returned, located
-    /// (see the [module docs](crate::registry) for the format).
-    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<(), ConfigErrors> {
-        let path = path.as_ref();
-        let text = read_config(path)?;
-        let (env, env_errors) = env::process_env();
-        self.replace(file::parse_with(&text, path, env, env_errors)?)
-    }
-
-    /// Like [`Registry::load_file`] for a document already in memory: `source` names it in
-    /// error locations and `env` supplies the overrides (`[]` for none), so tests and tools need
-    /// not touch the process environment.
-    pub fn load_str(
-        &self,
-        toml: &str,
-        source: impl AsRef<Path>,
-        env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<(), ConfigErrors> {
-        self.replace(parse_toml(toml, source, env)?)
-    }
-
-    /// A new registry loaded with [`Registry::load_file`]. For a seed, an engine or a drain
-    /// switch of your choice, pass [`parse_toml`]'s result to [`RegistryBuilder::upstreams`].
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Registry, ConfigErrors> {
-        let registry = Registry::new();
-        registry.load_file(path)?;
-        Ok(registry)
-    }
-
-    /// Registers the 401 refresh hook of upstream `name` (kept across reloads).
-    pub fn on_unauthorized(&self, name: &str, hook: impl RefreshAuth + 'static) {
-        let hook: Arc<dyn RefreshAuth> = Arc::new(hook);
-        // Held until the new snapshot is stored, so a reload cannot slip in between the load
-        // and the store (and be reverted by it): see the field's docs.
-        let mut hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
-        hooks.insert(name.to_owned(), hook.clone());
-        let old = self.snapshot.load();
-        let mut upstreams = old.upstreams.clone();
-        if let Some(u) = upstreams.get_mut(name) {
-            *u = Arc::new(Upstream {
-                name: u.name.clone(),
-                config: u.config.clone(),
-                budget: u.budget.clone(),
-                throttle: u.throttle.clone(),
-                breaker: u.breaker.clone(),
-                bulkhead: u.bulkhead.clone(),
-                latency: u.latency.clone(),
-                refresh: Some(hook),
-                origin: u.origin,
-            });
-            self.swap_in(Snapshot { upstreams });
-        }
-        drop(hooks);
-    }
-
     /// A random source for one call: seeded deterministically when the registry has a seed
     /// (tests, the outage lab), else from the thread's generator.
     pub(crate) fn rng(&self) -> fastrand::Rng {
@@ -657,333 +354,5 @@ impl Registry {
     }
 }
 
-fn read_config(path: &Path) -> Result<String, ConfigErrors> {
-    std::fs::read_to_string(path).map_err(|e| {
-        ConfigErrors(vec![
-            ConfigError::new(
-                "",
-                "",
-                format!(
-                    "cannot read the configuration file: {e}: check the path and its permissions"
-                ),
-            )
-            .at(Location::whole(path)),
-        ])
-    })
-}
-
-/// The most names an [`Error::UnknownUpstream`] lists.
-///
-/// A miss must stay cheap even with many upstreams and names that come from input: listing and
-/// sorting 10,000 names took 25 ms per miss. The error lists the names sharing the longest
-/// prefix with the one asked for (ties in name order), found in one pass that copies at most
-/// this many; [`Registry::names`] lists them all.
-pub const KNOWN_IN_ERRORS: usize = 16;
-
-/// Up to [`KNOWN_IN_ERRORS`] names closest to `name`, sorted.
-fn closest_names(snapshot: &Snapshot, name: &str) -> Vec<String> {
-    let shared = |k: &str| {
-        k.bytes()
-            .zip(name.bytes())
-            .take_while(|(a, b)| a == b)
-            .count()
-    };
-    // Best first: longest shared prefix, then name order.
-    let mut best: Vec<(usize, &str)> = Vec::with_capacity(KNOWN_IN_ERRORS + 1);
-    for key in snapshot.upstreams.keys() {
-        let candidate = (shared(key), &**key);
-        let worse = |a: &(usize, &str), b: &(usize, &str)| b.0.cmp(&a.0).then(a.1.cmp(b.1));
-        if best.len() == KNOWN_IN_ERRORS && worse(&candidate, best.last().expect("full")).is_ge() {
-            continue;
-        }
-        let at = best.partition_point(|held| worse(held, &candidate).is_lt());
-        best.insert(at, candidate);
-        best.truncate(KNOWN_IN_ERRORS);
-    }
-    let mut names: Vec<String> = best.into_iter().map(|(_, k)| k.to_owned()).collect();
-    names.sort();
-    names
-}
-
-fn sorted_names(snapshot: &Snapshot) -> Vec<String> {
-    let mut names: Vec<String> = snapshot.upstreams.keys().map(|k| k.to_string()).collect();
-    names.sort();
-    names
-}
-
-/// Builds a [`Registry`] in code.
-///
-/// # Default
-/// - no upstreams
-/// - [`DefaultEngine`]
-/// - a drain switch of its own (not the global one)
-/// - jitter from the thread's random generator (no seed)
-#[derive(Default)]
-#[must_use]
-pub struct RegistryBuilder {
-    upstreams: Vec<(String, UpstreamConfig)>,
-    engine: Option<Arc<dyn EligibilityEngine>>,
-    drain: Option<Drain>,
-    seed: Option<u64>,
-}
-
-impl RegistryBuilder {
-    /// Adds an upstream.
-    pub fn upstream(mut self, name: impl Into<String>, config: UpstreamConfig) -> Self {
-        self.upstreams.push((name.into(), config));
-        self
-    }
-
-    /// Adds several upstreams, such as the result of [`parse_toml`].
-    pub fn upstreams(
-        mut self,
-        upstreams: impl IntoIterator<Item = (String, UpstreamConfig)>,
-    ) -> Self {
-        self.upstreams.extend(upstreams);
-        self
-    }
-
-    /// Replaces the decision engine.
-    pub fn engine(mut self, engine: impl EligibilityEngine + 'static) -> Self {
-        self.engine = Some(Arc::new(engine));
-        self
-    }
-
-    /// Uses `drain` as the drain switch (e.g. [`Drain::global`]).
-    pub fn drain(mut self, drain: Drain) -> Self {
-        self.drain = Some(drain);
-        self
-    }
-
-    /// Seeds jitter so delays are reproducible (tests, simulations).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// Validates every upstream and builds the registry.
-    pub fn build(self) -> Result<Registry, ConfigErrors> {
-        let mut names = std::collections::HashSet::new();
-        let mut dup = Vec::new();
-        for (name, _) in &self.upstreams {
-            if !names.insert(name.clone()) {
-                dup.push(ConfigError::new(
-                    name,
-                    "name",
-                    format!("upstream `{name}` is configured twice: keep one"),
-                ));
-            }
-        }
-        if !dup.is_empty() {
-            return Err(ConfigErrors(dup));
-        }
-        let registry = Registry {
-            engine: self.engine.unwrap_or_else(|| Arc::new(DefaultEngine)),
-            drain: self.drain.unwrap_or_default(),
-            seed: self.seed,
-            ..Registry::new()
-        };
-        registry.replace(self.upstreams)?;
-        Ok(registry)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-    use std::time::Duration;
-
-    const EXAMPLE: &str = include_str!("../../examples/upstreams.toml");
-
-    /// A file under the system's temp directory, removed on drop.
-    struct TempFile(PathBuf);
-
-    impl TempFile {
-        fn new(name: &str, text: &str) -> Self {
-            let path = std::env::temp_dir()
-                .join(format!("retry-runtime-{}-{name}.toml", std::process::id()));
-            std::fs::write(&path, text).unwrap();
-            TempFile(path)
-        }
-    }
-
-    impl Drop for TempFile {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-
-    #[test]
-    fn loads_the_example_file_from_disk() {
-        let file = TempFile::new("example", EXAMPLE);
-        let registry = Registry::from_file(&file.0).unwrap();
-        assert_eq!(registry.names(), ["catalog", "sber", "sms-gateway"]);
-        assert_eq!(
-            registry
-                .upstream("catalog")
-                .unwrap()
-                .config()
-                .attempt_timeout,
-            Duration::from_millis(800)
-        );
-        assert!(registry.upstream("unknown").is_err());
-    }
-
-    #[test]
-    fn a_missing_file_is_a_clear_error_naming_the_path() {
-        let path = std::env::temp_dir().join("retry-runtime-does-not-exist.toml");
-        let errors = Registry::from_file(&path).unwrap_err();
-        assert_eq!(errors.errors().len(), 1);
-        let shown = errors.errors()[0].to_string();
-        assert!(
-            shown.starts_with(&format!(
-                "{}: cannot read the configuration file: ",
-                path.display()
-            )),
-            "{shown}"
-        );
-        assert!(
-            shown.ends_with("check the path and its permissions"),
-            "{shown}"
-        );
-    }
-
-    #[test]
-    fn errors_in_a_file_on_disk_name_the_file() {
-        let file = TempFile::new("broken", "[upstreams.a]\nmax_attempts = 6\n");
-        let errors = Registry::new().load_file(&file.0).unwrap_err();
-        let at = errors.errors()[0].location.clone().unwrap();
-        assert_eq!(at, Location::file(&file.0, 2, 16));
-    }
-
-    #[test]
-    fn a_failed_reload_keeps_the_old_config() {
-        let file = TempFile::new("reload", "[upstreams.a]\nmax_attempts = 2\n");
-        let registry = Registry::from_file(&file.0).unwrap();
-        std::fs::write(&file.0, "[upstreams.a]\nmax_attempts = 9\n[upstreams.b]\n").unwrap();
-        assert!(registry.load_file(&file.0).is_err());
-        assert_eq!(registry.names(), ["a"]);
-        assert_eq!(registry.upstream("a").unwrap().config().max_attempts, 2);
-        // An unreadable file or a syntax error changes nothing either.
-        std::fs::write(&file.0, "[upstreams.a\n").unwrap();
-        assert!(registry.load_file(&file.0).is_err());
-        assert!(registry.load_file(file.0.with_extension("gone")).is_err());
-        assert_eq!(registry.upstream("a").unwrap().config().max_attempts, 2);
-        // And a good reload applies.
-        std::fs::write(&file.0, "[upstreams.a]\nmax_attempts = 3\n[upstreams.b]\n").unwrap();
-        registry.load_file(&file.0).unwrap();
-        assert_eq!(registry.names(), ["a", "b"]);
-        assert_eq!(registry.upstream("a").unwrap().config().max_attempts, 3);
-    }
-
-    #[test]
-    fn a_call_in_flight_keeps_the_config_it_started_with() {
-        let registry = Registry::new();
-        registry
-            .load_str("[upstreams.a]\nmax_attempts = 2\n", "v1.toml", [])
-            .unwrap();
-        let in_flight = registry.upstream("a").unwrap();
-        registry
-            .load_str(
-                "[upstreams.a]\nmax_attempts = 3\n",
-                "v2.toml",
-                [("RETRY__A__DEADLINE".to_owned(), "3s".to_owned())],
-            )
-            .unwrap();
-        assert_eq!(in_flight.config().max_attempts, 2);
-        assert_eq!(in_flight.config().deadline, Duration::from_secs(5));
-        let now = registry.upstream("a").unwrap();
-        assert_eq!(now.config().max_attempts, 3);
-        assert_eq!(now.config().deadline, Duration::from_secs(3));
-        // The budget settings did not change, so the budget carried over.
-        assert!(std::ptr::eq(in_flight.budget(), now.budget()));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_upstreams_budget_and_breaker_count_from_one_origin_across_reloads() {
-        let registry = Registry::new();
-        registry
-            .replace([(
-                "a".to_owned(),
-                UpstreamConfig::new().with_breaker(Some(crate::breaker::BreakerConfig::new())),
-            )])
-            .unwrap();
-        let before = registry.upstream("a").unwrap();
-        tokio::time::advance(Duration::from_secs(3)).await;
-        // The breaker's settings change, the budget's do not: a new breaker beside the old
-        // budget, made seconds later, still counts from the same origin.
-        let breaker = crate::breaker::BreakerConfig {
-            min_attempts: 7,
-            ..crate::breaker::BreakerConfig::new()
-        };
-        registry
-            .replace([(
-                "a".to_owned(),
-                UpstreamConfig::new().with_breaker(Some(breaker)),
-            )])
-            .unwrap();
-        let after = registry.upstream("a").unwrap();
-        assert!(std::ptr::eq(before.budget(), after.budget()));
-        let breaker = after.breaker().expect("a breaker");
-        assert!(!std::ptr::eq(before.breaker().unwrap(), breaker));
-        // One reading serves both: a tick from another origin fails a debug assertion, so
-        // this fails if either counts from its own creation.
-        let tick = after.tick(tokio::time::Instant::now());
-        after.budget().deposit_on(tick);
-        breaker.record_on(breaker.admit().expect("closed"), false, tick);
-    }
-
-    #[test]
-    fn a_misspelt_upstream_name_is_answered_with_the_close_one() {
-        let registry = Registry::builder()
-            .upstream("sber", UpstreamConfig::new())
-            .upstream("catalog", UpstreamConfig::new())
-            .build()
-            .unwrap();
-        let message = registry.upstream("sbr").unwrap_err().to_string();
-        assert!(message.contains("did you mean `sber`?"), "{message}");
-        let message = registry.upstream("payments").unwrap_err().to_string();
-        assert!(!message.contains("did you mean"), "{message}");
-    }
-
-    #[test]
-    fn an_unknown_name_lists_a_bounded_set_of_the_closest_names() {
-        let small = Registry::builder()
-            .upstream("b", UpstreamConfig::new())
-            .upstream("a", UpstreamConfig::new())
-            .build()
-            .unwrap();
-        let Err(Error::UnknownUpstream { known, .. }) = small.upstream("c") else {
-            panic!("a miss is an error")
-        };
-        assert_eq!(
-            known,
-            ["a", "b"],
-            "a small registry lists every name, sorted"
-        );
-
-        let many = Registry::builder()
-            .upstreams((0..10_000).map(|i| (format!("svc-{i:05}"), UpstreamConfig::new())))
-            .build()
-            .unwrap();
-        let Err(Error::UnknownUpstream { name, known }) = many.upstream("svc-0420x") else {
-            panic!("a miss is an error")
-        };
-        assert_eq!(name, "svc-0420x");
-        assert_eq!(known.len(), KNOWN_IN_ERRORS);
-        // The ten sharing "svc-0420", then the first six sharing "svc-042".
-        let expected: Vec<String> = (4200..4216).map(|i| format!("svc-{i:05}")).collect();
-        assert_eq!(known, expected);
-    }
-
-    #[test]
-    fn the_builder_takes_parsed_upstreams() {
-        let registry = Registry::builder()
-            .seed(7)
-            .upstreams(parse_toml(EXAMPLE, "upstreams.toml", []).unwrap())
-            .build()
-            .unwrap();
-        assert_eq!(registry.names().len(), 3);
-    }
-}
+mod tests;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::Registry;
-use super::keys::closest;
+use crate::suggest::closest;
 
 /// One place in the binary that names an upstream: a `#[retry]` function, or a builder call
 /// site that names it with [`upstream!`](crate::upstream!). Created by those macros only.

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::Replayability;
+use crate::replay::Replayability;
 
 /// A request body that may be produced again for another attempt.
 ///

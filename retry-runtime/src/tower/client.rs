@@ -9,7 +9,13 @@ use std::time::{Duration, SystemTime};
 
 use super::{BoxError, ReplayBody};
 use crate::call::{Attempts, Call, CallSpec, drive, no_reconcile};
-use crate::{Classify, Error, Evidence, IdempotencyKey, Pushback, Registry, propagation};
+use crate::category::Pushback;
+use crate::classify::Classify;
+use crate::error::Error;
+use crate::evidence::Evidence;
+use crate::key::IdempotencyKey;
+use crate::propagation;
+use crate::registry::Registry;
 
 /// Which registry a layer uses.
 #[derive(Clone)]
@@ -286,7 +292,7 @@ where
         Some(value) => {
             let key = value
                 .to_str()
-                .map_err(|_| crate::KeyError::NotAHeaderValue)
+                .map_err(|_| crate::key::KeyError::NotAHeaderValue)
                 .and_then(IdempotencyKey::new);
             Some(key.map_err(|e| TowerError::Runtime(Error::InvalidIdempotencyKey(e)))?)
         }
@@ -344,7 +350,7 @@ where
         };
         self.body = this_body.replay();
         if self.body.is_none() {
-            call.downgrade_replay(crate::Replayability::OneShot);
+            call.downgrade_replay(crate::replay::Replayability::OneShot);
         }
         let mut request = http::Request::from_parts(self.parts.clone(), this_body);
         let propagate = call.upstream().config().propagate;

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::category::Pushback;
 use crate::propagation::{self, Inbound};
-use crate::{Operation, Pushback};
+use crate::scope::Operation;
 
 /// The most a caller may ask of this server.
 ///
