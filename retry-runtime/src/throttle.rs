@@ -21,16 +21,23 @@
 //! p = max(0, (sent - K x accepted) / (sent + 1))
 //! ```
 //!
-//! after the client-side adaptive throttling of Google's SRE book ("Handling Overload"). Since
-//! refused attempts are not counted (below), an upstream that accepts a share `a` of what it is
-//! sent receives about `min(1, K x a)` of the calls offered, plus a few probes (the book's
-//! variant, which counts refusals, holds it to about K times what it accepts). `K` is [`ThrottleConfig::multiplier`] (3) for a
-//! call's **first attempt**, and [`ThrottleConfig::retry_multiplier`] (1) for a **retry or a
-//! hedge**: extra work gets through only in
-//! the proportion the upstream currently accepts, so a healthy upstream's retries all pass, a
-//! flaky one's pass in proportion, and an overloaded one gets none. A retry is judged on what
-//! the *other* calls met: its own call's failures are what it is for, so a lone call's
-//! retries are never refused.
+//! after the client-side adaptive throttling of Google's SRE book ("Handling Overload"), with
+//! `K` = [`ThrottleConfig::multiplier`] (3) for a call's **first attempt**. Since refused
+//! attempts are not counted (below), an upstream that accepts a share `a` of what it is sent
+//! receives about `min(1, K x a)` of the calls offered, plus a few probes (the book's variant,
+//! which counts refusals, holds it to about K times what it accepts).
+//!
+//! A **retry or a hedge** is extra work, judged on what the *other* calls met (its own call's
+//! failures are what it is for):
+//!
+//! ```text
+//! p = max(0, (others - K_r x accepted) / others),  others = sent - the call's own attempts
+//! ```
+//!
+//! with `K_r` = [`ThrottleConfig::retry_multiplier`] (1): extra work passes in the proportion
+//! the upstream accepts the others' attempts, so a healthy upstream's retries all pass, a flaky
+//! one's in proportion, and one that accepts nothing gets none (first attempts keep probing
+//! it); a lone call (no other attempt in the window) is never refused a retry.
 //!
 //! - **Proportional, not all or nothing.** A brief slowdown lowers admission while it lasts;
 //!   calls one attempt would complete still go through in proportion.
@@ -222,7 +229,7 @@ impl Throttle {
     pub fn refusal_probability(&self) -> f64 {
         let epoch = self.clock.epoch();
         refusal(
-            self.sent.sum(epoch),
+            self.sent.sum(epoch) as f64,
             self.accepted.sum(epoch),
             self.config.multiplier,
         )
@@ -232,7 +239,7 @@ impl Throttle {
     /// while the upstream accepts less than it gets.
     pub(crate) fn admit(&self, kind: Work, tick: Tick, rng: impl FnOnce() -> f64) -> Option<Sent> {
         let epoch = self.clock.epoch_of(tick);
-        let sent = self.sent.sum(epoch);
+        let sent = self.sent.sum(epoch) as f64;
         let accepted = self.accepted.sum(epoch);
         let first = refusal(sent, accepted, self.config.multiplier);
         if first == 0.0 {
@@ -256,7 +263,7 @@ impl Throttle {
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64, own: u32) -> bool {
         let epoch = self.clock.epoch_of(tick);
         let p = extra_refusal(
-            self.sent.sum(epoch),
+            self.sent.sum(epoch) as f64,
             self.accepted.sum(epoch),
             self.config.retry_multiplier,
             own,
@@ -312,17 +319,20 @@ pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
 }
 
 /// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the
-/// window's attempts: the call's own failures are what a retry is for, so the upstream is
-/// judged on what the other calls met, and a lone call's retries are never refused. At the
-/// rates where overload happens the window holds far more than one call's attempts.
-fn extra_refusal(sent: u64, accepted: u64, k: f64, own: u32) -> f64 {
-    let (sent, accepted) = (sent as f64, accepted as f64);
-    ((sent - f64::from(own) - k * accepted) / (sent + 1.0)).clamp(0.0, 1.0)
+/// window's `sent` attempts: the call's own failures are what a retry is for, so the upstream
+/// is judged on what the other calls met; with none, a lone call's retries are never refused.
+/// No `+ 1` below the fraction, unlike a first attempt's: first attempts keep probing an
+/// upstream that accepts nothing, extra work need not.
+fn extra_refusal(sent: f64, accepted: u64, k: f64, own: u32) -> f64 {
+    let others = sent - f64::from(own);
+    if others <= 0.0 {
+        return 0.0;
+    }
+    ((others - k * accepted as f64) / others).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.
-fn refusal(sent: u64, accepted: u64, k: f64) -> f64 {
-    let sent = sent as f64;
+fn refusal(sent: f64, accepted: u64, k: f64) -> f64 {
     ((sent - k * accepted as f64) / (sent + 1.0)).clamp(0.0, 1.0)
 }
 

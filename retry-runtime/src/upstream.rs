@@ -100,11 +100,6 @@ impl Upstream {
         self.throttle.as_deref()
     }
 
-    /// Its adaptive throttle, shared (an admitted attempt holds it until it ends).
-    pub(crate) fn throttle_arc(&self) -> Option<&Arc<Throttle>> {
-        self.throttle.as_ref()
-    }
-
     /// Its circuit breaker, if enabled.
     pub fn breaker(&self) -> Option<&CircuitBreaker> {
         self.breaker.as_deref()

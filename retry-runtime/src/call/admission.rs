@@ -9,7 +9,7 @@
 //! was dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
 //! itself: the bulkhead slot and a half-open breaker's probe slot (a
 //! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded); the
-//! throttle counts an attempt only when it ends (a [`ThrottleClaim`] dropped unrecorded was
+//! throttle counts an attempt only when it ends (its [`Sent`] token dropped unrecorded was
 //! never counted). No path releases anything by hand.
 //!
 //! A retry or a hedge also costs a retry ([`spend`]): one from the operation's shared
@@ -25,8 +25,6 @@
 //! that wants the attempt's latency keeps its admission's start in its field and reads the
 //! clock in `end`.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use super::{Call, Local};
@@ -38,7 +36,7 @@ use crate::category::Rejection;
 use crate::decision::{DenyReason, Failure};
 use crate::error::Error;
 use crate::scope::CallScope;
-use crate::throttle::{self, Sent, Throttle, Work};
+use crate::throttle::{self, Sent, Work};
 use crate::upstream::Upstream;
 use crate::window::Tick;
 
@@ -128,24 +126,12 @@ impl AttemptEnd {
 #[derive(Debug)]
 #[must_use = "a permit dropped at once gives its admission back"]
 pub(crate) struct Permit {
-    throttle: Option<ThrottleClaim>,
+    /// The attempt's place in its upstream's throttle: [`end`](Self::end) counts it, accepted
+    /// or not; dropped without that (cancelled, never started, lost to connection rotation),
+    /// it was never counted, since the attempt says nothing about the upstream.
+    throttle: Option<Sent>,
     breaker: Option<Admission>,
     slot: Option<Slot>,
-}
-
-/// An admitted attempt's place in its upstream's throttle: [`end`](Self::end) counts it,
-/// accepted or not; dropped without that (cancelled, never started, lost to connection
-/// rotation), it was never counted, since the attempt says nothing about the upstream.
-#[derive(Debug)]
-pub(crate) struct ThrottleClaim {
-    throttle: Arc<Throttle>,
-    sent: Sent,
-}
-
-impl ThrottleClaim {
-    fn end(self, accepted: bool, tick: Tick) {
-        self.throttle.record(self.sent, accepted, tick);
-    }
 }
 
 /// What [`admit`] found: the attempt may start now, or every gate but the bulkhead admitted
@@ -165,7 +151,7 @@ pub(crate) fn admit(
     ask: Ask,
     draw: impl FnOnce() -> f64,
 ) -> Result<Admitted, Rejection> {
-    let throttle = match upstream.throttle_arc() {
+    let throttle = match upstream.throttle() {
         Some(throttle) => {
             let work = match ask.kind {
                 AttemptKind::First => Work::First,
@@ -178,10 +164,7 @@ pub(crate) fn admit(
                 _ => draw(),
             };
             match throttle.admit(work, upstream.tick(ask.at), draw) {
-                Some(sent) => Some(ThrottleClaim {
-                    throttle: Arc::clone(throttle),
-                    sent,
-                }),
+                Some(sent) => Some(sent),
                 None => return Err(Rejection::Throttled),
             }
         }
@@ -294,11 +277,12 @@ impl Permit {
                 AttemptEnd::Unjudged => drop(admission),
             }
         }
-        if let Some(claim) = throttle {
+        if let (Some(throttle), Some(sent)) = (upstream.throttle(), throttle) {
             match end {
-                AttemptEnd::Accepted | AttemptEnd::FailedBelow => claim.end(true, tick),
-                AttemptEnd::Failed => claim.end(false, tick),
-                AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => drop(claim),
+                AttemptEnd::Accepted | AttemptEnd::FailedBelow => throttle.record(sent, true, tick),
+                AttemptEnd::Failed => throttle.record(sent, false, tick),
+                // Not recorded: never counted.
+                AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => {}
             }
         }
     }

@@ -115,7 +115,7 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     };
     let first = pass(Work::First);
     let extra = pass(Work::Extra);
-    // p_first = (100 - 90) / 101, p_extra = (100 - 1 - 30) / 101 (a hedge: its call sent one).
+    // p_first = (100 - 90) / 101, p_extra = (99 - 30) / 99 (a hedge: its call sent one of the 100).
     assert!((8_800..9_200).contains(&first), "{first}");
     assert!((2_900..3_300).contains(&extra), "{extra}");
 }
@@ -196,4 +196,21 @@ fn a_lone_calls_retries_are_never_refused() {
     }
     // Another call's retry after those three failures is extra work on a failing upstream.
     assert!(!throttle.admits_extra(tick, 0.0, 1));
+}
+
+/// An upstream that accepts nothing gets no extra work: first attempts keep probing it.
+#[test]
+fn an_upstream_that_accepts_nothing_gets_no_retry_but_first_attempts_probe_it() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin);
+    for _ in 0..10 {
+        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
+        throttle.record(sent, false, tick);
+    }
+    // Even the luckiest draw: no retry of a call that sent 1 of the 10 goes.
+    assert!(!throttle.admits_extra(tick, 0.999, 1));
+    // A first attempt goes with probability 1 / 11.
+    assert!(throttle.admit(Work::First, tick, || 0.95).is_some());
+    assert!(throttle.admit(Work::First, tick, || 0.9).is_none());
 }
