@@ -5,7 +5,7 @@ use retry_runtime::{Classify, Drain, Registry, retry};
 /// failure proves; `thiserror` writes the messages.
 #[derive(Debug, thiserror::Error, Classify)]
 pub enum PaymentsError {
-    /// The runtime's outcomes (deadline, open breaker, a write that may have happened).
+    /// The runtime's outcomes (deadline, local refusal, a write that may have happened).
     #[error(transparent)]
     Retry(#[from] retry_runtime::Error),
     /// Transport failures and error statuses, from `send_attempt().await?`.

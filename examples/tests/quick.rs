@@ -43,7 +43,7 @@ fn quick_mode_holds_the_headline_properties() {
         runs.len()
     );
     assert!(
-        stdout.contains("headline properties asserted for B and B-tuned: all hold"),
+        stdout.contains("headline properties asserted for the library's designs (B, B-tuned, B-hedged): all hold"),
         "{stdout}"
     );
     let json = std::fs::read_to_string(out.join("outage-lab.json")).expect("the JSON report");

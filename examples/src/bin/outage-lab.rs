@@ -234,7 +234,7 @@ fn main() -> std::process::ExitCode {
     }
     if failing == 0 {
         println!(
-            "headline properties asserted for B and B-tuned: all hold ({} reported, not asserted)",
+            "headline properties asserted for the library's designs (B, B-tuned, B-hedged): all hold ({} reported, not asserted)",
             violations.len()
         );
     } else {

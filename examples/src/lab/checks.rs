@@ -198,8 +198,8 @@ pub fn check(results: &[Aggregate]) -> Vec<Violation> {
                         ours.ops,
                         none.ops,
                         ours.refused(),
-                        ours.breaker_refusals[0],
-                        ours.breaker_refusals[1],
+                        ours.local_refusals[0],
+                        ours.local_refusals[1],
                     ),
                     asserted: true,
                 });

@@ -3,7 +3,7 @@
 //! | design | API -> middle | middle -> catalog |
 //! |---|---|---|
 //! | A, retry in every layer | backon's `ExponentialBuilder::default()` around a reqwest call (`error_for_status`): every error retried, 3 retries after 1 s, 2 s, 4 s, no jitter | reqwest-middleware with reqwest-retry's `RetryTransientMiddleware` and `ExponentialBackoff::builder().build_with_max_retries(3)` (the crate's documented setup): 5xx, 408, 429, timeouts and connection errors retried whatever the method, 3 retries after up to 1 s, 2 s, 4 s (full jitter) |
-//! | B, one retry owner, library defaults | the runtime (`middle` upstream): one attempt unless the middle did not retry; propagates deadline and retries left | `ScopeLayer` restores the API's scope; the catalog adapter (`catalog` upstream) owns the retries: shared allowance, budget, breaker, `Retry-After` |
+//! | B, one retry owner, library defaults | the runtime (`middle` upstream): one attempt unless the middle did not retry; propagates deadline and retries left | `ScopeLayer` restores the API's scope; the catalog adapter (`catalog` upstream) owns the retries: shared allowance, budget, throttle, `Retry-After` |
 //! | B-tuned | the same code, with `examples/lab.toml`'s upstreams | the same, with a bulkhead |
 //! | B-hedged | as B-tuned | as B-tuned, and the catalog's reads and keyed writes hedged at the 95th percentile of its recent latency ([`config::HEDGE_TOML`](super::config::HEDGE_TOML)) |
 //! | C, no retry | one attempt | one attempt |
@@ -218,8 +218,8 @@ pub struct Chain {
     pub api: Server,
     /// The middle's server.
     pub middle: Server,
-    /// Calls B's services answered at once because a breaker was open (A and C: none).
-    pub breaker_refusals: Arc<BreakerRefusals>,
+    /// Calls B's services refused locally (A and C: none).
+    pub local_refusals: Arc<LocalRefusals>,
     /// The middle's durable queue and worker (B and B-tuned, in the long outage).
     pub durable: Option<DurableTier>,
 }
@@ -363,16 +363,16 @@ fn start_tier<S: DurableStore + Clone>(
     Ok(queue)
 }
 
-/// Calls refused by an open breaker, per breaker.
+/// Calls refused locally (throttle or breaker), per service.
 #[derive(Debug, Default)]
-pub struct BreakerRefusals {
-    /// By the API's breaker on the middle (the `middle` upstream).
+pub struct LocalRefusals {
+    /// By the API's admission control on the middle (the `middle` upstream).
     pub api: AtomicUsize,
-    /// By the middle's breaker on the catalog (the `catalog` upstream).
+    /// By the middle's admission control on the catalog (the `catalog` upstream).
     pub middle: AtomicUsize,
 }
 
-impl BreakerRefusals {
+impl LocalRefusals {
     /// (API's, middle's) so far.
     pub fn get(&self) -> [usize; 2] {
         [
@@ -393,8 +393,8 @@ pub async fn start(
     database_url: Option<&str>,
     max_in_flight: usize,
 ) -> std::io::Result<Chain> {
-    let breaker_refusals = Arc::new(BreakerRefusals::default());
-    let refused = breaker_refusals.clone();
+    let local_refusals = Arc::new(LocalRefusals::default());
+    let refused = local_refusals.clone();
     let mut durable = None;
     let middle = match design {
         Design::A => {
@@ -480,7 +480,7 @@ pub async fn start(
                 .build()
                 .expect("a plain HTTP client builds");
             let registry = registries.api.clone();
-            let refused = breaker_refusals.clone();
+            let refused = local_refusals.clone();
             servers::serve(bounded(
                 FnService(move |request: Req| {
                     api_b(
@@ -500,7 +500,7 @@ pub async fn start(
     Ok(Chain {
         api,
         middle,
-        breaker_refusals,
+        local_refusals,
         durable,
     })
 }
@@ -625,7 +625,7 @@ async fn api_b(
     middle: String,
     contract: WriteContract,
     request: Req,
-    refused: Arc<BreakerRefusals>,
+    refused: Arc<LocalRefusals>,
 ) -> Resp {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -663,7 +663,7 @@ async fn middle_b(
     adapter: Arc<CatalogAdapter>,
     contract: WriteContract,
     request: Req,
-    refused: Arc<BreakerRefusals>,
+    refused: Arc<LocalRefusals>,
 ) -> Resp {
     let Some(order) = servers::order_of(request.uri().path()).map(OrderId) else {
         return servers::respond(404, "no such route");
@@ -701,9 +701,9 @@ async fn middle_b(
 }
 
 /// How B's services answer a failed call: an unknown outcome is said so (502 and
-/// `x-lab-outcome: ambiguous`), a local refusal (breaker, bulkhead) is `503` with the
+/// `x-lab-outcome: ambiguous`), a local refusal (throttle, breaker, bulkhead) is `503` with the
 /// `overloaded` pushback, a catalog status is passed on with its `Retry-After`. A refusal by
-/// an open breaker is counted in `refused`.
+/// a throttle's or breaker's refusal is counted in `refused`.
 fn error_response(e: &AdapterError, refused: &AtomicUsize) -> Resp {
     if std::env::var_os("LAB_DEBUG").is_some() {
         eprintln!("lab: {e}");

@@ -79,9 +79,9 @@ pub struct RunMetrics {
     pub timeline: Vec<(usize, usize)>,
     /// How late the driver started operations against their schedule (p99): the lab's own lag.
     pub lag_p99: Duration,
-    /// Calls B's services answered at once because a breaker was open: the API's breaker on
+    /// Calls B's services refused locally (the throttle, or a breaker where configured): the API's on
     /// the middle, the middle's on the catalog.
-    pub breaker_refusals: [usize; 2],
+    pub local_refusals: [usize; 2],
     /// Operations answered "deferred to the durable queue" (202).
     pub deferred: usize,
     /// Operations whose write the catalog executed by the end of the run (after the durable
@@ -227,7 +227,7 @@ pub fn compute(
         calls_histogram,
         timeline,
         lag_p99: percentile(&lags, 0.99),
-        breaker_refusals: [0; 2],
+        local_refusals: [0; 2],
         deferred: records
             .iter()
             .filter(|r| r.outcome == Outcome::Deferred)
@@ -317,8 +317,8 @@ pub struct Aggregate {
     pub concurrency: Vec<(f64, f64)>,
     /// The lab's lag (p99), the worst seed.
     pub lag_p99: Duration,
-    /// See [`RunMetrics::breaker_refusals`], summed.
-    pub breaker_refusals: [usize; 2],
+    /// See [`RunMetrics::local_refusals`], summed.
+    pub local_refusals: [usize; 2],
     /// See [`RunMetrics::deferred`], summed.
     pub deferred: usize,
     /// Writes completed eventually ([`RunMetrics::completed`]), as a rate.
@@ -331,9 +331,9 @@ pub struct Aggregate {
 }
 
 impl Aggregate {
-    /// Calls refused by an open breaker, both breakers together.
+    /// Calls refused locally, both services together.
     pub fn refused(&self) -> usize {
-        self.breaker_refusals.iter().sum()
+        self.local_refusals.iter().sum()
     }
 
     /// The binomial standard error of the pooled success rate.
@@ -422,8 +422,8 @@ fn pool(scenario: Scenario, design: Design, runs: Vec<RunMetrics>) -> Aggregate 
         timeline,
         concurrency,
         lag_p99: runs.iter().map(|m| m.lag_p99).max().unwrap_or_default(),
-        breaker_refusals: runs.iter().fold([0; 2], |[a, m], r| {
-            [a + r.breaker_refusals[0], m + r.breaker_refusals[1]]
+        local_refusals: runs.iter().fold([0; 2], |[a, m], r| {
+            [a + r.local_refusals[0], m + r.local_refusals[1]]
         }),
         deferred: runs.iter().map(|m| m.deferred).sum(),
         completed: Spread::of(

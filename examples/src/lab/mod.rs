@@ -381,7 +381,7 @@ async fn run_together(
         state.start(start);
         let (design, seed, state, schedule) = (*design, *seed, state.clone(), schedule.clone());
         let api = chain.api.addr();
-        let refusals = chain.breaker_refusals.clone();
+        let refusals = chain.local_refusals.clone();
         let progress = progress.clone();
         let queue = chain.durable.as_ref().map(|tier| tier.queue.clone());
         runs.spawn(async move {
@@ -452,7 +452,7 @@ async fn run_together(
             &state.counts(),
             state.series(),
         );
-        metrics.breaker_refusals = refused;
+        metrics.local_refusals = refused;
         metrics.set_backlog(backlog);
         results.push(metrics);
     }
