@@ -174,8 +174,10 @@ pub(crate) enum Work {
 pub struct Throttle {
     config: ThrottleConfig,
     clock: Clock,
+    /// Attempts counted, and those of them not accepted: an accepted attempt, the common case,
+    /// is one count.
     sent: Counter,
-    accepted: Counter,
+    failed: Counter,
     /// Whether the throttle has refused an attempt since the upstream last accepted all that
     /// first attempts may reach (for the state-change event: a failure alone, which makes the
     /// odds positive for a moment, is not an event).
@@ -207,7 +209,7 @@ impl Throttle {
             config,
             clock: Clock::new(config.window, origin),
             sent: Counter::default(),
-            accepted: Counter::default(),
+            failed: Counter::default(),
             throttling: AtomicBool::new(false),
             name: Arc::from(""),
         }
@@ -227,20 +229,15 @@ impl Throttle {
     /// The probability that a first attempt starting now is refused (0 while the upstream
     /// accepts what it gets): the `retry.throttle.refusal_probability` gauge.
     pub fn refusal_probability(&self) -> f64 {
-        let epoch = self.clock.epoch();
-        refusal(
-            self.sent.sum(epoch) as f64,
-            self.accepted.sum(epoch),
-            self.config.multiplier,
-        )
+        let (sent, accepted) = self.counts(self.clock.epoch());
+        refusal(sent, accepted, self.config.multiplier)
     }
 
     /// Admits an attempt of `kind` at `tick`, or refuses it (`None`), drawing from `rng` only
     /// while the upstream accepts less than it gets.
     pub(crate) fn admit(&self, kind: Work, tick: Tick, rng: impl FnOnce() -> f64) -> Option<Sent> {
         let epoch = self.clock.epoch_of(tick);
-        let sent = self.sent.sum(epoch) as f64;
-        let accepted = self.accepted.sum(epoch);
+        let (sent, accepted) = self.counts(epoch);
         let first = refusal(sent, accepted, self.config.multiplier);
         if first == 0.0 {
             self.note_state(false);
@@ -261,31 +258,43 @@ impl Throttle {
     /// Counts nothing: the retry is counted as sent when its attempt starts
     /// ([`admit`](Self::admit) with a draw that always passes).
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64, own: u32) -> bool {
-        let epoch = self.clock.epoch_of(tick);
-        let p = extra_refusal(
-            self.sent.sum(epoch) as f64,
-            self.accepted.sum(epoch),
-            self.config.retry_multiplier,
-            own,
-        );
+        let (sent, accepted) = self.counts(self.clock.epoch_of(tick));
+        let p = extra_refusal(sent, accepted, self.config.retry_multiplier, own);
         !(p > 0.0 && draw < p)
+    }
+
+    /// The window's attempts at `epoch`, and those accepted. `sent` is read before `failed`,
+    /// and [`record`](Self::record) counts a failure before its attempt, so a count racing
+    /// with the reads can only make `accepted` one lower for a moment, never higher.
+    #[inline]
+    fn counts(&self, epoch: u64) -> (f64, u64) {
+        let sent = self.sent.sum(epoch);
+        let failed = self.failed.sum(epoch);
+        (sent as f64, sent.saturating_sub(failed))
     }
 
     /// Counts an admitted attempt that ended at `tick`: `accepted` unless its outcome says the
     /// upstream is failing or overloaded.
+    #[inline]
     pub(crate) fn record(&self, _sent: Sent, accepted: bool, tick: Tick) {
         let epoch = self.clock.epoch_of(tick);
-        self.sent.add(epoch, 1);
-        if accepted {
-            self.accepted.add(epoch, 1);
+        if !accepted {
+            self.failed.add(epoch, 1);
         }
+        self.sent.add(epoch, 1);
     }
 
     /// Emits the state-change event when the throttle starts refusing, or stops.
+    #[inline]
     fn note_state(&self, throttling: bool) {
-        if self.throttling.load(Ordering::Relaxed) == throttling
-            || self.throttling.swap(throttling, Ordering::Relaxed) == throttling
-        {
+        if self.throttling.load(Ordering::Relaxed) != throttling {
+            self.change_state(throttling);
+        }
+    }
+
+    #[cold]
+    fn change_state(&self, throttling: bool) {
+        if self.throttling.swap(throttling, Ordering::Relaxed) == throttling {
             return;
         }
         match throttling {
@@ -323,6 +332,7 @@ pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
 /// is judged on what the other calls met; with none, a lone call's retries are never refused.
 /// No `+ 1` below the fraction, unlike a first attempt's: first attempts keep probing an
 /// upstream that accepts nothing, extra work need not.
+#[inline]
 fn extra_refusal(sent: f64, accepted: u64, k: f64, own: u32) -> f64 {
     let others = sent - f64::from(own);
     if others <= 0.0 {
@@ -332,6 +342,7 @@ fn extra_refusal(sent: f64, accepted: u64, k: f64, own: u32) -> f64 {
 }
 
 /// The refusal probability for `sent` attempts of which `accepted` were accepted, at `k`.
+#[inline]
 fn refusal(sent: f64, accepted: u64, k: f64) -> f64 {
     ((sent - k * accepted as f64) / (sent + 1.0)).clamp(0.0, 1.0)
 }

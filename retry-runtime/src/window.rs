@@ -237,6 +237,7 @@ impl Counter {
 
     /// The count of the window ending at `epoch` (or at a later epoch another caller already
     /// moved the window to): one load, whatever the number of slots.
+    #[inline]
     pub(crate) fn sum(&self, epoch: u64) -> u64 {
         self.advance(epoch);
         u64::try_from(self.total.load(Ordering::Acquire)).unwrap_or(0)

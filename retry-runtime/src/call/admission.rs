@@ -66,8 +66,11 @@ impl AttemptKind {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ask {
     pub(crate) kind: AttemptKind,
-    /// When the attempt starts (the throttle counts it then).
+    /// When the attempt starts.
     pub(crate) at: Instant,
+    /// `at` on the upstream's window clock, when the call already knows it (its first attempt
+    /// starts when the call did): the throttle reads its window there.
+    pub(crate) tick: Option<Tick>,
     /// The call's deadline: a gate that waits never waits past it.
     pub(crate) deadline: Instant,
 }
@@ -163,7 +166,8 @@ pub(crate) fn admit(
                 AttemptKind::Retry => 1.0,
                 _ => draw(),
             };
-            match throttle.admit(work, upstream.tick(ask.at), draw) {
+            let tick = ask.tick.unwrap_or_else(|| upstream.tick(ask.at));
+            match throttle.admit(work, tick, draw) {
                 Some(sent) => Some(sent),
                 None => return Err(Rejection::Throttled),
             }
@@ -260,7 +264,7 @@ impl Permit {
     /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock: the
     /// breaker counts an accepted attempt as a success, a failed one as a failure, and an
     /// unjudged one not at all (its admission given back).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) {
         let Permit {
             throttle,
@@ -305,6 +309,7 @@ impl Call<'_> {
         Ask {
             kind,
             at,
+            tick: (at == self.created).then_some(self.created_tick),
             deadline: self.deadline,
         }
     }
