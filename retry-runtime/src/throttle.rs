@@ -253,10 +253,17 @@ impl Throttle {
         Some(Sent)
     }
 
+    /// The place of a retry that [`admits_extra`](Self::admits_extra) already let go: counted
+    /// when it ends, like any admitted attempt.
+    #[inline]
+    pub(crate) fn granted(&self) -> Sent {
+        Sent
+    }
+
     /// Whether a retry decided at `tick` by a call that sent `own` attempts may go, given a
     /// uniform draw in `[0, 1)`: extra work passes in the proportion the upstream accepts.
-    /// Counts nothing: the retry is counted as sent when its attempt starts
-    /// ([`admit`](Self::admit) with a draw that always passes).
+    /// Counts nothing: the retry is counted when its attempt ends (its place taken with
+    /// [`granted`](Self::granted)).
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64, own: u32) -> bool {
         let (sent, accepted) = self.counts(self.clock.epoch_of(tick));
         let p = extra_refusal(sent, accepted, self.config.retry_multiplier, own);

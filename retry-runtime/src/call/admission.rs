@@ -154,17 +154,14 @@ pub(crate) fn admit(
     ask: Ask,
     draw: impl FnOnce() -> f64,
 ) -> Result<Admitted, Rejection> {
-    let throttle = match upstream.throttle() {
-        Some(throttle) => {
-            let work = match ask.kind {
+    let throttle = match (upstream.throttle(), ask.kind) {
+        // A retry drew its odds when the engine granted it (`grant_retry`): it only takes its
+        // place now, to be counted when it ends.
+        (Some(throttle), AttemptKind::Retry) => Some(throttle.granted()),
+        (Some(throttle), kind) => {
+            let work = match kind {
                 AttemptKind::First => Work::First,
                 AttemptKind::Retry | AttemptKind::Hedge => Work::Extra,
-            };
-            // A retry drew its odds when the engine granted it (`carry_out`): it is only
-            // counted now.
-            let draw = || match ask.kind {
-                AttemptKind::Retry => 1.0,
-                _ => draw(),
             };
             let tick = ask.tick.unwrap_or_else(|| upstream.tick(ask.at));
             match throttle.admit(work, tick, draw) {
@@ -172,7 +169,7 @@ pub(crate) fn admit(
                 None => return Err(Rejection::Throttled),
             }
         }
-        None => None,
+        (None, _) => None,
     };
     let breaker = match upstream.breaker() {
         Some(breaker) => match breaker.admit() {
@@ -331,15 +328,11 @@ impl Call<'_> {
         self.spend(at)
     }
 
-    /// [`admit`] for the call's next attempt (not a hedge): a refusal ends the attempt with
-    /// the gate's error, counted as a local rejection.
+    /// [`admit`] for the call's next attempt (not a hedge), starting `at` (when
+    /// [`next_attempt`](Self::next_attempt) read the clock for it): a refusal ends the attempt
+    /// with the gate's error, counted as a local rejection.
     #[inline]
-    pub(super) fn try_admit(&mut self, kind: AttemptKind) -> Result<Admitted, Error> {
-        // The first attempt starts when the call did (no clock read).
-        let at = match kind {
-            AttemptKind::First => self.created,
-            _ => Instant::now(),
-        };
+    pub(super) fn try_admit(&mut self, kind: AttemptKind, at: Instant) -> Result<Admitted, Error> {
         let ask = self.ask(kind, at);
         let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
         let draw = || rng.get_or_insert_with(|| registry.rng()).f64();

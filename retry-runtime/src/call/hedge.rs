@@ -77,7 +77,7 @@ impl Call<'_> {
             Ok(attempt) => attempt,
             Err(error) => return Err(E::from(error)),
         };
-        let permit = match self.try_admit(kind) {
+        let permit = match self.try_admit(kind, attempt.started) {
             Ok(Admitted::Now(permit)) => permit,
             Ok(Admitted::Queue(held)) => match self.wait_for_slot(&mut attempt, held).await {
                 Ok(permit) => permit,

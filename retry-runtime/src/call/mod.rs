@@ -123,7 +123,7 @@ impl Call<'_> {
             Err(error) => return Err(E::from(error)),
         };
         // 2. Admission (written out: with a free bulkhead slot no waiting future is built).
-        let permit = match self.try_admit(kind) {
+        let permit = match self.try_admit(kind, attempt.started) {
             Ok(Admitted::Now(permit)) => permit,
             Ok(Admitted::Queue(held)) => match self.wait_for_slot(&mut attempt, held).await {
                 Ok(permit) => permit,
