@@ -106,18 +106,47 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
         let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
         throttle.record(sent, i < 30, tick);
     }
+    assert!((throttle.refusal_probability() - 10.0 / 101.0).abs() < 1e-9);
     let mut rng = fastrand::Rng::with_seed(7);
-    let mut pass = |kind| {
-        (0..10_000)
-            // Admitted and never ended: not counted.
-            .filter(|_| throttle.admit(kind, tick, || rng.f64()).is_some())
-            .count()
-    };
-    let first = pass(Work::First);
-    let extra = pass(Work::Extra);
-    // p_first = (100 - 90) / 101, p_extra = (99 - 30) / 99 (a hedge: its call sent one of the 100).
-    assert!((8_800..9_200).contains(&first), "{first}");
+    // Hedges, admitted and never ended: not counted, and never refused so far as to count.
+    let extra = (0..10_000)
+        .filter(|_| throttle.admit(Work::Extra, tick, || rng.f64()).is_some())
+        .count();
+    // p_extra = (99 - 30) / 99 (a hedge: its call sent one of the 100).
     assert!((2_900..3_300).contains(&extra), "{extra}");
+}
+
+/// Refused first attempts count as demand, at most three for each attempt sent: an upstream
+/// that accepts nothing is probed less often, and one that recovers outweighs them at once.
+#[test]
+fn refusals_count_as_demand_up_to_three_per_attempt_sent() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin);
+    for _ in 0..10 {
+        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
+        throttle.record(sent, false, tick);
+    }
+    // 10 sent, none accepted: 10 / 11.
+    assert!((throttle.refusal_probability() - 10.0 / 11.0).abs() < 1e-9);
+    for _ in 0..100 {
+        assert!(throttle.admit(Work::First, tick, || 0.0).is_none());
+    }
+    // 100 refused, of which 30 count: 40 / 41.
+    assert!((throttle.refusal_probability() - 40.0 / 41.0).abs() < 1e-9);
+    // Three accepted answers: 13 sent, 3 accepted, 39 of the refusals count: (52 - 9) / 53.
+    let accept = |n| {
+        for _ in 0..n {
+            let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
+            throttle.record(sent, true, tick);
+        }
+    };
+    accept(3);
+    assert!((throttle.refusal_probability() - 43.0 / 53.0).abs() < 1e-9);
+    // Two more, and what is sent is accepted in proportion again (15 <= 3 x 5): nothing is
+    // refused, whatever was refused before.
+    accept(2);
+    assert_eq!(throttle.refusal_probability(), 0.0);
 }
 
 /// A burst of concurrent first attempts against a healthy upstream all go: attempts in flight
