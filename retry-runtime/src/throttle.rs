@@ -61,6 +61,19 @@
 //!
 //! Counting is lock-free: the window counters the budget and the breaker use (one
 //! compare-and-swap per count, one load per read).
+//!
+//! # An attempt that cannot finish
+//! The throttle does not skip an attempt because the upstream's recent latency exceeds the
+//! time the call has left. That needs a latency window kept for every upstream on every call,
+//! and against a tail (most answers fast, a few slow) a percentile refuses the attempt the
+//! common answer would complete. Work for nobody is kept short otherwise: an attempt that
+//! times out is not accepted, so a slowing upstream's admission falls while attempts stop
+//! finishing (in the outage lab's slowdown of a catalog that ignores deadlines, the peak of
+//! requests in flight at the catalog stays below no retry's); no attempt starts with less than
+//! [`min_attempt_budget`](crate::UpstreamConfig::min_attempt_budget) left
+//! ([`DenyReason::Deadline`](crate::DenyReason::Deadline)); and with `propagate` on, the
+//! deadline travels with the request, so one's own services skip queued work whose caller has
+//! stopped waiting.
 
 use std::fmt;
 use std::sync::Arc;
