@@ -294,13 +294,9 @@ impl Throttle {
         !(p > 0.0 && draw < p)
     }
 
-    /// The window's attempts at `epoch`, and those accepted. `sent` is read before `failed`,
-    /// and [`record`](Self::record) counts a failure before its attempt, so a count racing
-    /// with the reads can only make `accepted` one lower for a moment, never higher.
-    #[inline]
     /// The refusal probability of a first attempt at `epoch`, for `sent` attempts of which
     /// `accepted` were accepted: none while the upstream accepts at least `1 / K` of what it
-    /// is sent; otherwise the odds over the demand, what was sent and, up to
+    /// is sent; otherwise the odds over the demand: what was sent and, up to
     /// [`REFUSED_PER_SENT`] for each attempt sent, what was refused.
     #[inline]
     fn first_refusal(&self, sent: f64, accepted: u64, epoch: u64) -> f64 {
@@ -312,6 +308,10 @@ impl Throttle {
         refusal(sent + refused.min(REFUSED_PER_SENT * sent), accepted, k)
     }
 
+    /// The window's attempts at `epoch`, and those accepted. `sent` is read before `failed`,
+    /// and [`record`](Self::record) counts a failure before its attempt, so a count racing
+    /// with the reads can only make `accepted` one lower for a moment, never higher.
+    #[inline]
     fn counts(&self, epoch: u64) -> (f64, u64) {
         let sent = self.sent.sum(epoch);
         let failed = self.failed.sum(epoch);
