@@ -762,3 +762,80 @@ fn record_gauges_zeroes_an_upstream_a_reload_removed() {
     assert_eq!(capture.get(state), 0, "nor a breaker");
     assert_eq!(capture.get("retry.budget.available{upstream=stays}"), 100);
 }
+
+/// The default admission, as a dashboard sees it: against an upstream that fails every call,
+/// the throttle's refusals are counted apart (`reason = "throttled"`), its refusal probability
+/// is a gauge, and its change of state is a `WARN` event.
+#[test]
+fn a_prometheus_scrape_shows_the_throttle_refusing_a_failing_upstream() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let writer = {
+        let out = out.clone();
+        move || Buf(out.clone())
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    metrics::with_local_recorder(&recorder, || {
+        let registry = Registry::builder()
+            .upstream("up", UpstreamConfig::new().with_max_attempts(1))
+            .seed(1)
+            .build()
+            .unwrap();
+        assert!(registry.upstream("up").unwrap().throttle().is_some());
+        let registry = Arc::new(registry);
+        rt.block_on(async {
+            // 50 concurrent calls that outlast the 1 s attempt timeout: none is accepted...
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..50 {
+                let registry = registry.clone();
+                tasks.spawn(async move {
+                    let _: Result<(), Error> = Retry::in_registry(&registry, "up")
+                        .method(Method::GET)
+                        .run(|_| async {
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            Ok(())
+                        })
+                        .await;
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+            // ...so most of the next 20 are refused before anything is sent.
+            for _ in 0..20 {
+                let _: Result<(), Error> = Retry::in_registry(&registry, "up")
+                    .method(Method::GET)
+                    .run(|_| async { Ok(()) })
+                    .await;
+            }
+        });
+    });
+    let scrape = handle.render();
+    let has = |needle: &str| {
+        assert!(scrape.contains(needle), "no `{needle}` in:\n{scrape}");
+    };
+    has("# HELP retry_throttle_refusal_probability");
+    has(r#"retry_rejections{upstream="up",reason="throttled"}"#);
+    let probability: f64 = scrape
+        .lines()
+        .find(|l| l.starts_with(r#"retry_throttle_refusal_probability{upstream="up"}"#))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .expect("the gauge's value");
+    assert!(probability > 0.5, "{probability}");
+    let events = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+    assert!(
+        events.contains("retry_runtime::throttle") && events.contains("state=\"throttling\""),
+        "{events}"
+    );
+}
