@@ -111,6 +111,16 @@ pub trait Classify {
         self.via().is_some_and(Classify::already_retried)
     }
 
+    /// `true` when the attempt gave up waiting for the upstream's answer after the request may
+    /// have been sent (a request or read timeout of the adapter's own client, or a runtime
+    /// [`AttemptTimeout`](crate::Error::AttemptTimeout) it passes on): the upstream did not
+    /// answer in time. The adaptive [`throttle`](crate::throttle) counts it as not accepted,
+    /// as it does an attempt the loop's own attempt timeout cut; a failure with neither a status
+    /// nor a timeout reads as a connection that failed, which the throttle does not judge.
+    fn timed_out(&self) -> bool {
+        self.via().is_some_and(Classify::timed_out)
+    }
+
     /// The callee's "do not retry" signal, when its response carried one.
     fn pushback(&self) -> Option<Pushback> {
         self.via().and_then(Classify::pushback)

@@ -290,6 +290,15 @@ impl Classify for Error {
         }
     }
 
+    fn timed_out(&self) -> bool {
+        match self {
+            #[cfg(feature = "http")]
+            Error::Http(e) => e.timed_out(),
+            Error::AttemptTimeout { .. } => true,
+            _ => false,
+        }
+    }
+
     fn status(&self) -> Option<u16> {
         match self {
             Error::Ambiguous(a) => a.status,

@@ -10,10 +10,8 @@
 //! every call. Over a short sliding window it counts the attempts the upstream answered or let
 //! time out, and those it accepted: every answer but an overload or failure signal (a 5xx,
 //! 408 or 429; see [`is_upstream_failure`](crate::breaker::is_upstream_failure)); an attempt
-//! the loop cut at its attempt timeout was not accepted (a timeout an adapter's own client
-//! reports first carries no status, and counts as the connection failure below: leave the
-//! request timeout to the attempt timeout, as
-//! [`http::client_builder`](crate::http::client_builder) does). A connection that failed with no answer (refused, reset,
+//! that timed out was not accepted (the loop's attempt timeout, or a timeout the error reports:
+//! [`Classify::timed_out`](crate::classify::Classify::timed_out)). A connection that failed with no answer (refused, reset,
 //! closed early) is not counted either way: a server closing connections under load (a
 //! graceful reload, a `keepalive_requests` limit, a restart) fails attempts that way while it
 //! accepts every request it reads, and a refused connection is no work to shed (an opt-in

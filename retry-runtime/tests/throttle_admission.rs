@@ -1,6 +1,6 @@
 //! What the default adaptive throttle holds against an upstream, through the attempt loop on
-//! tokio's paused clock: failing answers and timeouts lower admission; connections that fail
-//! with no answer (a server closing them under load looks the same) and answers carrying a
+//! tokio's paused clock: failing answers and timeouts (the loop's, or one the error reports)
+//! lower admission; connections that fail with no answer (a server closing them under load looks the same) and answers carrying a
 //! pushback do not.
 
 use std::sync::Arc;
@@ -15,6 +15,7 @@ struct Fail {
     evidence: Evidence,
     status: Option<u16>,
     pushback: Option<Pushback>,
+    timed_out: bool,
     runtime: Option<Error>,
 }
 
@@ -24,6 +25,7 @@ impl Fail {
             evidence,
             status: None,
             pushback: None,
+            timed_out: false,
             runtime: None,
         }
     }
@@ -68,6 +70,9 @@ impl Classify for Fail {
     }
     fn pushback(&self) -> Option<Pushback> {
         self.pushback
+    }
+    fn timed_out(&self) -> bool {
+        self.timed_out || self.via().is_some_and(Classify::timed_out)
     }
 }
 
@@ -179,4 +184,32 @@ async fn an_answer_with_a_pushback_counts_as_accepted() {
         .await;
         assert_eq!((reached, refused), (100, 0), "{pushback:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_the_error_reports_is_not_accepted() {
+    // The adapter's own client gave up waiting (no status, the request may have been sent).
+    let reg = registry();
+    let (reached, refused) = calls(&reg, 100, || Fail {
+        timed_out: true,
+        ..Fail::new(Evidence::SentNoResponse)
+    })
+    .await;
+    assert_eq!(reached + refused, 100);
+    assert!(
+        reached <= 20,
+        "{reached} of 100 reached an upstream that never answers in time"
+    );
+    // The same through the runtime's own error, passed on by an adapter.
+    let reg = registry();
+    let (reached, _) = calls(&reg, 100, || Fail {
+        runtime: Some(Error::AttemptTimeout {
+            upstream: "up".into(),
+            attempt: 1,
+            timeout: Duration::from_secs(1),
+        }),
+        ..Fail::new(Evidence::SentNoResponse)
+    })
+    .await;
+    assert!(reached <= 20, "{reached} of 100");
 }

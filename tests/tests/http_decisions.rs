@@ -418,3 +418,33 @@ async fn a_pushback_header_stops_retries_and_a_malformed_one_is_ignored() {
     );
     run.assert_requests(2);
 }
+
+/// A timeout of the adapter's own client (no status, the request sent) tells the throttle the
+/// upstream did not answer in time, as the loop's own attempt timeout does.
+#[tokio::test]
+async fn a_client_timeout_counts_as_not_accepted_by_the_throttle() {
+    let up = Upstream::http1([Step::Respond(Reply::ok(OK).delay(Duration::from_secs(5)))]).await;
+    let registry = retry_runtime::Registry::builder()
+        .upstream(UPSTREAM, UpstreamConfig::new().with_max_attempts(1))
+        .build()
+        .unwrap();
+    let client = retry_runtime::http::client_builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let url = up.url("/slow");
+    let result: Result<String, Error> = Retry::in_registry(&registry, UPSTREAM)
+        .method(Method::GET)
+        .run(|_| {
+            let request = client.get(&url);
+            async move { Ok(request.send_attempt().await?.read_text().await?) }
+        })
+        .await;
+    let error = result.unwrap_err();
+    assert!(error.timed_out(), "{error:?}");
+    assert_eq!(Classify::status(&error), None);
+    assert_eq!(error.evidence(), Evidence::SentNoResponse);
+    let upstream = registry.upstream(UPSTREAM).unwrap();
+    // One attempt sent, none accepted: a first attempt now goes with odds 1 / 2.
+    assert_eq!(upstream.throttle().unwrap().refusal_probability(), 0.5);
+}

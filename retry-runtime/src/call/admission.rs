@@ -82,7 +82,8 @@ pub(crate) enum AttemptEnd {
     /// to send (a 4xx other than 408/429), or a local failure that says nothing against it.
     Accepted,
     /// The upstream answered that it failed or is overloaded (a 5xx, 408 or 429), or did not
-    /// answer within the attempt's time: a failure to every gate.
+    /// answer in time (the attempt timeout, or a timeout the error reports): a failure to every
+    /// gate.
     Failed,
     /// The connection failed with no answer and no timeout: refused, reset, closed early
     /// ([`breaker::is_upstream_failure`] with no status). A failure to the breaker (a dead host
@@ -107,13 +108,16 @@ impl AttemptEnd {
         )
     }
 
-    /// What a failed attempt's facts say about the upstream.
+    /// What a failed attempt's facts say about the upstream; `timed_out` tells, for a failure
+    /// with no status, whether the error reports a timeout
+    /// ([`Classify::timed_out`](crate::classify::Classify::timed_out)).
     #[inline]
-    pub(crate) fn of_failure(failure: &Failure) -> AttemptEnd {
+    pub(crate) fn of_failure(failure: &Failure, timed_out: impl FnOnce() -> bool) -> AttemptEnd {
         if failure.connection_rotated {
             AttemptEnd::Unjudged
         } else if breaker::is_upstream_failure(failure) {
             match (failure.status, throttle::accepted_anyway(failure)) {
+                (None, _) if timed_out() => AttemptEnd::Failed,
                 (None, _) => AttemptEnd::ConnectionFailed,
                 (Some(_), true) => AttemptEnd::FailedBelow,
                 (Some(_), false) => AttemptEnd::Failed,

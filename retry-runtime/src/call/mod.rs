@@ -235,7 +235,7 @@ impl Call<'_> {
                     let failure = Failure::of(e);
                     // What the error reports, kept for `settle` (it gets this same error).
                     self.classified = Some(failure);
-                    AttemptEnd::of_failure(&failure)
+                    AttemptEnd::of_failure(&failure, || e.timed_out())
                 }
             };
             let tick = self.ended_at(waited, end);

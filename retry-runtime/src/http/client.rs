@@ -19,10 +19,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// - `retry(reqwest::retry::never())`: reqwest 0.13 retries HTTP/2 `REFUSED_STREAM` and
 ///   GOAWAY by itself, up to twice per request with no shared budget, hiding attempts from the
 ///   retry budget and the attempt count. The engine retries those itself (they are `NotSent`).
-/// - `connect_timeout(`[`DEFAULT_CONNECT_TIMEOUT`]`)`, and no request timeout: the attempt
-///   timeout ends an attempt, and only an attempt it ends tells the adaptive
-///   [`throttle`](crate::throttle) that the upstream is too slow (a client's own timeout reads
-///   as a connection failure).
+/// - `connect_timeout(`[`DEFAULT_CONNECT_TIMEOUT`]`)`, and no request timeout: the upstream's
+///   attempt timeout ends an attempt.
 ///
 /// Add TLS, pools, proxies and so on as usual; do not re-enable redirects or retries.
 pub fn client_builder() -> reqwest::ClientBuilder {

@@ -380,6 +380,11 @@ impl Classify for HttpError {
     fn connection_rotated(&self) -> bool {
         self.inner.connection_rotated
     }
+    fn timed_out(&self) -> bool {
+        // A connect timeout is a connection that never opened (`NotSent`), not an answer late.
+        self.inner.evidence != Evidence::NotSent
+            && self.reqwest_error().is_some_and(reqwest::Error::is_timeout)
+    }
     fn stopped(&mut self, stop: Stop) {
         self.inner.stop = Some(stop);
     }
