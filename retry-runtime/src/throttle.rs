@@ -10,9 +10,9 @@
 //! every call. Over a short sliding window it counts the attempts the upstream answered or let
 //! time out, and those it accepted: every answer but an overload or failure signal (a 5xx,
 //! 408 or 429; see [`is_upstream_failure`](crate::breaker::is_upstream_failure)); an attempt
-//! that timed out was not accepted (the loop's attempt timeout, or a timeout the error reports:
-//! [`Classify::timed_out`](crate::classify::Classify::timed_out)). A connection that failed with no answer (refused, reset,
-//! closed early) is not counted either way: a server closing connections under load (a
+//! that timed out was not accepted (the loop's attempt timeout, or a timeout the error
+//! reports: [`Classify::timed_out`](crate::classify::Classify::timed_out)). A connection that
+//! failed with no answer (refused, reset, closed early) is not counted either way: a server closing connections under load (a
 //! graceful reload, a `keepalive_requests` limit, a restart) fails attempts that way while it
 //! accepts every request it reads, and a refused connection is no work to shed (an opt-in
 //! [circuit breaker](crate::breaker) stops calls to a host that is down).
@@ -26,15 +26,15 @@
 //! ```
 //!
 //! the client-side adaptive throttling of Google's SRE book ("Handling Overload"), whose
-//! `requests` count every attempt the client wanted to make. Here the refused ones count up to
-//! three for each attempt sent. Counting them all holds an upstream that accepts nothing to
+//! `requests` count every attempt the client wanted to make. Here the refused ones (first
+//! attempts and hedges) count up to three for each attempt sent. Counting them all holds an upstream that accepts nothing to
 //! about one probe per window, but then takes about `ln(window's calls) / K` windows of answers
 //! to reopen (over a second at 2,000 calls a second); counting none lets about the square root
 //! of a window's calls through as probes. Three per attempt sent halves those probes (about
 //! `sqrt(calls / 4)`; in the outage lab's dead catalog 0.26 catalog calls per operation against
 //! 0.33) and still reopens within half a second. A capacity-bound upstream gets about `K` times
-//! what it accepts, as in the book. Once the upstream
-//! accepts its share of what is sent again, nothing is refused, whatever was refused before.
+//! what it accepts, as in the book. Once the upstream accepts its share of what is sent again,
+//! nothing is refused, whatever was refused before.
 //!
 //! A **retry or a hedge** is extra work, judged on what the *other* calls met (its own call's
 //! failures are what it is for):

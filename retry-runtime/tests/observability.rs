@@ -72,6 +72,15 @@ impl Recorder for Capture {
 /// tests of this file therefore run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// A current-thread runtime on tokio's paused clock.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
 fn registry() -> Registry {
     registry_with(None)
 }
@@ -136,11 +145,7 @@ fn timeout() -> Error {
 fn counters_follow_resilience4j_names() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let capture = Capture::default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let registry = registry_with(Some(retry_runtime::breaker::BreakerConfig::new()));
     metrics::with_local_recorder(&capture, || rt.block_on(calls(&registry)));
     let kind = |k: &str| capture.get(&format!("retry.calls{{upstream=up,kind={k}}}"));
@@ -193,11 +198,7 @@ fn logged<F: std::future::Future<Output = ()>>(level: tracing::Level, work: F) -
         .with_max_level(level)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     tracing::subscriber::with_default(subscriber, || rt.block_on(work));
     String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
 }
@@ -314,11 +315,7 @@ async fn hedged_call() {
 fn a_hedge_is_an_attempt_with_its_reason_and_the_loser_is_marked_cancelled() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let capture = Capture::default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     metrics::with_local_recorder(&capture, || rt.block_on(hedged_call()));
     assert_eq!(capture.get("retry.hedges{upstream=up}"), 1);
     assert_eq!(capture.get("retry.hedges.cancelled{upstream=up}"), 1);
@@ -368,11 +365,7 @@ fn a_prometheus_scrape_shows_help_reasons_durations_and_refusals() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     metrics::with_local_recorder(&recorder, || {
         // Built under the recorder: the registry registers the descriptions.
         let registry = registry_with(Some(retry_runtime::breaker::BreakerConfig {
@@ -468,11 +461,7 @@ fn the_attempt_span_closes_before_the_backoff() {
         .with_max_level(tracing::Level::DEBUG)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let second = Duration::from_secs(1);
     let registry = Registry::builder()
         .upstream(
@@ -557,11 +546,7 @@ fn a_recorder_that_keeps_names_receives_dotted_names_and_seconds() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let names = Names::default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     metrics::with_local_recorder(&names, || {
         let registry = registry();
         rt.block_on(calls(&registry));
@@ -593,11 +578,7 @@ fn the_bucket_helper_makes_attempt_durations_a_prometheus_histogram() {
             .unwrap()
             .build_recorder();
     let handle = recorder.handle();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     metrics::with_local_recorder(&recorder, || {
         let registry = registry();
         rt.block_on(calls(&registry));
@@ -683,11 +664,7 @@ fn hedges_refresh_the_budget_gauge() {
         .seed(1)
         .build()
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let gauge = "retry.budget.available{upstream=up}";
     metrics::with_local_recorder(&capture, || {
         reg.record_gauges();
@@ -734,11 +711,7 @@ fn record_gauges_zeroes_an_upstream_a_reload_removed() {
         .upstream("gone", gone)
         .build()
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let (budget, state) = (
         "retry.budget.available{upstream=gone}",
         "retry.breaker.state{upstream=gone}",
@@ -771,11 +744,7 @@ fn a_prometheus_scrape_shows_the_throttle_refusing_a_failing_upstream() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let out = Arc::new(Mutex::new(Vec::new()));
     let writer = {
         let out = out.clone();

@@ -165,7 +165,7 @@ pub(crate) fn admit(
         (Some(throttle), kind) => {
             let work = match kind {
                 AttemptKind::First => Work::First,
-                AttemptKind::Retry | AttemptKind::Hedge => Work::Extra,
+                _ => Work::Extra,
             };
             let tick = ask.tick.unwrap_or_else(|| upstream.tick(ask.at));
             match throttle.admit(work, tick, draw) {

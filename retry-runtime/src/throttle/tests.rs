@@ -37,6 +37,21 @@ fn totals(bins: &[(u64, u64, u64)]) -> (u64, u64, u64) {
         .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
 }
 
+/// A throttle counting from now, and the tick of now.
+fn fresh() -> (Throttle, Tick) {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    (throttle, Tick::at(origin, origin))
+}
+
+/// `n` first attempts admitted at `tick` and ended `accepted` or not.
+fn answer(throttle: &Throttle, tick: Tick, n: usize, accepted: bool) {
+    for _ in 0..n {
+        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
+        throttle.record(sent, accepted, tick);
+    }
+}
+
 #[test]
 fn a_healthy_upstream_gets_every_attempt() {
     let bins = simulate(ThrottleConfig::new(), 200, 10, 1, |_| 1.0);
@@ -120,13 +135,8 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
 /// that accepts nothing is probed less often, and one that recovers outweighs them at once.
 #[test]
 fn refusals_count_as_demand_up_to_three_per_attempt_sent() {
-    let origin = Instant::now();
-    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
-    let tick = Tick::at(origin, origin);
-    for _ in 0..10 {
-        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-        throttle.record(sent, false, tick);
-    }
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 10, false);
     // 10 sent, none accepted: 10 / 11.
     assert!((throttle.refusal_probability() - 10.0 / 11.0).abs() < 1e-9);
     for _ in 0..100 {
@@ -135,17 +145,11 @@ fn refusals_count_as_demand_up_to_three_per_attempt_sent() {
     // 100 refused, of which 30 count: 40 / 41.
     assert!((throttle.refusal_probability() - 40.0 / 41.0).abs() < 1e-9);
     // Three accepted answers: 13 sent, 3 accepted, 39 of the refusals count: (52 - 9) / 53.
-    let accept = |n| {
-        for _ in 0..n {
-            let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-            throttle.record(sent, true, tick);
-        }
-    };
-    accept(3);
+    answer(&throttle, tick, 3, true);
     assert!((throttle.refusal_probability() - 43.0 / 53.0).abs() < 1e-9);
     // Two more, and what is sent is accepted in proportion again (15 <= 3 x 5): nothing is
     // refused, whatever was refused before.
-    accept(2);
+    answer(&throttle, tick, 2, true);
     assert_eq!(throttle.refusal_probability(), 0.0);
 }
 
@@ -230,13 +234,8 @@ fn a_lone_calls_retries_are_never_refused() {
 /// An upstream that accepts nothing gets no extra work: first attempts keep probing it.
 #[test]
 fn an_upstream_that_accepts_nothing_gets_no_retry_but_first_attempts_probe_it() {
-    let origin = Instant::now();
-    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
-    let tick = Tick::at(origin, origin);
-    for _ in 0..10 {
-        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-        throttle.record(sent, false, tick);
-    }
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 10, false);
     // Even the luckiest draw: no retry of a call that sent 1 of the 10 goes.
     assert!(!throttle.admits_extra(tick, 0.999, 1));
     // A first attempt goes with probability 1 / 11.
