@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry_runtime::{Classify, Error, Evidence, Method, Pushback, Registry, Retry, UpstreamConfig};
+use retry_runtime::{
+    Classify, Error, Evidence, Method, Pushback, Registry, Retry, UpstreamConfig,
+    throttle::ThrottleConfig,
+};
 
 /// A failure with chosen facts.
 #[derive(Debug)]
@@ -77,10 +80,13 @@ impl Classify for Fail {
 }
 
 /// A registry whose one upstream keeps the library's defaults (the throttle on), with one
-/// attempt per call, so that each call is one first attempt the throttle judges.
+/// attempt per call, so that each call is one first attempt the throttle judges, and refused
+/// calls failing at once (`wait` off), so that each call's admission shows; waiting for
+/// admission is `throttle_waiting.rs`'s.
 fn registry() -> Arc<Registry> {
     let config = UpstreamConfig::new().with_max_attempts(1);
     assert!(config.throttle.is_some(), "the throttle is on by default");
+    let config = config.with_throttle(Some(ThrottleConfig::new().with_wait(false)));
     Arc::new(
         Registry::builder()
             .upstream("up", config)

@@ -36,7 +36,7 @@ use crate::category::Rejection;
 use crate::decision::{DenyReason, Failure};
 use crate::error::Error;
 use crate::scope::CallScope;
-use crate::throttle::{self, Sent, Work};
+use crate::throttle::{self, Sent, Verdict, Work};
 use crate::upstream::Upstream;
 use crate::window::Tick;
 
@@ -81,10 +81,12 @@ pub(crate) enum AttemptEnd {
     /// The upstream answered as a working upstream does: a success, or a response it chose
     /// to send (a 4xx other than 408/429), or a local failure that says nothing against it.
     Accepted,
-    /// The upstream answered that it failed or is overloaded (a 5xx, 408 or 429), or did not
-    /// answer in time (the attempt timeout, or a timeout the error reports): a failure to every
-    /// gate.
+    /// The upstream answered that it failed or is overloaded (a 5xx, 408 or 429): a failure to
+    /// every gate.
     Failed,
+    /// The upstream did not answer in time (the attempt timeout, or a timeout the error
+    /// reports): a failure to every gate, and to the throttle a sign the upstream is slow.
+    TimedOut,
     /// The connection failed with no answer and no timeout: refused, reset, closed early
     /// ([`breaker::is_upstream_failure`] with no status). A failure to the breaker (a dead host
     /// fails this way); the throttle does not judge it, since a server closing connections
@@ -104,7 +106,10 @@ impl AttemptEnd {
     pub(crate) fn failed(self) -> bool {
         matches!(
             self,
-            AttemptEnd::Failed | AttemptEnd::ConnectionFailed | AttemptEnd::FailedBelow
+            AttemptEnd::Failed
+                | AttemptEnd::TimedOut
+                | AttemptEnd::ConnectionFailed
+                | AttemptEnd::FailedBelow
         )
     }
 
@@ -117,7 +122,7 @@ impl AttemptEnd {
             AttemptEnd::Unjudged
         } else if breaker::is_upstream_failure(failure) {
             match (failure.status, throttle::accepted_anyway(failure)) {
-                (None, _) if timed_out() => AttemptEnd::Failed,
+                (None, _) if timed_out() => AttemptEnd::TimedOut,
                 (None, _) => AttemptEnd::ConnectionFailed,
                 (Some(_), true) => AttemptEnd::FailedBelow,
                 (Some(_), false) => AttemptEnd::Failed,
@@ -139,6 +144,13 @@ pub(crate) struct Permit {
     throttle: Option<Sent>,
     breaker: Option<Admission>,
     slot: Option<Slot>,
+}
+
+/// An attempt a gate refused, not yet counted.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Refused {
+    pub(super) rejection: Rejection,
+    pub(super) kind: AttemptKind,
 }
 
 /// What [`admit`] found: the attempt may start now, or every gate but the bulkhead admitted
@@ -276,16 +288,20 @@ impl Permit {
         if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
             match end {
                 AttemptEnd::Accepted => breaker.record_on(admission, false, tick),
-                AttemptEnd::Failed | AttemptEnd::ConnectionFailed | AttemptEnd::FailedBelow => {
-                    breaker.record_on(admission, true, tick)
-                }
+                AttemptEnd::Failed
+                | AttemptEnd::TimedOut
+                | AttemptEnd::ConnectionFailed
+                | AttemptEnd::FailedBelow => breaker.record_on(admission, true, tick),
                 AttemptEnd::Unjudged => drop(admission),
             }
         }
         if let (Some(throttle), Some(sent)) = (upstream.throttle(), throttle) {
             match end {
-                AttemptEnd::Accepted | AttemptEnd::FailedBelow => throttle.record(sent, true, tick),
-                AttemptEnd::Failed => throttle.record(sent, false, tick),
+                AttemptEnd::Accepted | AttemptEnd::FailedBelow => {
+                    throttle.record(sent, Verdict::Accepted, tick)
+                }
+                AttemptEnd::Failed => throttle.record(sent, Verdict::Failed, tick),
+                AttemptEnd::TimedOut => throttle.record(sent, Verdict::TimedOut, tick),
                 // Not recorded: never counted.
                 AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => {}
             }
@@ -333,17 +349,19 @@ impl Call<'_> {
     }
 
     /// [`admit`] for the call's next attempt (not a hedge), starting `at` (when
-    /// [`next_attempt`](Self::next_attempt) read the clock for it): a refusal ends the attempt
-    /// with the gate's error, counted as a local rejection.
+    /// [`next_attempt`](Self::next_attempt) read the clock for it). A refusal is not counted
+    /// yet: the attempt may still wait for admission
+    /// ([`refused_or_paced`](Self::refused_or_paced)).
     #[inline]
-    pub(super) fn try_admit(&mut self, kind: AttemptKind, at: Instant) -> Result<Admitted, Error> {
+    pub(super) fn try_admit(
+        &mut self,
+        kind: AttemptKind,
+        at: Instant,
+    ) -> Result<Admitted, Refused> {
         let ask = self.ask(kind, at);
         let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
         let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
-        match admit(upstream, ask, draw) {
-            Ok(admitted) => Ok(admitted),
-            Err(rejection) => Err(self.refused(rejection)),
-        }
+        admit(upstream, ask, draw).map_err(|rejection| Refused { rejection, kind })
     }
 
     /// [`wait_for_slot`] for `attempt`, which then starts when admitted, with what is left of
@@ -367,7 +385,7 @@ impl Call<'_> {
 
     /// A gate refused the attempt: the loop's own fact, counted, and the caller's error.
     #[cold]
-    fn refused(&mut self, rejection: Rejection) -> Error {
+    pub(super) fn refused(&mut self, rejection: Rejection) -> Error {
         self.local = Local::Refused(rejection);
         self.on_refused(rejection);
         refusal(rejection, &self.upstream)

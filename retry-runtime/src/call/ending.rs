@@ -139,6 +139,16 @@ impl Call<'_> {
         self.stop(DenyReason::RuntimeDraining, error, failure)
     }
 
+    /// Shutdown started while a retry the throttle refused waited to ask again (`pace`):
+    /// as [`drained`](Self::drained), but nothing was spent to give back.
+    pub(super) fn drained_unspent<T, E>(&mut self, failure: &Failure) -> Step<T, E>
+    where
+        E: Classify + From<Error> + Display,
+    {
+        let error = E::from(self.draining_error(failure));
+        self.stop(DenyReason::RuntimeDraining, error, failure)
+    }
+
     /// The last check before a retry's attempt begins, after whatever led to it (a backoff, a
     /// credentials refresh, no delay at all, a wait for a bulkhead slot): once shutdown has
     /// started, the retry does not begin ([`retry_not_begun`](Self::retry_not_begun)).

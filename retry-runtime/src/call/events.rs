@@ -193,6 +193,20 @@ impl Call<'_> {
         observe::retried(self.upstream.name(), reason, self.upstream.budget());
     }
 
+    /// A retry the throttle refused waits `wait` to ask again (see `pace`).
+    pub(super) fn on_paced(&self, wait: Duration) {
+        self.span.in_scope(|| {
+            tracing::debug!(
+                target: DECISION,
+                decision = "paced",
+                reason = %DenyReason::Throttled,
+                attempt = self.attempt,
+                delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "the upstream accepts too little of the others' attempts: the retry waits to ask again"
+            )
+        });
+    }
+
     /// A retry was denied (`retry.denials`), with the reason's name and `message`.
     pub(super) fn on_denied(&self, reason: DenyReason, message: &'static str) {
         self.span.in_scope(|| {

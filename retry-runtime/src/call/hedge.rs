@@ -83,7 +83,10 @@ impl Call<'_> {
                 Ok(permit) => permit,
                 Err(error) => return Err(E::from(error)),
             },
-            Err(error) => return Err(E::from(error)),
+            Err(refused) => match self.refused_or_paced(refused, &mut attempt).await {
+                Ok(permit) => permit,
+                Err(error) => return Err(E::from(error)),
+            },
         };
         // As in `attempt_with`: a retry does not begin once shutdown has started.
         if self.draining_before_retry() {

@@ -33,6 +33,7 @@ mod drive;
 mod ending;
 mod events;
 mod hedge;
+mod pace;
 mod refresh;
 mod rotation;
 mod start;
@@ -48,13 +49,14 @@ use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
 use crate::classify::Classify;
-use crate::decision::{Decision, Failure, RetryReason};
+use crate::decision::{Decision, DenyReason, Failure, RetryReason};
 use crate::engine::Context;
 use crate::error::{Ambiguous, Error};
 use crate::evidence::Evidence;
 use crate::observe::{AttemptOutcome, CallKind};
 
 use admission::{Admitted, AttemptEnd, AttemptKind, Permit};
+use pace::Unpaced;
 use state::{Local, Now};
 
 #[cfg(feature = "tower")]
@@ -129,7 +131,10 @@ impl Call<'_> {
                 Ok(permit) => permit,
                 Err(error) => return Err(E::from(error)),
             },
-            Err(error) => return Err(E::from(error)),
+            Err(refused) => match self.refused_or_paced(refused, &mut attempt).await {
+                Ok(permit) => permit,
+                Err(error) => return Err(E::from(error)),
+            },
         };
         // 3. The last step before a retry begins: shutdown may have started since its decision.
         if self.draining_before_retry() {
@@ -230,7 +235,7 @@ impl Call<'_> {
         if permit.counts() {
             let end = match &result {
                 Ok(_) => AttemptEnd::Accepted,
-                Err(_) if self.local == Local::TimedOut => AttemptEnd::Failed,
+                Err(_) if self.local == Local::TimedOut => AttemptEnd::TimedOut,
                 Err(e) => {
                     let failure = Failure::of(e);
                     // What the error reports, kept for `settle` (it gets this same error).
@@ -362,10 +367,18 @@ impl Call<'_> {
         if free_rotation {
             return self.free_rotation_retry(failure);
         }
-        // Spend only now that the retry really happens: a denied retry is free.
-        if let Err(reason) = self.grant_retry(now.instant, now.budget) {
-            return self.stop(reason, error, failure);
-        }
+        // Spend only now that the retry really happens: a denied retry is free. One the
+        // throttle refuses may wait for the upstream to accept again (`pace`), holding the
+        // error it returns if the upstream does not.
+        let paced = match self.grant_retry(now.instant, now.budget) {
+            Ok(()) => false,
+            Err(DenyReason::Throttled) => match self.pace(now.instant, delay).await {
+                Ok(()) => true,
+                Err(Unpaced::Denied(reason)) => return self.stop(reason, error, failure),
+                Err(Unpaced::Drained) => return self.drained_unspent(failure),
+            },
+            Err(reason) => return self.stop(reason, error, failure),
+        };
         self.rotations.granted_free = false;
         self.last_failure = Some(*failure);
         self.on_retry(reason, failure, delay);
@@ -380,7 +393,7 @@ impl Call<'_> {
             self.on_finished(CallKind::of(false, self.attempt));
             return Step::Done(Err(E::from(error)));
         }
-        if !delay.is_zero() && self.back_off(now.instant, delay).await.is_err() {
+        if !paced && !delay.is_zero() && self.back_off(now.instant, delay).await.is_err() {
             return self.drained(failure);
         }
         self.previous_delay = delay;

@@ -123,6 +123,7 @@ pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
     key("multiplier", "throttle.multiplier", Kind::Number,   "3.0"),
     key("retry_multiplier", "throttle.retry_multiplier", Kind::Number, "1.0"),
     key("window",     "throttle.window",     Kind::Duration, "500ms"),
+    key("wait",       "throttle.wait",       Kind::Flag,     "true"),
 ];
 
 /// The keys of `[upstreams.<name>.breaker]`.
@@ -370,6 +371,7 @@ impl KeySpec {
             "throttle.multiplier" => throttle.multiplier = self.number(value)?,
             "throttle.retry_multiplier" => throttle.retry_multiplier = self.number(value)?,
             "throttle.window" => throttle.window = self.duration(value)?,
+            "throttle.wait" => throttle.wait = self.flag(value)?,
             "breaker.enabled" => settings.breaker_enabled = Some(self.flag(value)?),
             "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
             "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,

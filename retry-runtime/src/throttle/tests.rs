@@ -26,10 +26,18 @@ fn simulate(
             bin.1 += 1;
             let ok = rng.f64() < accept(t);
             bin.2 += u64::from(ok);
-            throttle.record(sent, ok, tick);
+            throttle.record(sent, verdict(ok), tick);
         }
     }
     bins
+}
+
+/// An answer that was accepted, or failed at once.
+fn verdict(accepted: bool) -> Verdict {
+    match accepted {
+        true => Verdict::Accepted,
+        false => Verdict::Failed,
+    }
 }
 
 fn totals(bins: &[(u64, u64, u64)]) -> (u64, u64, u64) {
@@ -48,7 +56,7 @@ fn fresh() -> (Throttle, Tick) {
 fn answer(throttle: &Throttle, tick: Tick, n: usize, accepted: bool) {
     for _ in 0..n {
         let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-        throttle.record(sent, accepted, tick);
+        throttle.record(sent, verdict(accepted), tick);
     }
 }
 
@@ -119,7 +127,7 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     // short of 100), extra attempts pass about 30 % of the time.
     for i in 0..100 {
         let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-        throttle.record(sent, i < 30, tick);
+        throttle.record(sent, verdict(i < 30), tick);
     }
     assert!((throttle.refusal_probability() - 10.0 / 101.0).abs() < 1e-9);
     let mut rng = fastrand::Rng::with_seed(7);
@@ -164,7 +172,7 @@ fn a_burst_of_attempts_in_flight_is_never_refused() {
         .map(|_| throttle.admit(Work::First, tick, || 0.0).expect("admitted"))
         .collect();
     for sent in in_flight {
-        throttle.record(sent, true, tick);
+        throttle.record(sent, verdict(true), tick);
     }
     let epoch = throttle.clock.epoch_of(tick);
     assert_eq!(throttle.sent.sum(epoch), 200);
@@ -183,7 +191,7 @@ fn concurrent_admissions_and_answers_lose_no_count() {
                 for i in 0..10_000u32 {
                     // Never refused (the draw is 1.0), so every admission counts.
                     let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-                    throttle.record(sent, (i + t) % 2 == 0, tick);
+                    throttle.record(sent, verdict((i + t) % 2 == 0), tick);
                 }
             })
         })
@@ -221,11 +229,11 @@ fn a_lone_calls_retries_are_never_refused() {
     let tick = Tick::at(origin, origin + Duration::from_millis(10));
     // Three attempts of one call, each failing: the two retries pass whatever the draw.
     let first = throttle.admit(Work::First, tick, || 0.0).unwrap();
-    throttle.record(first, false, tick);
+    throttle.record(first, verdict(false), tick);
     for own in 1..=2 {
         assert!(throttle.admits_extra(tick, 0.0, own));
         let retry = throttle.admit(Work::Extra, tick, || 1.0).unwrap();
-        throttle.record(retry, false, tick);
+        throttle.record(retry, verdict(false), tick);
     }
     // Another call's retry after those three failures is extra work on a failing upstream.
     assert!(!throttle.admits_extra(tick, 0.0, 1));
@@ -241,4 +249,42 @@ fn an_upstream_that_accepts_nothing_gets_no_retry_but_first_attempts_probe_it() 
     // A first attempt goes with probability 1 / 11.
     assert!(throttle.admit(Work::First, tick, || 0.95).is_some());
     assert!(throttle.admit(Work::First, tick, || 0.9).is_none());
+}
+
+/// A refused call may wait only while the upstream fails fast: while at most half the window's
+/// failures are timeouts.
+#[test]
+fn refused_calls_are_held_while_the_upstream_fails_fast_and_shed_while_it_is_slow() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let tick = Tick::at(origin, origin);
+    answer(&throttle, tick, 10, false);
+    assert!(throttle.holds_at(tick), "ten fast failures");
+    for _ in 0..10 {
+        throttle.record(Sent, Verdict::TimedOut, tick);
+    }
+    assert!(throttle.holds_at(tick), "ten timeouts of twenty failures");
+    throttle.record(Sent, Verdict::TimedOut, tick);
+    assert!(
+        !throttle.holds_at(tick),
+        "eleven timeouts of twenty-one failures"
+    );
+    // The window forgets the timeouts with the rest.
+    let later = Tick::at(origin, origin + Duration::from_secs(2));
+    assert!(throttle.holds_at(later));
+}
+
+/// A waiting call goes when the upstream accepts again: accepted attempts in the window, and
+/// no first attempt refused. An empty window is no evidence.
+#[test]
+fn the_upstream_accepts_again_on_evidence_only() {
+    let (throttle, tick) = fresh();
+    assert!(!throttle.accepts_again_at(tick), "an empty window");
+    answer(&throttle, tick, 10, false);
+    assert!(!throttle.accepts_again_at(tick), "nothing accepted");
+    answer(&throttle, tick, 3, true);
+    assert!(!throttle.accepts_again_at(tick), "13 sent > 3 x 3 accepted");
+    answer(&throttle, tick, 2, true);
+    assert!(throttle.accepts_again_at(tick), "15 sent <= 3 x 5 accepted");
+    assert_eq!(throttle.refusal_probability(), 0.0);
 }

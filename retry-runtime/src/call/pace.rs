@@ -1,0 +1,119 @@
+//! Waiting for admission: an attempt the throttle refuses waits, within the deadline, for the
+//! upstream to accept again, while the upstream fails fast, instead of ending the call. The
+//! rules and their reasons: [`throttle`](crate::throttle#waiting-for-admission).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Call;
+use super::admission::{Admitted, AttemptKind, Refused, admit};
+use crate::attempt::Attempt;
+use crate::category::Rejection;
+use crate::decision::DenyReason;
+use crate::error::Error;
+use crate::scope::deadline_after;
+
+/// The shortest wait between two asks: a full-jitter backoff can draw (nearly) zero, and
+/// asking again within the same millisecond learns nothing new.
+const SHORTEST_WAIT: Duration = Duration::from_millis(1);
+
+/// Why a retry the throttle refused did not go after all.
+pub(super) enum Unpaced {
+    /// A gate or the deadline denied it, with this reason.
+    Denied(DenyReason),
+    /// Shutdown started while it waited.
+    Drained,
+}
+
+impl Call<'_> {
+    /// Waits for the throttle to let go the retry it refused at `from`, asking again after
+    /// `first` and then after each further backoff step. The retry is granted (and spent) when
+    /// it returns `Ok`.
+    pub(super) async fn pace(&mut self, from: Instant, first: Duration) -> Result<(), Unpaced> {
+        let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
+        loop {
+            if !self.may_wait(at, wait) {
+                return Err(Unpaced::Denied(DenyReason::Throttled));
+            }
+            self.on_paced(wait);
+            if self.back_off(at, wait).await.is_err() {
+                return Err(Unpaced::Drained);
+            }
+            at = Instant::now();
+            if self.accepts_again_at(at) {
+                let now = self.now(at);
+                return self.spend(now.budget).map_err(Unpaced::Denied);
+            }
+            wait = self.next_wait(wait);
+        }
+    }
+
+    /// An attempt a gate refused: a first attempt the throttle refused waits for the upstream to
+    /// accept again, when it may (see the module docs), and then starts; any other refusal
+    /// ends the attempt with the gate's error, counted as a local rejection.
+    pub(super) async fn refused_or_paced(
+        &mut self,
+        refused: Refused,
+        attempt: &mut Attempt,
+    ) -> Result<super::Permit, Error> {
+        if refused.rejection != Rejection::Throttled || refused.kind != AttemptKind::First {
+            return Err(self.refused(refused.rejection));
+        }
+        let (mut at, mut wait) = (attempt.started, Duration::ZERO);
+        let admitted = loop {
+            wait = self.next_wait(wait);
+            if !self.may_wait(at, wait) {
+                return Err(self.refused(Rejection::Throttled));
+            }
+            self.on_paced(wait);
+            if self.back_off(at, wait).await.is_err() {
+                return Err(self.refused(Rejection::Throttled));
+            }
+            at = Instant::now();
+            if !self.accepts_again_at(at) {
+                continue;
+            }
+            let ask = self.ask(AttemptKind::First, at);
+            let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
+            let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
+            match admit(upstream, ask, draw) {
+                Ok(admitted) => break admitted,
+                Err(rejection) => return Err(self.refused(rejection)),
+            }
+        };
+        attempt.started = at;
+        attempt.ends = self.attempt_ends(at);
+        match admitted {
+            Admitted::Now(permit) => Ok(permit),
+            Admitted::Queue(held) => self.wait_for_slot(attempt, held).await,
+        }
+    }
+
+    /// Whether a refused attempt may wait `wait` from `at`: the throttle waits (its `wait`
+    /// setting) and holds refused calls now (the upstream fails fast), and the deadline leaves
+    /// time for the wait and an attempt after it.
+    fn may_wait(&self, at: Instant, wait: Duration) -> bool {
+        let holds = (self.upstream.throttle()).is_some_and(|throttle| {
+            throttle.config().wait && throttle.holds_at(self.upstream.tick(at))
+        });
+        holds && self.has_time_at(deadline_after(at, wait))
+    }
+
+    /// Whether the upstream accepts again at `at` ([`Throttle::accepts_again_at`]).
+    ///
+    /// [`Throttle::accepts_again_at`]: crate::throttle::Throttle
+    fn accepts_again_at(&self, at: Instant) -> bool {
+        (self.upstream.throttle())
+            .is_none_or(|throttle| throttle.accepts_again_at(self.upstream.tick(at)))
+    }
+
+    /// The next wait: the backoff's delay for the retry the call is waiting to make.
+    fn next_wait(&mut self, previous: Duration) -> Duration {
+        let retry = (self.attempt - self.rotations.free).max(1);
+        let registry = self.registry;
+        let rng = self.rng.get_or_insert_with(|| registry.rng());
+        let backoff = &self.upstream.config().backoff;
+        backoff.delay(retry, previous, rng).max(SHORTEST_WAIT)
+    }
+}

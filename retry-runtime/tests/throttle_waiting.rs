@@ -1,0 +1,283 @@
+//! Waiting for admission, through the attempt loop on tokio's paused clock: a call the throttle
+//! refuses while the upstream fails fast waits, sending nothing, and goes once the upstream
+//! accepts again; against a slow upstream it fails at once; it never waits past its deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use retry_runtime::{
+    Classify, Error, Evidence, Method, Registry, Retry, UpstreamConfig, throttle::ThrottleConfig,
+};
+use tokio::time::Instant;
+
+/// An upstream's answer, or the runtime's own error.
+#[derive(Debug)]
+enum Fail {
+    Status(u16),
+    Runtime(Error),
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fail::Status(s) => write!(f, "status {s}"),
+            Fail::Runtime(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Runtime(e)
+    }
+}
+
+impl Classify for Fail {
+    fn via(&self) -> Option<&dyn Classify> {
+        match self {
+            Fail::Runtime(e) => Some(e),
+            Fail::Status(_) => None,
+        }
+    }
+    fn evidence(&self) -> Evidence {
+        match self {
+            Fail::Runtime(e) => e.evidence(),
+            Fail::Status(_) => Evidence::ResponseReceived,
+        }
+    }
+    fn status(&self) -> Option<u16> {
+        match self {
+            Fail::Status(s) => Some(*s),
+            Fail::Runtime(_) => None,
+        }
+    }
+}
+
+/// How the scripted upstream behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Up,
+    /// Answers 503 at once.
+    Down,
+    /// Answers after 2 s, past the attempt timeout.
+    Slow,
+}
+
+/// One call's fate.
+struct Ended {
+    started: Instant,
+    ended: Instant,
+    result: Result<(), Fail>,
+}
+
+/// The upstream `up` with the library's defaults but `max_attempts` and the throttle's `wait`.
+fn registry(max_attempts: u32, wait: bool) -> Arc<Registry> {
+    let config = UpstreamConfig::new()
+        .with_max_attempts(max_attempts)
+        .with_throttle(Some(ThrottleConfig::new().with_wait(wait)));
+    Arc::new(
+        Registry::builder()
+            .upstream("up", config)
+            .seed(11)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Starts a call every 10 ms for `run` against an upstream that behaves as `mode` says (set by
+/// `script` from the time since the start); returns every call's fate and the requests the
+/// upstream received, by when.
+async fn traffic(
+    reg: Arc<Registry>,
+    run: Duration,
+    script: impl Fn(Duration) -> Mode + Send + Sync + 'static,
+) -> (Vec<Ended>, Vec<(Duration, Mode)>) {
+    let start = Instant::now();
+    let script = Arc::new(script);
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    while start.elapsed() < run {
+        let (reg, script, received) = (reg.clone(), script.clone(), received.clone());
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let result = Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    let mode = script(start.elapsed());
+                    received.lock().unwrap().push((start.elapsed(), mode));
+                    async move {
+                        match mode {
+                            Mode::Up => Ok(()),
+                            Mode::Down => Err(Fail::Status(503)),
+                            Mode::Slow => {
+                                tokio::time::sleep(Duration::from_secs(2)).await;
+                                Ok(())
+                            }
+                        }
+                    }
+                })
+                .await;
+            Ended {
+                started,
+                ended: Instant::now(),
+                result,
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut ended = Vec::new();
+    while let Some(call) = tasks.join_next().await {
+        ended.push(call.unwrap());
+    }
+    let received = received.lock().unwrap().clone();
+    (ended, received)
+}
+
+fn throttled(result: &Result<(), Fail>) -> bool {
+    matches!(result, Err(Fail::Runtime(Error::Throttled { .. })))
+}
+
+/// Down for the first second, then up, for 2 s of traffic.
+fn outage(at: Duration) -> Mode {
+    match at < Duration::from_secs(1) {
+        true => Mode::Down,
+        false => Mode::Up,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_refused_during_a_fast_failing_outage_wait_and_complete_after_it() {
+    for max_attempts in [1, 3] {
+        let reg = registry(max_attempts, true);
+        let (ended, received) = traffic(reg, Duration::from_secs(2), outage).await;
+        let start = ended.iter().map(|e| e.started).min().unwrap();
+        let during: Vec<&Ended> = ended
+            .iter()
+            .filter(|e| e.started - start < Duration::from_millis(900))
+            .collect();
+        let failed: Vec<&&Ended> = during.iter().filter(|e| e.result.is_err()).collect();
+        // No call that started during the outage failed as refused: each waited (the deadline,
+        // 5 s, outlasts the outage). The ones that failed are those whose attempts all reached
+        // the failing upstream: the throttle's probes.
+        assert!(
+            failed.iter().all(|e| !throttled(&e.result)),
+            "{max_attempts} attempts: a refused call failed"
+        );
+        let in_outage = received.iter().filter(|(_, m)| *m == Mode::Down).count();
+        assert!(failed.len() <= in_outage);
+        assert!(
+            failed.len() * 5 < during.len(),
+            "{max_attempts} attempts: {} of {} calls started in the outage failed",
+            failed.len(),
+            during.len()
+        );
+        for e in during.iter().filter(|e| e.result.is_ok()) {
+            assert!(
+                e.ended - start >= Duration::from_secs(1),
+                "only after the outage"
+            );
+            assert!(
+                e.ended - e.started <= Duration::from_secs(5),
+                "within the deadline"
+            );
+        }
+        // While they waited they sent nothing: the outage got a few probes, far fewer
+        // requests than calls.
+        assert!(
+            in_outage * 3 < during.len(),
+            "{max_attempts} attempts: {in_outage} requests for {} calls during the outage",
+            during.len()
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_waiting_the_same_calls_fail_at_once() {
+    let reg = registry(1, false);
+    let (ended, _) = traffic(reg, Duration::from_secs(2), outage).await;
+    let refused: Vec<&Ended> = ended.iter().filter(|e| throttled(&e.result)).collect();
+    assert!(refused.len() > 20, "{} refused", refused.len());
+    assert!(refused.iter().all(|e| e.ended == e.started), "at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_upstream_gets_probes_only_and_each_refused_call_ends_by_its_deadline() {
+    let reg = registry(3, true);
+    let (ended, received) = traffic(reg, Duration::from_secs(3), |_| Mode::Down).await;
+    let refused = ended.iter().filter(|e| throttled(&e.result)).count();
+    assert!(ended.iter().all(|e| e.result.is_err()));
+    assert!(
+        refused * 2 > ended.len(),
+        "{refused} of {} refused",
+        ended.len()
+    );
+    for e in &ended {
+        assert!(
+            e.ended - e.started <= Duration::from_secs(5),
+            "within the deadline"
+        );
+    }
+    // Waiting calls never went: nothing accepted, so the throttle never let them; what reached
+    // the upstream is the new calls' probes (and their retries while the window was young).
+    assert!(
+        received.len() * 3 < ended.len(),
+        "{} requests for {} calls",
+        received.len(),
+        ended.len()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_upstream_sheds_refused_calls_at_once() {
+    let reg = registry(1, true);
+    let (ended, _) = traffic(reg, Duration::from_secs(2), |_| Mode::Slow).await;
+    let refused: Vec<&Ended> = ended.iter().filter(|e| throttled(&e.result)).collect();
+    assert!(refused.len() > 20, "{} refused", refused.len());
+    // Its failures are timeouts: waiting calls let go together would queue behind each other.
+    assert!(refused.iter().all(|e| e.ended == e.started), "at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_ends_when_shutdown_starts() {
+    let reg = registry(1, true);
+    let sent = Arc::new(AtomicU32::new(0));
+    let down = Arc::new(AtomicBool::new(true));
+    // Fill the window with fast failures until a call is refused and waits.
+    let mut waiting = None;
+    for _ in 0..200 {
+        let (reg2, sent2, down2) = (reg.clone(), sent.clone(), down.clone());
+        let call = tokio::spawn(async move {
+            let started = Instant::now();
+            let result: Result<(), Fail> = Retry::in_registry(&reg2, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    sent2.fetch_add(1, Ordering::SeqCst);
+                    let down = down2.load(Ordering::SeqCst);
+                    async move { if down { Err(Fail::Status(503)) } else { Ok(()) } }
+                })
+                .await;
+            (started, Instant::now(), result)
+        });
+        let before = sent.load(Ordering::SeqCst);
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        if sent.load(Ordering::SeqCst) == before && !call.is_finished() {
+            waiting = Some(call);
+            break;
+        }
+        let _ = call.await;
+    }
+    let waiting = waiting.expect("a call was refused and waits");
+    reg.drain().start();
+    let (started, ended, result) = waiting.await.unwrap();
+    assert!(matches!(
+        result,
+        Err(Fail::Runtime(Error::Throttled { .. }))
+    ));
+    assert!(
+        ended - started < Duration::from_secs(1),
+        "it stopped waiting"
+    );
+}
