@@ -90,7 +90,8 @@
 //!   otherwise the rotation is an ordinary retry, and the budget stops a storm of them;
 //! - the evidence does not change: an unkeyed write turned away by a GOAWAY may have been
 //!   processed (hyper can attribute a GOAWAY to a stream the server accepted), so it stays
-//!   [`Ambiguous`];
+//!   [`Ambiguous`]; a keyed write is retried because the upstream promises to deduplicate its
+//!   key (`dedups_idempotency_key`), and one that does not may run it twice;
 //! - it is counted apart: the `retry.rotations` and `retry.rotation_retries` metrics, the
 //!   `connection_rotated` field of the attempt span, the retry reason `connection_rotated`.
 //!

@@ -20,11 +20,20 @@
 //!
 //! **GOAWAY is not proof.** RFC 9113 makes streams above a GOAWAY's last-stream-id safe, but h2
 //! does not expose stream ids, and hyper can report a GOAWAY for a request it has just opened
-//! *below* the last-stream-id (it calls `send_request` then `poll_ready`, and a GOAWAY read in
-//! between fails the latter): that request may be processed. Our fault server reproduces the
-//! race under load. reqwest, pingora and linkerd accept the risk; we do not, because it is
-//! exactly how a graceful shutdown becomes a double charge. Reads and keyed writes are still
-//! retried after a GOAWAY; an unkeyed write is ambiguous (or reconciled).
+//! *at or below* the last-stream-id: its HTTP/2 dispatcher calls `send_request` (the stream is
+//! open, its HEADERS queued) then `poll_ready`, and when the connection task reads a GOAWAY in
+//! between, `poll_ready` fails with it and hyper fails the request with that error and drops
+//! the stream, before sending its body
+//! ([hyper's `ClientTask`](https://github.com/hyperium/hyper/blob/master/src/proto/h2/client.rs)).
+//! The request so failed is typically the one whose HEADERS made the server send the GOAWAY:
+//! its stream *is* the last-stream-id, and a server that answers from the headers has processed
+//! it (measured against nginx's `keepalive_requests`, where nginx logs it as the connection's
+//! last request). Its error is the same as that of a stream the GOAWAY turned away. Our fault
+//! server reproduces the race under load. reqwest, pingora and linkerd accept the risk; we do
+//! not, because it is exactly how a graceful shutdown becomes a double charge. Reads and keyed
+//! writes are still retried after a GOAWAY (a keyed write on the strength of the upstream's
+//! promise to deduplicate its key: an upstream that does not may run it twice); an unkeyed
+//! write is ambiguous (or reconciled).
 //!
 //! **Connection rotation.** Three of these rows are a server closing a *healthy* connection on
 //! purpose (`keepalive_requests`, a proxy's request limit, draining, a reload), not a failure:
