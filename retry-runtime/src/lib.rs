@@ -23,9 +23,10 @@
 //! breaker is all or nothing, and once a brief slowdown opens it, it refuses calls one attempt
 //! would complete for as long as it stays open. Each upstream's [`throttle`] (on by default)
 //! follows what the upstream accepts over the last half second and refuses the rest locally,
-//! in proportion: first attempts pass at up to three times the share it accepts, retries and
-//! hedges only in the proportion it accepts. A dead upstream gets a few probes, a recovered one
-//! everything again within a few hundred milliseconds. It judges answers and timeouts only: a
+//! in proportion: first attempts pass at up to three times what it accepts, retries and
+//! hedges only in the proportion it accepts. A dead upstream gets about a probe per half
+//! second, a recovered one everything again within a few hundred milliseconds; a call it
+//! refuses waits, within its deadline, for an upstream that fails fast to accept again. It judges answers and timeouts only: a
 //! server closing connections under load (a reload, `keepalive_requests`, a restart) stays
 //! invisible to callers. The [`breaker`] remains, opt-in, for a hard stop.
 //!

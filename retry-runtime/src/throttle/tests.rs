@@ -70,12 +70,12 @@ fn a_healthy_upstream_gets_every_attempt() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
-    /// At steady load, an upstream that accepts a fraction `a` of what it gets receives at
-    /// most `K x a` of what is offered, plus a floor of a few times the square root of a
-    /// window's calls per window (the attempts that keep probing it: about that root at the
-    /// fixed point for a dead upstream, three times leaves room for the draws' noise).
+    /// At steady load, an upstream that accepts a fraction `a` of what it gets (10 % and
+    /// around it: `a < 1 / K`) receives at most `K` times what it accepted, plus a small floor
+    /// per window (the SRE book's `K x accepts + 1` at the fixed point, and the draws' noise),
+    /// whatever is offered.
     #[test]
-    fn an_upstream_accepting_a_fraction_gets_at_most_k_times_that_fraction_plus_a_floor(
+    fn an_upstream_accepting_little_gets_at_most_k_times_what_it_accepted_plus_a_floor(
         seed in any::<u64>(),
         rate in 20u32..2_000,
         accepts in 0.0f64..0.2,
@@ -85,13 +85,21 @@ proptest! {
         // Steady state: skip the first window (the throttle starts with an empty window).
         let (offered, admitted, accepted) = totals(&bins[20..]);
         let windows = 28.0 / config.window.as_secs_f64();
-        let per_window = f64::from(rate) * config.window.as_secs_f64();
-        let floor = windows * 3.0 * per_window.sqrt();
-        let share = (config.multiplier * accepts).min(1.0);
+        let floor = 4.0 * windows;
         prop_assert!(
-            admitted as f64 <= share * offered as f64 + floor,
-            "admitted {admitted} of {offered} (accepted {accepted}), floor {floor:.0}"
+            admitted as f64 <= config.multiplier * accepted as f64 + floor,
+            "admitted {admitted} of {offered}, accepted {accepted}, floor {floor:.0}"
         );
+    }
+
+    /// The same at exactly 10 %: what reaches the upstream does not grow with what is offered.
+    #[test]
+    fn an_upstream_accepting_a_tenth_gets_the_same_few_attempts_at_any_load(seed in any::<u64>()) {
+        let config = ThrottleConfig::new();
+        let admitted = |rate| totals(&simulate(config, rate, 30, seed, |_| 0.1)[20..]).1;
+        let (low, high) = (admitted(50), admitted(2_000));
+        // 40 times the offered load, not 40 times the attempts.
+        prop_assert!(high < 2 * low + 50, "{low} at 50 calls/s, {high} at 2,000");
     }
 
     /// Once a dead upstream accepts again, admission returns to at least 95 % of what is
@@ -139,10 +147,10 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     assert!((2_900..3_300).contains(&extra), "{extra}");
 }
 
-/// Refused first attempts count as demand, at most three for each attempt sent: an upstream
-/// that accepts nothing is probed less often, and one that recovers outweighs them at once.
+/// Refused first attempts count as requests, as in the SRE book: an upstream that accepts
+/// nothing is probed about once per window, and one that recovers outweighs them at once.
 #[test]
-fn refusals_count_as_demand_up_to_three_per_attempt_sent() {
+fn refusals_count_as_requests_until_the_upstream_accepts_its_share() {
     let (throttle, tick) = fresh();
     answer(&throttle, tick, 10, false);
     // 10 sent, none accepted: 10 / 11.
@@ -150,11 +158,11 @@ fn refusals_count_as_demand_up_to_three_per_attempt_sent() {
     for _ in 0..100 {
         assert!(throttle.admit(Work::First, tick, || 0.0).is_none());
     }
-    // 100 refused, of which 30 count: 40 / 41.
-    assert!((throttle.refusal_probability() - 40.0 / 41.0).abs() < 1e-9);
-    // Three accepted answers: 13 sent, 3 accepted, 39 of the refusals count: (52 - 9) / 53.
+    // 110 requests: 110 / 111.
+    assert!((throttle.refusal_probability() - 110.0 / 111.0).abs() < 1e-9);
+    // Three accepted answers: 113 requests, 3 accepted: (113 - 9) / 114.
     answer(&throttle, tick, 3, true);
-    assert!((throttle.refusal_probability() - 43.0 / 53.0).abs() < 1e-9);
+    assert!((throttle.refusal_probability() - 104.0 / 114.0).abs() < 1e-9);
     // Two more, and what is sent is accepted in proportion again (15 <= 3 x 5): nothing is
     // refused, whatever was refused before.
     answer(&throttle, tick, 2, true);
