@@ -1,12 +1,13 @@
 //! Admission: every local gate an attempt passes before it is sent, behind one seam.
 //!
 //! An attempt starts only with a [`Permit`]. [`admit`] asks each gate in turn (the upstream's
-//! adaptive [`throttle`](crate::throttle), its circuit breaker, then its bulkhead), with an [`Ask`] saying which attempt it is (the first,
-//! a retry or a hedge) and the call's deadline; the first refusal ends admission with that
-//! gate's [`Rejection`], and what the earlier gates granted is given back as the partial
-//! permit drops. When the attempt ends, [`Permit::end`] tells every gate how
-//! (an [`AttemptEnd`]); a permit dropped before that (the attempt never started, its future
-//! was dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
+//! adaptive [`throttle`](crate::throttle), its circuit breaker, then its bulkhead), with an
+//! [`Ask`] saying which attempt it is (the first, a retry or a hedge) and the call's deadline;
+//! the first refusal ends admission with that gate's [`Rejection`], and what the earlier gates
+//! granted is given back as the partial permit drops (an attempt the throttle refused may then
+//! wait for admission: `pace`). When the attempt ends, [`Permit::end`] tells every gate how (an
+//! [`AttemptEnd`]); a permit dropped before that (the attempt never started, its future was
+//! dropped mid-attempt, its body panicked, its hedged copy lost) gives everything back by
 //! itself: the bulkhead slot and a half-open breaker's probe slot (a
 //! [`breaker::Admission`](crate::breaker::Admission) frees it when dropped unrecorded); the
 //! throttle counts an attempt only when it ends (its [`Sent`] token dropped unrecorded was

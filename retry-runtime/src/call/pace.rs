@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Call;
-use super::admission::{Admitted, AttemptKind, Refused, admit};
+use super::admission::{Admitted, AttemptKind, Permit, Refused, admit};
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
@@ -56,7 +56,7 @@ impl Call<'_> {
         &mut self,
         refused: Refused,
         attempt: &mut Attempt,
-    ) -> Result<super::Permit, Error> {
+    ) -> Result<Permit, Error> {
         if refused.rejection != Rejection::Throttled || refused.kind != AttemptKind::First {
             return Err(self.refused(refused.rejection));
         }
