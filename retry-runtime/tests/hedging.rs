@@ -8,62 +8,14 @@ use std::time::Duration;
 use retry_runtime::breaker::{BreakerConfig, BreakerState};
 use retry_runtime::budget::BudgetConfig;
 use retry_runtime::hedge::HedgeConfig;
-use retry_runtime::{
-    Attempt, Classify, Error, Evidence, Method, Registry, Retry, UpstreamConfig, operation,
-};
+use retry_runtime::{Attempt, Classify, Error, Method, Registry, Retry, UpstreamConfig, operation};
 use tokio::time::Instant;
+
+mod common;
+use common::Fail;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// A failed attempt: the upstream's status, or the runtime's own error.
-#[derive(Debug)]
-enum Fail {
-    Status(u16),
-    Runtime(Error),
-}
-
-impl Fail {
-    fn status(&self) -> Option<u16> {
-        match self {
-            Fail::Status(s) => Some(*s),
-            Fail::Runtime(_) => None,
-        }
-    }
-}
-
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fail::Status(s) => write!(f, "status {s}"),
-            Fail::Runtime(e) => e.fmt(f),
-        }
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail::Runtime(e)
-    }
-}
-
-impl Classify for Fail {
-    fn via(&self) -> Option<&dyn Classify> {
-        match self {
-            Fail::Runtime(e) => Some(e),
-            Fail::Status(_) => None,
-        }
-    }
-    fn evidence(&self) -> Evidence {
-        match self {
-            Fail::Runtime(e) => e.evidence(),
-            Fail::Status(_) => Evidence::ResponseReceived,
-        }
-    }
-    fn status(&self) -> Option<u16> {
-        Fail::status(self)
-    }
 }
 
 /// What the test upstream does with one attempt: answers `status` after `latency`.

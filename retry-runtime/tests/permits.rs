@@ -15,55 +15,13 @@ use std::time::Duration;
 
 use retry_runtime::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
 use retry_runtime::hedge::HedgeConfig;
-use retry_runtime::{
-    Attempt, Classify, Error, Evidence, Method, Registry, Retry, Upstream, UpstreamConfig,
-};
+use retry_runtime::{Attempt, Method, Registry, Retry, Upstream, UpstreamConfig};
+
+mod common;
+use common::Fail;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// A failed attempt: the upstream's status, or the runtime's own error.
-#[derive(Debug)]
-enum Fail {
-    Status(u16),
-    Runtime(Error),
-}
-
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fail::Status(s) => write!(f, "status {s}"),
-            Fail::Runtime(e) => e.fmt(f),
-        }
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail::Runtime(e)
-    }
-}
-
-impl Classify for Fail {
-    fn via(&self) -> Option<&dyn Classify> {
-        match self {
-            Fail::Runtime(e) => Some(e),
-            Fail::Status(_) => None,
-        }
-    }
-    fn evidence(&self) -> Evidence {
-        match self {
-            Fail::Runtime(e) => e.evidence(),
-            Fail::Status(_) => Evidence::ResponseReceived,
-        }
-    }
-    fn status(&self) -> Option<u16> {
-        match self {
-            Fail::Status(s) => Some(*s),
-            Fail::Runtime(_) => None,
-        }
-    }
 }
 
 const OPEN_FOR: Duration = Duration::from_secs(1);
