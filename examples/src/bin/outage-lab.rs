@@ -210,6 +210,9 @@ fn main() -> std::process::ExitCode {
     println!("{}", report::table(&aggregates));
     println!("{}\n", report::LEGEND);
     println!("{}", report::summary(&aggregates));
+    if let Some(standing) = report::defaults_standing(&aggregates) {
+        println!("{standing}\n");
+    }
     if let Some(table) = report::long_outage(&aggregates) {
         println!("{table}");
     }

@@ -322,6 +322,48 @@ pub fn summary(results: &[Aggregate]) -> String {
     out
 }
 
+/// Where the library at its defaults (B) stands under the users' latency budget: in how many
+/// scenarios it is the design to use, or tied with it on success (within two standard errors,
+/// as the pick's ties are), and the scenarios where it is not, with the best design's success
+/// beside B's. `None` when the run has no B.
+pub fn defaults_standing(results: &[Aggregate]) -> Option<String> {
+    let limit_ms = USER_P99.as_secs_f64() * 1000.0;
+    let fast = |a: &Aggregate| a.p99_ms.pooled <= limit_ms && a.duplicates == 0;
+    let (mut standing, mut total, mut misses) = (0, 0, Vec::new());
+    for r in rankings(results) {
+        let Some(b) = r.success.iter().copied().find(|a| a.design == Design::B) else {
+            continue;
+        };
+        // `success` is best first: the first fast design is the best the users can have.
+        let Some(best) = r.success.iter().copied().find(|a| fast(a)) else {
+            continue;
+        };
+        total += 1;
+        if fast(b) && tied(b, best) {
+            standing += 1;
+        } else {
+            misses.push(format!(
+                "{}: {} {:.1}% against B's {:.1}%",
+                r.scenario,
+                best.design,
+                best.success.pooled * 100.0,
+                b.success.pooled * 100.0
+            ));
+        }
+    }
+    (total > 0).then(|| {
+        let not = match misses.is_empty() {
+            true => String::new(),
+            false => format!(" (not in {})", misses.join("; ")),
+        };
+        format!(
+            "B, the library at its defaults, with p99 <= {} s: the design to use, or tied with it \
+             on success, in {standing} of {total} scenarios{not}",
+            USER_P99.as_secs()
+        )
+    })
+}
+
 /// Why retrying in memory does not help in the transient outage, in figures: the outage, each
 /// design's retry window, the share of operations no in-memory retry could carry past it, and
 /// what admission control refused.
@@ -355,7 +397,8 @@ pub fn transient_note(config: &LabConfig, results: &[Aggregate]) -> Option<Strin
              {:.2} catalog calls per operation, and {} calls refused locally ({} by the API's \
              admission control on the middle, {} by the middle's on the catalog): the throttle \
              refuses most attempts while the catalog accepts none (by design: the dependency is \
-             down), and admits them again once it accepts. ",
+             down); the refused calls wait, sending nothing, and go once it accepts again, if \
+             their deadline (the API's attempt, for the middle) has not passed. ",
             a.design,
             secs(window),
             secs(middle.deadline),
@@ -1034,6 +1077,18 @@ mod tests {
         assert_eq!(tied, [Design::B, Design::BTuned]);
         assert_eq!(r.pick().map(|a| a.design), Some(Design::BTuned));
         assert!(summary(&results).contains("A 100.0% (200 duplicates)"));
+        // B is not the pick, but tied with the best design its users can have.
+        let standing = defaults_standing(&results).unwrap();
+        assert!(standing.contains("in 1 of 1 scenarios"), "{standing}");
+        // Without the tie, the scenario is named with both figures.
+        let results = aggregate(&[run(Design::B, 100, 1, 1), run(Design::BTuned, 180, 1, 1)]);
+        let standing = defaults_standing(&results).unwrap();
+        assert!(
+            standing.ends_with(
+                "in 0 of 1 scenarios (not in reset-write-unkeyed: B-tuned 90.0% against B's 50.0%)"
+            ),
+            "{standing}"
+        );
     }
 
     /// `design` in slow-tail: 200 operations, all successful, `calls_per_100` catalog calls per
