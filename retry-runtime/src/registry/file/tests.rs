@@ -78,6 +78,25 @@ fn the_breaker_can_be_disabled_in_the_file_or_the_environment() {
 }
 
 #[test]
+fn waiting_for_admission_can_be_turned_off_in_the_file_or_the_environment() {
+    let text = "[upstreams.a.throttle]\nwait = false\n[upstreams.b]\n[upstreams.c]\n";
+    let configs = parse_toml(
+        text,
+        "f.toml",
+        env(&[("RETRY__B__THROTTLE__WAIT", "false")]),
+    )
+    .unwrap();
+    let wait = |i: usize| configs[i].1.throttle.map(|t| t.wait);
+    assert_eq!(
+        (wait(0), wait(1), wait(2)),
+        (Some(false), Some(false), Some(true))
+    );
+    // Not a boolean: located at its value, with the fix.
+    let errors = parse_toml("[upstreams.a.throttle]\nwait = \"no\"\n", "f.toml", []).unwrap_err();
+    assert_eq!(positions(&errors), ["2:8 a/throttle.wait"]);
+}
+
+#[test]
 fn toml_number_forms_are_accepted() {
     let text = "[upstreams.a]\nmax_attempts = 0b10\nmultiplier = 3\n\
                     budget = { ratio = 1e-1, min_per_second = 1_000 }\n";
