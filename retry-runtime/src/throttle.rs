@@ -34,7 +34,7 @@
 //! it is sent less, settles at about what it can take. Once the upstream accepts its share of
 //! what is sent again (`sent <= K x accepted`), nothing is refused, whatever was refused
 //! before: the refusals do not slow the recovery.
-
+//!
 //! A **retry or a hedge** is extra work, judged on what the *other* calls met (its own call's
 //! failures are what it is for):
 //!
@@ -72,8 +72,9 @@
 //! A waiting call does not draw its odds again: the first attempts of new calls are what
 //! probes the upstream, and every waiting call drawing at every step would multiply the probes
 //! (in the outage lab's dead catalog, 0.39 catalog calls per operation against 0.28, measured
-//! when refusals counted at most three per attempt sent). Nothing is spent while waiting: a retry spends the operation's allowance and its budget token when
-//! it goes. Without time for another step and an attempt after it
+//! when refusals counted at most three per attempt sent). Nothing is spent while waiting: a
+//! retry spends the operation's allowance and its budget token when it goes. Without time for
+//! another step and an attempt after it
 //! ([`min_attempt_budget`](crate::UpstreamConfig::min_attempt_budget)) before the deadline, the
 //! call fails as above; shutdown ends the wait at once. Each step is a `paced` decision event
 //! (at `DEBUG`).

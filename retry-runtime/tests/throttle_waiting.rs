@@ -96,6 +96,13 @@ fn throttled(result: &Result<(), Fail>) -> bool {
     matches!(result, Err(Fail::Runtime(Error::Throttled { .. })))
 }
 
+/// Asserts that many calls were refused, each at the instant it started.
+fn assert_refused_at_once(ended: &[Ended]) {
+    let refused: Vec<&Ended> = ended.iter().filter(|e| throttled(&e.result)).collect();
+    assert!(refused.len() > 20, "{} refused", refused.len());
+    assert!(refused.iter().all(|e| e.ended == e.started), "at once");
+}
+
 /// Down for the first second, then up, for 2 s of traffic.
 fn outage(at: Duration) -> Mode {
     match at < Duration::from_secs(1) {
@@ -154,9 +161,7 @@ async fn calls_refused_during_a_fast_failing_outage_wait_and_complete_after_it()
 async fn without_waiting_the_same_calls_fail_at_once() {
     let reg = registry(1, false);
     let (ended, _) = traffic(reg, Duration::from_secs(2), outage).await;
-    let refused: Vec<&Ended> = ended.iter().filter(|e| throttled(&e.result)).collect();
-    assert!(refused.len() > 20, "{} refused", refused.len());
-    assert!(refused.iter().all(|e| e.ended == e.started), "at once");
+    assert_refused_at_once(&ended);
 }
 
 #[tokio::test(start_paused = true)]
@@ -190,10 +195,8 @@ async fn a_dead_upstream_gets_probes_only_and_each_refused_call_ends_by_its_dead
 async fn a_slow_upstream_sheds_refused_calls_at_once() {
     let reg = registry(1, true);
     let (ended, _) = traffic(reg, Duration::from_secs(2), |_| Mode::Slow).await;
-    let refused: Vec<&Ended> = ended.iter().filter(|e| throttled(&e.result)).collect();
-    assert!(refused.len() > 20, "{} refused", refused.len());
     // Its failures are timeouts: waiting calls let go together would queue behind each other.
-    assert!(refused.iter().all(|e| e.ended == e.started), "at once");
+    assert_refused_at_once(&ended);
 }
 
 #[tokio::test(start_paused = true)]

@@ -193,7 +193,7 @@ impl Call<'_> {
         observe::retried(self.upstream.name(), reason, self.upstream.budget());
     }
 
-    /// A retry the throttle refused waits `wait` to ask again (see `pace`).
+    /// An attempt the throttle refused waits `wait` to ask again (see `pace`).
     pub(super) fn on_paced(&self, wait: Duration) {
         self.span.in_scope(|| {
             tracing::debug!(
@@ -202,7 +202,7 @@ impl Call<'_> {
                 reason = %DenyReason::Throttled,
                 attempt = self.attempt,
                 delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                "the upstream accepts too little of the others' attempts: the retry waits to ask again"
+                "the upstream accepts too little of what it is sent: the attempt waits to ask again"
             )
         });
     }

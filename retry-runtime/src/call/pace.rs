@@ -26,26 +26,27 @@ pub(super) enum Unpaced {
     Drained,
 }
 
+/// Why a wait for admission ended without the upstream accepting again.
+enum Unwaited {
+    /// The throttle no longer holds refused calls, or the deadline leaves no time for another
+    /// step and an attempt after it.
+    NoWait,
+    /// Shutdown started.
+    Drained,
+}
+
 impl Call<'_> {
     /// Waits for the throttle to let go the retry it refused at `from`, asking again after
     /// `first` and then after each further backoff step. The retry is granted (and spent) when
     /// it returns `Ok`.
     pub(super) async fn pace(&mut self, from: Instant, first: Duration) -> Result<(), Unpaced> {
-        let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
-        loop {
-            if !self.may_wait(at, wait) {
-                return Err(Unpaced::Denied(DenyReason::Throttled));
-            }
-            self.on_paced(wait);
-            if self.back_off(at, wait).await.is_err() {
-                return Err(Unpaced::Drained);
-            }
-            at = Instant::now();
-            if self.accepts_again_at(at) {
+        match self.wait_until_accepted(from, first).await {
+            Ok(at) => {
                 let now = self.now(at);
-                return self.spend(now.budget).map_err(Unpaced::Denied);
+                self.spend(now.budget).map_err(Unpaced::Denied)
             }
-            wait = self.next_wait(wait);
+            Err(Unwaited::NoWait) => Err(Unpaced::Denied(DenyReason::Throttled)),
+            Err(Unwaited::Drained) => Err(Unpaced::Drained),
         }
     }
 
@@ -60,33 +61,47 @@ impl Call<'_> {
         if refused.rejection != Rejection::Throttled || refused.kind != AttemptKind::First {
             return Err(self.refused(refused.rejection));
         }
-        let (mut at, mut wait) = (attempt.started, Duration::ZERO);
-        let admitted = loop {
-            wait = self.next_wait(wait);
-            if !self.may_wait(at, wait) {
-                return Err(self.refused(Rejection::Throttled));
-            }
-            self.on_paced(wait);
-            if self.back_off(at, wait).await.is_err() {
-                return Err(self.refused(Rejection::Throttled));
-            }
-            at = Instant::now();
-            if !self.accepts_again_at(at) {
-                continue;
-            }
-            let ask = self.ask(AttemptKind::First, at);
-            let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
-            let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
-            match admit(upstream, ask, draw) {
-                Ok(admitted) => break admitted,
-                Err(rejection) => return Err(self.refused(rejection)),
-            }
+        let first = self.next_wait(Duration::ZERO);
+        let Ok(at) = self.wait_until_accepted(attempt.started, first).await else {
+            return Err(self.refused(Rejection::Throttled));
+        };
+        let ask = self.ask(AttemptKind::First, at);
+        let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
+        let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
+        let admitted = match admit(upstream, ask, draw) {
+            Ok(admitted) => admitted,
+            Err(rejection) => return Err(self.refused(rejection)),
         };
         attempt.started = at;
         attempt.ends = self.attempt_ends(at);
         match admitted {
             Admitted::Now(permit) => Ok(permit),
             Admitted::Queue(held) => self.wait_for_slot(attempt, held).await,
+        }
+    }
+
+    /// Waits from `from`, `first` and then each further backoff step, until the upstream
+    /// accepts again (the instant it was seen to), while the throttle holds refused calls and
+    /// the deadline leaves time.
+    async fn wait_until_accepted(
+        &mut self,
+        from: Instant,
+        first: Duration,
+    ) -> Result<Instant, Unwaited> {
+        let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
+        loop {
+            if !self.may_wait(at, wait) {
+                return Err(Unwaited::NoWait);
+            }
+            self.on_paced(wait);
+            if self.back_off(at, wait).await.is_err() {
+                return Err(Unwaited::Drained);
+            }
+            at = Instant::now();
+            if self.accepts_again_at(at) {
+                return Ok(at);
+            }
+            wait = self.next_wait(wait);
         }
     }
 
