@@ -16,6 +16,9 @@ use crate::throttle::ThrottleConfig;
 /// a worker for too long; hand the work to a durable queue instead.
 pub const MAX_IN_MEMORY_WINDOW: Duration = Duration::from_secs(5);
 
+/// The attempt timeout of an upstream that does not set one and does not propagate.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The largest `max_attempts` allowed.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 
@@ -29,7 +32,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `backoff.multiplier` | 2.0 | exponential, as the AWS backoff study recommends |
 /// | `backoff.max_backoff` | 1 s | keeps the window within 5 s with either jitter |
 /// | `backoff.jitter` | full | least total work in AWS's study |
-/// | `attempt_timeout` | 1 s | 0.5 + 1 + 3 x 1 = 4.5 s worst case, under the 5 s window |
+/// | `attempt_timeout` | 1 s; half the deadline when `propagate` | 0.5 + 1 + 3 x 1 = 4.5 s worst case, under the 5 s window; a propagating hop's callee owns the retries below it and needs the time to make them (see [`UpstreamConfig::attempt_timeout()`]) |
 /// | `deadline` | 5 s | default operation deadline when no scope sets one; at most 5 s |
 /// | `min_attempt_budget` | 50 ms | no attempt starts with less time than this left |
 /// | `transient_500` | false | a 500 is usually a bug, not an outage |
@@ -51,8 +54,9 @@ pub struct UpstreamConfig {
     pub max_attempts: u32,
     /// Delay between attempts.
     pub backoff: Backoff,
-    /// Longest single attempt; clamped to the remaining deadline.
-    pub attempt_timeout: Duration,
+    /// Longest single attempt; clamped to the remaining deadline. `None`: the default, read
+    /// through [`attempt_timeout()`](Self::attempt_timeout).
+    pub attempt_timeout: Option<Duration>,
     /// Operation deadline used when no enclosing scope sets an earlier one (at most 5 s, the
     /// in-memory window: see [`MAX_IN_MEMORY_WINDOW`]).
     pub deadline: Duration,
@@ -70,7 +74,9 @@ pub struct UpstreamConfig {
     /// bank, a payment provider) does not read them and would only learn your timeouts and
     /// retry counts. Turn it on for your own services that run the server layer
     /// (`tower::ScopeLayer`), so a callee stops working for a caller that gave up and does not
-    /// add retries of its own on top of yours.
+    /// add retries of its own on top of yours. A propagating hop's attempt timeout defaults to
+    /// half its deadline, the time its callee has for retries of its own (see
+    /// [`attempt_timeout()`](Self::attempt_timeout)).
     pub propagate: bool,
     /// The retry budget.
     pub budget: BudgetConfig,
@@ -106,7 +112,7 @@ impl UpstreamConfig {
                 .with_multiplier(2.0)
                 .with_max_backoff(Duration::from_secs(1))
                 .with_jitter(Jitter::Full),
-            attempt_timeout: Duration::from_secs(1),
+            attempt_timeout: None,
             deadline: Duration::from_secs(5),
             min_attempt_budget: Duration::from_millis(50),
             transient_500: false,
@@ -133,8 +139,27 @@ impl UpstreamConfig {
     }
     /// Sets the attempt timeout.
     pub fn with_attempt_timeout(mut self, t: Duration) -> Self {
-        self.attempt_timeout = t;
+        self.attempt_timeout = Some(t);
         self
+    }
+
+    /// The longest single attempt: the one set, or by default [`DEFAULT_ATTEMPT_TIMEOUT`] for
+    /// an upstream that does not propagate, and half the deadline for one that does.
+    ///
+    /// Why half: behind a propagating hop runs one of your own services, and the retry owner
+    /// of the chain is the layer next to the failing dependency, usually that callee. The
+    /// attempt's timeout is the whole deadline the callee is sent, so it bounds the callee's
+    /// own retries: with 1 s, a callee whose dependency fails for longer than a second has no
+    /// time to wait it out, and the outage reaches the user. Half the deadline gives the
+    /// callee room for its retries and keeps the other half for the caller's one retry of a
+    /// failure the callee did not retry (its process stopped, its connection broke, it shed
+    /// the request).
+    pub fn attempt_timeout(&self) -> Duration {
+        match self.attempt_timeout {
+            Some(t) => t,
+            None if self.propagate => self.deadline / 2,
+            None => DEFAULT_ATTEMPT_TIMEOUT,
+        }
     }
     /// Sets the default operation deadline.
     pub fn with_deadline(mut self, t: Duration) -> Self {
@@ -193,13 +218,27 @@ impl UpstreamConfig {
     }
 
     /// The worst-case in-memory retry window: every backoff at its ceiling plus every attempt
-    /// running to its timeout ("1.5 s + 3 x callTimeout" with the defaults' backoffs).
+    /// running to its timeout ("1.5 s + 3 x callTimeout" with the defaults' backoffs), and for
+    /// an upstream that propagates, at most its deadline.
+    ///
+    /// Every attempt is cut at the deadline, but an attempt cut short leaves its work running
+    /// at a callee that does not know the caller left, so without propagation the attempts
+    /// must fit the window on their own. A propagating attempt tells its callee how long it
+    /// still waits, and the callee stops there too: nothing is left behind, and the deadline
+    /// bounds the window.
+    ///
     /// Saturates at [`Duration::MAX`] instead of overflowing, so any durations given in code
     /// are reported as a violation, never a panic.
     pub fn retry_window(&self) -> Duration {
-        self.backoff
+        let attempts = self
+            .backoff
             .worst_case_total(self.max_attempts.saturating_sub(1))
-            .saturating_add(self.attempt_timeout.saturating_mul(self.max_attempts))
+            .saturating_add(self.attempt_timeout().saturating_mul(self.max_attempts));
+        if self.propagate {
+            attempts.min(self.deadline)
+        } else {
+            attempts
+        }
     }
 
     /// Every rule this config breaks (empty when valid). Each names the field and the fix.
@@ -239,7 +278,13 @@ impl UpstreamConfig {
                 ),
             );
         }
-        if self.attempt_timeout.is_zero() {
+        let attempt_timeout = self.attempt_timeout();
+        // How a message names the attempt timeout: a default derived from the deadline says so.
+        let timeout_named = match self.attempt_timeout {
+            None if self.propagate => format!("{attempt_timeout:?}, half the deadline"),
+            _ => format!("{attempt_timeout:?}"),
+        };
+        if attempt_timeout.is_zero() {
             push(
                 "attempt_timeout",
                 "attempt_timeout must be above zero: use 1s".to_owned(),
@@ -260,12 +305,12 @@ impl UpstreamConfig {
                 ),
             );
         }
-        if self.min_attempt_budget >= self.attempt_timeout && !self.attempt_timeout.is_zero() {
+        if self.min_attempt_budget >= attempt_timeout && !attempt_timeout.is_zero() {
             push(
                 "min_attempt_budget",
                 format!(
-                    "min_attempt_budget ({:?}) must be below attempt_timeout ({:?}): use 50ms",
-                    self.min_attempt_budget, self.attempt_timeout
+                    "min_attempt_budget ({:?}) must be below attempt_timeout ({timeout_named}): use 50ms",
+                    self.min_attempt_budget
                 ),
             );
         }
@@ -303,14 +348,13 @@ impl UpstreamConfig {
             }
             if let Some(delay) = h.delay
                 && !delay.is_zero()
-                && delay >= self.attempt_timeout
+                && delay >= attempt_timeout
             {
                 push(
                     "hedge.delay",
                     format!(
-                        "hedge.delay ({delay:?}) must be below attempt_timeout ({:?}): the \
-                         attempt is cut before a hedge would start; lower hedge.delay",
-                        self.attempt_timeout
+                        "hedge.delay ({delay:?}) must be below attempt_timeout ({timeout_named}): \
+                         the attempt is cut before a hedge would start; lower hedge.delay"
                     ),
                 );
             }

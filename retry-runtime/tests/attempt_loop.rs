@@ -298,6 +298,35 @@ async fn an_attempt_is_cut_at_its_timeout_and_a_read_is_retried() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
+/// A hop to one of your own services (`propagate`) gives its callee half the deadline per
+/// attempt by default, so a callee that waits 2 s for its own dependency is not cut: the
+/// same call to an upstream that does not propagate is cut at 1 s and retried.
+#[tokio::test(start_paused = true)]
+async fn a_propagating_attempt_has_half_the_deadline_by_default() {
+    async fn two_second_call(config: UpstreamConfig) -> (Vec<Duration>, Result<u32, Error>) {
+        let reg = registry(config);
+        let timeouts = Mutex::new(Vec::new());
+        let result = Retry::in_registry(&reg, "up")
+            .method(Method::GET)
+            .run(|a| {
+                timeouts.lock().unwrap().push(a.timeout());
+                async move {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok(a.number())
+                }
+            })
+            .await;
+        (timeouts.into_inner().unwrap(), result)
+    }
+    let (told, result) = two_second_call(UpstreamConfig::new().with_propagate(true)).await;
+    assert_eq!(result.unwrap(), 1, "not cut");
+    assert_eq!(told, [ms(2500)]);
+
+    let (told, result) = two_second_call(UpstreamConfig::new()).await;
+    assert!(result.is_err(), "every attempt cut at 1 s");
+    assert_eq!(told[0], ms(1000));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_write_without_key_is_ambiguous() {
     let reg = registry(UpstreamConfig::new().with_attempt_timeout(ms(200)));

@@ -28,8 +28,7 @@ pub const LAB_TOML: &str = include_str!("../../lab.toml");
 /// is the same 300 ms in every design (the slow-catalog scenario is defined by it), and the
 /// propagation headers, which the library's docs say to turn on for one's own services behind
 /// the server layer (the middle and the catalog are). The API -> middle hop keeps the default
-/// 1 s: the 1.5 s of the other designs would take the default backoff past the library's 5 s
-/// in-memory retry window, which the registry refuses.
+/// attempt timeout of a hop that propagates: half its 5 s deadline.
 pub const DEFAULTS_TOML: &str = "\
 [upstreams.middle]
 propagate = true
@@ -188,7 +187,7 @@ mod tests {
         let lab = LabUpstreams::builtin();
         let mut expected = UpstreamConfig::new().with_propagate(true);
         assert_eq!(lab.get(Design::B, "middle"), Some(&expected));
-        expected.attempt_timeout = std::time::Duration::from_millis(300);
+        expected.attempt_timeout = Some(std::time::Duration::from_millis(300));
         assert_eq!(lab.get(Design::B, "catalog"), Some(&expected));
     }
 }

@@ -10,9 +10,9 @@
 //!
 //! Timeouts: 1.5 s per API -> middle attempt and 300 ms per middle -> catalog attempt in A, C
 //! and B-tuned. B keeps every library default except the catalog's 300 ms attempt timeout (the
-//! environment every design runs in); its API -> middle attempts time out after the default 1 s
-//! (1.5 s with the default backoff would exceed the library's 5 s in-memory window). B's
-//! operation deadline is its `middle` upstream's `deadline` (5 s by default, 2.5 s tuned).
+//! environment every design runs in); its API -> middle attempts time out after the default of
+//! a hop that propagates, half the deadline: 2.5 s. B's operation deadline is its `middle`
+//! upstream's `deadline` (5 s by default, 2.5 s tuned).
 //! B's attempts tell their callee how long they still wait (`retry-deadline-ms`: the attempt's
 //! timeout, clamped to the deadline), so the middle's retries end when the API stops waiting,
 //! and the brief slowdown's catalog skips queued requests nobody waits for (unless the scenario

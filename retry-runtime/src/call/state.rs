@@ -131,7 +131,7 @@ impl<'r> Call<'r> {
     pub(super) fn attempt_ends(&self, started: Instant) -> Instant {
         Attempt::ends_at(
             started,
-            self.upstream.config().attempt_timeout,
+            self.upstream.config().attempt_timeout(),
             self.deadline,
         )
     }

@@ -69,6 +69,8 @@ proptest::proptest! {
         deadline in any_duration(),
         min_attempt_budget in any_duration(),
         decorrelated: bool,
+        propagate: bool,
+        default_timeout: bool,
     ) {
         let jitter = if decorrelated { Jitter::Decorrelated } else { Jitter::Full };
         let c = UpstreamConfig::new()
@@ -82,7 +84,12 @@ proptest::proptest! {
             )
             .with_attempt_timeout(attempt_timeout)
             .with_deadline(deadline)
-            .with_min_attempt_budget(min_attempt_budget);
+            .with_min_attempt_budget(min_attempt_budget)
+            .with_propagate(propagate);
+        let c = UpstreamConfig {
+            attempt_timeout: (!default_timeout).then_some(attempt_timeout),
+            ..c
+        };
         let violations = c.violations();
         if violations.is_empty() {
             proptest::prop_assert!(c.retry_window() <= MAX_IN_MEMORY_WINDOW);
@@ -123,4 +130,50 @@ fn window_above_five_seconds_is_refused() {
     let v = c.violations();
     assert_eq!(v.len(), 1);
     assert!(v[0].message.contains("above 5s"), "{}", v[0].message);
+}
+
+#[test]
+fn a_propagating_hop_gives_its_callee_half_the_deadline_by_default() {
+    assert_eq!(
+        UpstreamConfig::new().attempt_timeout(),
+        DEFAULT_ATTEMPT_TIMEOUT
+    );
+    let hop = UpstreamConfig::new().with_propagate(true);
+    assert_eq!(hop.attempt_timeout(), Duration::from_millis(2500));
+    assert_eq!(
+        hop.clone()
+            .with_deadline(Duration::from_secs(2))
+            .attempt_timeout(),
+        Duration::from_secs(1)
+    );
+    assert_eq!(hop.violations(), vec![]);
+    // 0.5 + 1 + 3 x 2.5 = 9 s of attempts, bounded by the 5 s deadline the callee is sent.
+    assert_eq!(hop.retry_window(), Duration::from_secs(5));
+    // A timeout that is set is kept, propagating or not.
+    let set = hop.with_attempt_timeout(Duration::from_millis(300));
+    assert_eq!(set.attempt_timeout(), Duration::from_millis(300));
+}
+
+#[test]
+fn a_long_attempt_fits_the_window_only_when_the_callee_is_told_the_deadline() {
+    let long = UpstreamConfig::new().with_attempt_timeout(Duration::from_secs(2));
+    assert_eq!(long.violations()[0].field, "max_attempts");
+    let told = long.with_propagate(true);
+    assert_eq!(told.violations(), vec![]);
+    assert_eq!(told.retry_window(), told.deadline);
+}
+
+#[test]
+fn a_violation_names_an_attempt_timeout_derived_from_the_deadline() {
+    let c = UpstreamConfig::new()
+        .with_propagate(true)
+        .with_deadline(Duration::from_millis(80));
+    let v = c.violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].field, "min_attempt_budget");
+    assert!(
+        v[0].message.contains("(40ms, half the deadline)"),
+        "{}",
+        v[0].message
+    );
 }

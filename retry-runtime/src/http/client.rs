@@ -37,7 +37,7 @@ pub fn client_builder_for(config: &UpstreamConfig) -> reqwest::ClientBuilder {
 }
 
 fn connect_timeout_for(config: &UpstreamConfig) -> Duration {
-    (config.attempt_timeout / 2).clamp(Duration::from_millis(1), DEFAULT_CONNECT_TIMEOUT)
+    (config.attempt_timeout() / 2).clamp(Duration::from_millis(1), DEFAULT_CONNECT_TIMEOUT)
 }
 
 #[cfg(test)]

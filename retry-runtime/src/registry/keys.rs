@@ -351,7 +351,7 @@ impl KeySpec {
                     ));
                 }
             },
-            "attempt_timeout" => config.attempt_timeout = self.duration(value)?,
+            "attempt_timeout" => config.attempt_timeout = Some(self.duration(value)?),
             "deadline" => config.deadline = self.duration(value)?,
             "min_attempt_budget" => config.min_attempt_budget = self.duration(value)?,
             "transient_500" => config.transient_500 = self.flag(value)?,
@@ -422,7 +422,14 @@ mod tests {
             let mut settings = Settings::new();
             key.apply(&mut settings, Value::Env(key.example))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.path));
-            assert_eq!(settings.config(), UpstreamConfig::new(), "{}", key.path);
+            let mut config = settings.config();
+            // A timeout written out is kept as set; it equals the default in force.
+            assert_eq!(
+                config.attempt_timeout(),
+                UpstreamConfig::new().attempt_timeout()
+            );
+            config.attempt_timeout = None;
+            assert_eq!(config, UpstreamConfig::new(), "{}", key.path);
         }
         // The bulkhead has no default: unlimited.
         assert_eq!(UpstreamConfig::new().bulkhead, None);

@@ -64,7 +64,7 @@
 //! | `max_backoff` | duration | `"1s"` | at least `initial_backoff` |
 //! | `jitter` | `"full"` or `"decorrelated"` | `"full"` | |
 //! | `backoff` | `"exponential"` | `"exponential"` | `"linear"`, `"fixed"` are refused |
-//! | `attempt_timeout` | duration | `"1s"` | above zero |
+//! | `attempt_timeout` | duration | `"1s"`; half the `deadline` with `propagate = true` | above zero |
 //! | `deadline` | duration | `"5s"` | above zero, at most 5s (the in-memory window) |
 //! | `min_attempt_budget` | duration | `"50ms"` | below `attempt_timeout` |
 //! | `transient_500` | boolean | `false` | |
@@ -97,7 +97,10 @@
 //!
 //! Across keys: the worst-case in-memory retry window (every backoff at its ceiling plus
 //! `max_attempts` x `attempt_timeout`) must not exceed 5 s; longer outages
-//! belong to a durable task queue.
+//! belong to a durable task queue. With `propagate = true` the window is at most the
+//! `deadline`: the callee is told when the caller stops waiting and stops too, so no attempt
+//! the deadline cuts leaves work behind (see
+//! [`UpstreamConfig::retry_window`](crate::UpstreamConfig::retry_window)).
 //!
 //! **Durations** are strings of one number and one unit (`ns`, `us`, `ms`, `s`, `m`, `h`):
 //! `"500ms"`, `"2s"`, `"1m"`, `"1.5s"`. A bare number is refused (seconds or milliseconds?), as

@@ -33,7 +33,7 @@ fn loads_the_example_file_from_disk() {
             .upstream("catalog")
             .unwrap()
             .config()
-            .attempt_timeout,
+            .attempt_timeout(),
         Duration::from_millis(800)
     );
     assert!(registry.upstream("unknown").is_err());

@@ -3,6 +3,7 @@ use proptest::prelude::*;
 use std::time::Duration;
 
 use crate::backoff::Jitter;
+use crate::config::DEFAULT_ATTEMPT_TIMEOUT;
 
 const EXAMPLE: &str = include_str!("../../../examples/upstreams.toml");
 
@@ -37,7 +38,12 @@ fn the_example_file_loads_with_its_documented_values() {
     let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["catalog", "sber", "sms-gateway"]);
     let sber = &configs[1].1;
-    assert_eq!(sber, &UpstreamConfig::new());
+    // Every key written out at its default; a timeout written out is kept as set (with
+    // `propagate`, the default would be half the deadline instead).
+    assert_eq!(
+        sber,
+        &UpstreamConfig::new().with_attempt_timeout(DEFAULT_ATTEMPT_TIMEOUT)
+    );
     let catalog = &configs[0].1;
     assert_eq!(catalog.max_attempts, 2);
     assert_eq!(catalog.backoff.initial, Duration::from_millis(200));
@@ -245,7 +251,7 @@ fn env_overrides_apply_on_top_of_the_file() {
     .unwrap();
     let sber = &configs[1].1;
     assert_eq!(sber.max_attempts, 4);
-    assert_eq!(sber.attempt_timeout, Duration::from_millis(300));
+    assert_eq!(sber.attempt_timeout(), Duration::from_millis(300));
     assert_eq!(sber.budget.ratio, 0.1);
     assert_eq!(configs[2].1.idempotency_header, "X-Dedup-Key");
     assert!(!configs[0].1.transient_500);
