@@ -41,7 +41,7 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
 /// | `propagate` | false | send the deadline and retry headers: turn it on for your own services behind the server layer |
 /// | `budget` | 20 % + 10/s over 10 s | Finagle / Linkerd |
 /// | `bulkhead` | none (unlimited) | set it to the upstream's capacity |
-/// | `throttle` | on: 3 x accepted for first attempts, 1 x for retries, over 500 ms; a refused call waits for an upstream that fails fast to accept again | sends an upstream that fails or slows about what it accepts, recovers as soon as it accepts again, and lets retries carry calls through a brief outage (see [`throttle`](crate::throttle)) |
+/// | `throttle` | on: 3 x accepted for first attempts, 1 x for retries, over 500 ms; a refused call waits for the upstream to accept again, a slow one's backlog at the pace of its answers | sends an upstream that fails or slows about what it accepts, recovers as soon as it accepts again, and lets retries carry calls through a brief outage (see [`throttle`](crate::throttle)) |
 /// | `breaker` | none (off) | all or nothing: opened by a brief slowdown, it refuses calls one attempt would complete for `open_for`; turn it on for a hard stop (80 % of >= 20 attempts in 10 s, open 5 s, 3 probes) |
 /// | `hedge` | none (never hedged) | a hedge adds load: turn it on for an upstream with a slow tail |
 #[derive(Debug, Clone, PartialEq)]

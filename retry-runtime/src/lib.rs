@@ -26,7 +26,8 @@
 //! in proportion: first attempts pass at up to three times what it accepts, retries and
 //! hedges only in the proportion it accepts. A dead upstream gets about a probe per half
 //! second, a recovered one everything again within a few hundred milliseconds; a call it
-//! refuses waits, within its deadline, for an upstream that fails fast to accept again. It judges answers and timeouts only: a
+//! refuses waits, within its deadline, for the upstream to accept again (a slow upstream's
+//! backlog goes at the pace of its answers). It judges answers and timeouts only: a
 //! server closing connections under load (a reload, `keepalive_requests`, a restart) stays
 //! invisible to callers. The [`breaker`] remains, opt-in, for a hard stop.
 //!

@@ -56,8 +56,7 @@
 //!   second at 20 to 2,000 calls a second (property test; 0.2-0.3 s measured).
 //! - **Refusals are local and honest.** A refused attempt sends nothing, spends no retry
 //!   budget and is not counted against the upstream. It waits for the upstream to accept again
-//!   while the upstream fails fast (below); a call that does not get in before its deadline, or
-//!   is refused while the upstream is slow, fails with
+//!   (below); a call that does not get in before its deadline fails with
 //!   [`Error::Throttled`](crate::Error::Throttled) (evidence `NotSent`, reason `throttled`),
 //!   counted in the `retry.rejections` metric with `reason = "throttled"` (a retry: the last
 //!   failure, with the denial reason `throttled` in `retry.denials`).
@@ -79,16 +78,23 @@
 //! call fails as above; shutdown ends the wait at once. Each step is a `paced` decision event
 //! (at `DEBUG`).
 //!
-//! A call waits **only while the upstream fails fast**: while at most half the failures in the
-//! window are timeouts. An upstream that answers its failures at once (a 503 while it
-//! restarts, a 429) spends little on an attempt that comes back later. One whose attempts time
-//! out is slow: every attempt joins its queue, and a backlog of waiting calls let go together
-//! when it speeds up queues behind itself and slows it down again, the metastable failure of
-//! "Metastable Failures in the Wild" (OSDI 2022): in the outage lab, calls waiting for a slowed
-//! catalog that ignores deadlines took its recovery from 0.75 s to 1.5-5.5 s. There the
-//! throttle sheds: a refused call fails at once. This is the AWS SDKs' adaptive retry mode's
-//! choice (a request waits for the client-side rate limiter rather than failing), kept to
-//! upstreams that fail fast.
+//! **A slow upstream's backlog goes at the pace of its answers.** An upstream that answers its
+//! failures at once (a 503 while it restarts, a 429) was turning work away, not queueing it:
+//! once it accepts again, the calls waiting for it go. One whose attempts time out is slow:
+//! every attempt joins its queue, and a backlog let go together when it speeds up queues
+//! behind itself and slows it down again, the metastable failure of "Metastable Failures in
+//! the Wild" (OSDI 2022): in the outage lab, a slowed catalog that ignores deadlines took
+//! 1.5-5.5 s to recover instead of 0.75 s when its waiting calls went together. So a call that
+//! has seen the upstream slow (more than half the window's failures are timeouts) waits in its
+//! backlog, and goes only while the calls let go in the window stay within `retry_multiplier`
+//! times the answers the upstream accepted from the others: each accepted answer lets about
+//! one waiting call go, so the upstream's own answers clock the backlog out, as
+//! acknowledgements clock out TCP's packets (Jacobson, "Congestion Avoidance and Control",
+//! 1988), and the backlog at most doubles what the upstream currently accepts. In the same
+//! slowdown, B at its defaults then succeeds 96 % against 81 % without retry, the catalog
+//! holds fewer requests at its peak than without retry (19 against 22), and recovers sooner
+//! (0-0.25 s against 0.75-1 s). Waiting rather than failing is the AWS SDKs' adaptive retry
+//! mode's choice too (a request waits for the client-side rate limiter).
 //!
 //! Counting is lock-free: the window counters the budget and the breaker use (one
 //! compare-and-swap per count, one load per read).
@@ -131,10 +137,11 @@ use crate::window::{Clock, Counter, Tick};
 ///   again; in the outage lab a 2 s window kept a recovered catalog throttled for 2 s after a
 ///   0.8 s slowdown, 500 ms let it recover with no retry at all)
 /// - `retry_multiplier`: 1.0 (a retry is extra work: it goes through in the proportion the
-///   upstream accepts, so an overloaded upstream gets none)
-/// - `wait`: true (a call refused while the upstream fails fast waits, within its deadline,
-///   for the upstream to accept again, instead of failing at once: without it no retry helps
-///   through an outage of a second or two; see
+///   upstream accepts, so an overloaded upstream gets none; a slow upstream's backlog of
+///   waiting calls goes at this many per answer it accepts from the others)
+/// - `wait`: true (a refused call waits, within its deadline, for the upstream to accept
+///   again, instead of failing at once: without it no retry helps through an outage of a
+///   second or two; a slow upstream's waiting calls go at the pace of its answers; see
 ///   [waiting for admission](self#waiting-for-admission). `false` fails refused calls at once)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThrottleConfig {
@@ -145,8 +152,8 @@ pub struct ThrottleConfig {
     pub retry_multiplier: f64,
     /// How long an attempt counts (500 ms to 600 s).
     pub window: Duration,
-    /// Whether a refused call waits for the upstream to accept again while it fails fast
-    /// (see [waiting for admission](self#waiting-for-admission)), or fails at once.
+    /// Whether a refused call waits for the upstream to accept again (see
+    /// [waiting for admission](self#waiting-for-admission)), or fails at once.
     pub wait: bool,
 }
 
@@ -257,6 +264,8 @@ pub struct Throttle {
     /// Of the failed attempts, those that timed out: the upstream is slow, not failing fast.
     slow: Counter,
     refused: Counter,
+    /// Calls let go after waiting while the upstream was slow (see [`Throttle::lets_go_at`]).
+    released: Counter,
     /// Whether the throttle has refused an attempt since the upstream last accepted all that
     /// first attempts may reach (for the state-change event: a failure alone, which makes the
     /// odds positive for a moment, is not an event).
@@ -291,6 +300,7 @@ impl Throttle {
             failed: Counter::default(),
             slow: Counter::default(),
             refused: Counter::default(),
+            released: Counter::default(),
             throttling: AtomicBool::new(false),
             name: Arc::from(""),
         }
@@ -393,14 +403,35 @@ impl Throttle {
         self.sent.add(epoch, 1);
     }
 
-    /// Whether a call this throttle refuses at `tick` may wait for the upstream to accept
-    /// again: while the upstream answers most of its failures at once (see the module docs,
-    /// "Waiting for admission").
+    /// Whether the upstream is slow at `tick`: more than half the window's failures are
+    /// timeouts. A call refused then waits in the slow upstream's backlog, let go at the pace
+    /// of its answers (see the module docs, "Waiting for admission").
     #[inline]
-    pub(crate) fn holds_at(&self, tick: Tick) -> bool {
+    pub(crate) fn slow_at(&self, tick: Tick) -> bool {
         let epoch = self.clock.epoch_of(tick);
-        let slow = self.slow.sum(epoch);
-        2 * slow <= self.failed.sum(epoch)
+        2 * self.slow.sum(epoch) > self.failed.sum(epoch)
+    }
+
+    /// Whether a call that waits in a slow upstream's backlog goes at `tick`, counting it when
+    /// it does: the upstream [accepts again](Self::accepts_again_at), and the calls let go in
+    /// the window stay within `retry_multiplier` times the answers it accepted from the others
+    /// (`released <= K_r x (accepted - released)`, each call let go counted as accepted).
+    /// So the backlog adds at most `K_r` times what the upstream currently accepts, and grows
+    /// only as fast as the upstream answers: its own answers pace it. Read and count are two
+    /// steps: calls asking at the same instant may let a few more go.
+    #[inline]
+    pub(crate) fn lets_go_at(&self, tick: Tick) -> bool {
+        if !self.accepts_again_at(tick) {
+            return false;
+        }
+        let epoch = self.clock.epoch_of(tick);
+        let accepted = self.counts(epoch).1 as f64;
+        let released = self.released.sum(epoch) as f64;
+        if released + 1.0 > self.config.retry_multiplier * (accepted - released) {
+            return false;
+        }
+        self.released.add(epoch, 1);
+        true
     }
 
     /// Whether the upstream accepts again, at `tick`: it accepted attempts in the window, and

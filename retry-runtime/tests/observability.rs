@@ -757,8 +757,16 @@ fn a_prometheus_scrape_shows_the_throttle_refusing_a_failing_upstream() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
     metrics::with_local_recorder(&recorder, || {
+        // Refused calls fail at once rather than wait for the upstream (`wait = false`), so
+        // the scrape is taken while the window still holds the timeouts.
+        let throttle = retry_runtime::throttle::ThrottleConfig::new().with_wait(false);
         let registry = Registry::builder()
-            .upstream("up", UpstreamConfig::new().with_max_attempts(1))
+            .upstream(
+                "up",
+                UpstreamConfig::new()
+                    .with_max_attempts(1)
+                    .with_throttle(Some(throttle)),
+            )
             .seed(1)
             .build()
             .unwrap();

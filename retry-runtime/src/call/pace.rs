@@ -1,7 +1,9 @@
 //! Waiting for admission: an attempt the throttle refuses waits, within the deadline, for the
-//! upstream to accept again, while the upstream fails fast, instead of ending the call. The
-//! rules and their reasons: [`throttle`](crate::throttle#waiting-for-admission).
+//! upstream to accept again (a slow upstream's backlog at the pace of its answers), instead of
+//! ending the call. The rules and their reasons:
+//! [`throttle`](crate::throttle#waiting-for-admission).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -28,8 +30,8 @@ pub(super) enum Unpaced {
 
 /// Why a wait for admission ended without the upstream accepting again.
 enum Unwaited {
-    /// The throttle no longer holds refused calls, or the deadline leaves no time for another
-    /// step and an attempt after it.
+    /// The throttle does not hold refused calls (`wait = false`), or the deadline leaves no
+    /// time for another step and an attempt after it.
     NoWait,
     /// Shutdown started.
     Drained,
@@ -81,16 +83,25 @@ impl Call<'_> {
     }
 
     /// Waits from `from`, `first` and then each further backoff step, until the upstream
-    /// accepts again (the instant it was seen to), while the throttle holds refused calls and
-    /// the deadline leaves time.
+    /// accepts again, or, once the call has seen it slow, until its backlog lets the call go
+    /// (the instant either was seen), while the throttle holds refused calls and the deadline
+    /// leaves time.
     async fn wait_until_accepted(
         &mut self,
         from: Instant,
         first: Duration,
     ) -> Result<Instant, Unwaited> {
+        let upstream = Arc::clone(&self.upstream);
+        let Some(throttle) = upstream.throttle().filter(|t| t.config().wait) else {
+            return Err(Unwaited::NoWait);
+        };
         let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
+        // Once the call has seen the upstream slow, it waits in a backlog let go at the pace of
+        // the upstream's answers; until then, it goes as soon as the upstream accepts again.
+        let mut in_backlog = false;
         loop {
-            if !self.may_wait(at, wait) {
+            in_backlog |= throttle.slow_at(upstream.tick(at));
+            if !self.has_time_at(deadline_after(at, wait)) {
                 return Err(Unwaited::NoWait);
             }
             self.on_paced(wait);
@@ -98,29 +109,16 @@ impl Call<'_> {
                 return Err(Unwaited::Drained);
             }
             at = Instant::now();
-            if self.accepts_again_at(at) {
+            let tick = upstream.tick(at);
+            let goes = match in_backlog {
+                true => throttle.lets_go_at(tick),
+                false => throttle.accepts_again_at(tick),
+            };
+            if goes {
                 return Ok(at);
             }
             wait = self.next_wait(wait);
         }
-    }
-
-    /// Whether a refused attempt may wait `wait` from `at`: the throttle waits (its `wait`
-    /// setting) and holds refused calls now (the upstream fails fast), and the deadline leaves
-    /// time for the wait and an attempt after it.
-    fn may_wait(&self, at: Instant, wait: Duration) -> bool {
-        let holds = (self.upstream.throttle()).is_some_and(|throttle| {
-            throttle.config().wait && throttle.holds_at(self.upstream.tick(at))
-        });
-        holds && self.has_time_at(deadline_after(at, wait))
-    }
-
-    /// Whether the upstream accepts again at `at` ([`Throttle::accepts_again_at`]).
-    ///
-    /// [`Throttle::accepts_again_at`]: crate::throttle::Throttle
-    fn accepts_again_at(&self, at: Instant) -> bool {
-        (self.upstream.throttle())
-            .is_none_or(|throttle| throttle.accepts_again_at(self.upstream.tick(at)))
     }
 
     /// The next wait: the backoff's delay for the retry the call is waiting to make.

@@ -79,7 +79,7 @@
 //! | `throttle.multiplier` | number | 3.0 | 1..=100: first attempts reach at most this many times what the upstream accepts |
 //! | `throttle.retry_multiplier` | number | 1.0 | 1..=100: the same for retries and hedges |
 //! | `throttle.window` | duration | `"500ms"` | 500ms..=600s |
-//! | `throttle.wait` | boolean | `true` | a refused call waits, within its deadline, for an upstream that fails fast to accept again; `false`: it fails at once |
+//! | `throttle.wait` | boolean | `true` | a refused call waits, within its deadline, for the upstream to accept again (a slow upstream's backlog at the pace of its answers); `false`: it fails at once |
 //! | `breaker.enabled` | boolean | `true` once a breaker key is set | an opt-in hard stop: opened, it refuses every call for `open_for` |
 //! | `breaker.failure_rate` | number | 0.8 | above 0, at most 1 (below 0.8 it opens on an upstream that is only flaky) |
 //! | `breaker.min_attempts` | integer | 20 | at least 1 |

@@ -265,27 +265,64 @@ fn an_upstream_that_accepts_nothing_gets_no_retry_but_first_attempts_probe_it() 
     assert!(throttle.admit(Work::First, tick, || 0.9).is_none());
 }
 
-/// A refused call may wait only while the upstream fails fast: while at most half the window's
-/// failures are timeouts.
+/// The upstream is slow while more than half the window's failures are timeouts.
 #[test]
-fn refused_calls_are_held_while_the_upstream_fails_fast_and_shed_while_it_is_slow() {
+fn an_upstream_is_slow_while_most_of_its_failures_are_timeouts() {
     let origin = Instant::now();
     let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
     let tick = Tick::at(origin, origin);
+    assert!(!throttle.slow_at(tick), "nothing failed");
     answer(&throttle, tick, 10, false);
-    assert!(throttle.holds_at(tick), "ten fast failures");
+    assert!(!throttle.slow_at(tick), "ten fast failures");
     for _ in 0..10 {
         throttle.record(Sent, Verdict::TimedOut, tick);
     }
-    assert!(throttle.holds_at(tick), "ten timeouts of twenty failures");
+    assert!(!throttle.slow_at(tick), "ten timeouts of twenty failures");
     throttle.record(Sent, Verdict::TimedOut, tick);
     assert!(
-        !throttle.holds_at(tick),
+        throttle.slow_at(tick),
         "eleven timeouts of twenty-one failures"
     );
     // The window forgets the timeouts with the rest.
     let later = Tick::at(origin, origin + Duration::from_secs(2));
-    assert!(throttle.holds_at(later));
+    assert!(!throttle.slow_at(later));
+}
+
+/// A slow upstream's backlog is let go at the pace of its answers: once it accepts again, the
+/// calls let go in a window stay within `retry_multiplier` x the answers it accepted from the
+/// others, and each further accepted answer lets one more go.
+#[test]
+fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 4, false);
+    assert!(!throttle.lets_go_at(tick), "nothing accepted: nothing goes");
+    answer(&throttle, tick, 6, true);
+    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
+    assert_eq!(let_go, 3, "released <= 1 x (6 - released)");
+    // The calls let go are answered (accepted), as are two new calls: three more go, counted
+    // against the 11 accepted less the 6 let go, so the backlog never sends more than the
+    // others' accepted answers (6 let go, 8 others accepted).
+    answer(&throttle, tick, 3 + 2, true);
+    let more = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
+    assert_eq!(more, 3, "6 released <= 1 x (11 - 5)");
+    // A window later, the count starts again from what the upstream accepts then.
+    let later = Tick::at(
+        throttle.clock.origin(),
+        throttle.clock.origin() + Duration::from_secs(2),
+    );
+    assert!(
+        !throttle.lets_go_at(later),
+        "an empty window is no evidence"
+    );
+
+    // At retry_multiplier 2, twice the others' accepted answers.
+    let origin = Instant::now();
+    let throttle =
+        Throttle::counting_from(ThrottleConfig::new().with_retry_multiplier(2.0), origin);
+    let tick = Tick::at(origin, origin);
+    answer(&throttle, tick, 6, true);
+    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
+    assert_eq!(let_go, 4, "released <= 2 x (6 - released)");
 }
 
 /// A waiting call goes when the upstream accepts again: accepted attempts in the window, and
