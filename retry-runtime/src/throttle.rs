@@ -91,10 +91,21 @@
 //! one waiting call go, so the upstream's own answers clock the backlog out, as
 //! acknowledgements clock out TCP's packets (Jacobson, "Congestion Avoidance and Control",
 //! 1988), and the backlog at most doubles what the upstream currently accepts. In the same
-//! slowdown, B at its defaults then succeeds 96 % against 81 % without retry, the catalog
+//! slowdown, B at its defaults then succeeds 98 % against 81 % without retry, the catalog
 //! holds fewer requests at its peak than without retry (19 against 22), and recovers sooner
 //! (0-0.25 s against 0.75-1 s). Waiting rather than failing is the AWS SDKs' adaptive retry
 //! mode's choice too (a request waits for the client-side rate limiter).
+//!
+//! **"Again" means after the refusal.** The window holds half a second of history, so an
+//! upstream that dies after a healthy spell still shows its accepted answers for up to half a
+//! second: by the window alone, the first failures' retries would go, and a waiting call would
+//! be let go, into an upstream that accepts nothing. So a call keeps a mark of what the
+//! upstream had answered when its attempt was admitted (two counts that never forget, one
+//! relaxed load each): a retry whose attempt failed while the upstream failed other calls'
+//! attempts too and accepted none waits (a lone call's retry still goes), and a waiting call
+//! goes only once the upstream has accepted an attempt since it was refused. In the outage
+//! lab's dead catalog, met warm, the library's designs then send 0.22-0.26 catalog calls per
+//! operation, against 0.26-0.32 on the window alone.
 //!
 //! Counting is lock-free: the window counters the budget and the breaker use (one
 //! compare-and-swap per count, one load per read).
@@ -114,7 +125,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -244,6 +255,14 @@ pub(crate) enum Verdict {
     TimedOut,
 }
 
+/// A mark of what the upstream had answered (accepted and failed attempts, ever) at some
+/// instant: see [`Throttle::failing_all_since`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Answers {
+    accepted: u64,
+    failed: u64,
+}
+
 /// What an attempt is to the upstream: a call's first attempt, or extra work (a retry or a hedge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Work {
@@ -266,6 +285,10 @@ pub struct Throttle {
     refused: Counter,
     /// Calls let go after waiting while the upstream was slow (see [`Throttle::lets_go_at`]).
     released: Counter,
+    /// Every attempt accepted, and every attempt failed, since the throttle was made: what a
+    /// call compares with its [`Answers`] mark to learn what the upstream did meanwhile.
+    accepted_ever: AtomicU64,
+    failed_ever: AtomicU64,
     /// Whether the throttle has refused an attempt since the upstream last accepted all that
     /// first attempts may reach (for the state-change event: a failure alone, which makes the
     /// odds positive for a moment, is not an event).
@@ -301,6 +324,8 @@ impl Throttle {
             slow: Counter::default(),
             refused: Counter::default(),
             released: Counter::default(),
+            accepted_ever: AtomicU64::new(0),
+            failed_ever: AtomicU64::new(0),
             throttling: AtomicBool::new(false),
             name: Arc::from(""),
         }
@@ -391,16 +416,44 @@ impl Throttle {
     pub(crate) fn record(&self, _sent: Sent, verdict: Verdict, tick: Tick) {
         let epoch = self.clock.epoch_of(tick);
         match verdict {
-            Verdict::Accepted => {}
+            Verdict::Accepted => {
+                self.accepted_ever.fetch_add(1, Ordering::Relaxed);
+            }
             Verdict::Failed => {
                 self.failed.add(epoch, 1);
+                self.failed_ever.fetch_add(1, Ordering::Relaxed);
             }
             Verdict::TimedOut => {
                 self.slow.add(epoch, 1);
                 self.failed.add(epoch, 1);
+                self.failed_ever.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.sent.add(epoch, 1);
+    }
+
+    /// What the upstream has answered so far: a mark to compare with later.
+    #[inline]
+    pub(crate) fn answers(&self) -> Answers {
+        Answers {
+            accepted: self.accepted_ever.load(Ordering::Relaxed),
+            failed: self.failed_ever.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether, since `mark`, the upstream failed more than `own` attempts (the asking call's
+    /// own) and accepted none: it is failing every call now, whatever the window still holds
+    /// of the time before. A retry asked then waits for it to accept again.
+    #[inline]
+    pub(crate) fn failing_all_since(&self, mark: Answers, own: u64) -> bool {
+        let now = self.answers();
+        now.accepted == mark.accepted && now.failed.wrapping_sub(mark.failed) > own
+    }
+
+    /// Whether the upstream accepted an attempt since `mark`.
+    #[inline]
+    pub(crate) fn accepted_since(&self, mark: Answers) -> bool {
+        self.accepted_ever.load(Ordering::Relaxed) != mark.accepted
     }
 
     /// Whether the upstream is slow at `tick`: more than half the window's failures are

@@ -339,6 +339,11 @@ impl Call<'_> {
     /// starts), then it is [spent](Self::spend).
     pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<(), DenyReason> {
         if let Some(throttle) = self.upstream.throttle() {
+            // An upstream that failed every other call since this one's attempt started is
+            // failing now, whatever its window still holds from before: the retry waits.
+            if throttle.failing_all_since(self.answers_mark, 1) {
+                return Err(DenyReason::Throttled);
+            }
             let own = self.attempt - self.rotations.free;
             let registry = self.registry;
             let draw = self.rng.get_or_insert_with(|| registry.rng()).f64();
@@ -362,7 +367,11 @@ impl Call<'_> {
         let ask = self.ask(kind, at);
         let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
         let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
-        admit(upstream, ask, draw).map_err(|rejection| Refused { rejection, kind })
+        let admitted = admit(upstream, ask, draw).map_err(|rejection| Refused { rejection, kind });
+        if let Some(throttle) = self.upstream.throttle() {
+            self.answers_mark = throttle.answers();
+        }
+        admitted
     }
 
     /// [`wait_for_slot`] for `attempt`, which then starts when admitted, with what is left of

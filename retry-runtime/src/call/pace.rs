@@ -96,6 +96,9 @@ impl Call<'_> {
             return Err(Unwaited::NoWait);
         };
         let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
+        // "Again": an answer accepted after the call was refused, not one the window still
+        // holds from before.
+        let refused_at = throttle.answers();
         // Once the call has seen the upstream slow, it waits in a backlog let go at the pace of
         // the upstream's answers; until then, it goes as soon as the upstream accepts again.
         let mut in_backlog = false;
@@ -110,10 +113,11 @@ impl Call<'_> {
             }
             at = Instant::now();
             let tick = upstream.tick(at);
-            let goes = match in_backlog {
-                true => throttle.lets_go_at(tick),
-                false => throttle.accepts_again_at(tick),
-            };
+            let goes = throttle.accepted_since(refused_at)
+                && match in_backlog {
+                    true => throttle.lets_go_at(tick),
+                    false => throttle.accepts_again_at(tick),
+                };
             if goes {
                 return Ok(at);
             }

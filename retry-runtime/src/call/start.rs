@@ -17,6 +17,7 @@ use crate::registry::{Registry, Upstream};
 use crate::replay::Replayability;
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::site::CallSite;
+use crate::throttle::Answers;
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]
@@ -122,6 +123,7 @@ impl<'r> Call<'r> {
             previous_delay: Duration::ZERO,
             auth_refresh_used: false,
             retried_mark: 0,
+            answers_mark: Answers::default(),
             rng: None,
             span,
             attempt_span: tracing::Span::none(),

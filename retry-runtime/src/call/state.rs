@@ -18,6 +18,7 @@ use crate::key::IdempotencyKey;
 use crate::registry::Registry;
 use crate::replay::Replayability;
 use crate::scope::{CallScope, deadline_after};
+use crate::throttle::Answers;
 use crate::upstream::Upstream;
 use crate::window::Tick;
 
@@ -71,6 +72,9 @@ pub struct Call<'r> {
     pub(super) auth_refresh_used: bool,
     /// The scope's count of failures retried below, when the last attempt started.
     pub(super) retried_mark: u64,
+    /// What the upstream's throttle had answered when the last attempt was admitted: a retry
+    /// learns from it whether the upstream failed every call since.
+    pub(super) answers_mark: Answers,
     /// Drawn from the registry at the first decision: a call that succeeds needs none.
     pub(super) rng: Option<fastrand::Rng>,
     pub(super) span: tracing::Span,

@@ -339,3 +339,31 @@ fn the_upstream_accepts_again_on_evidence_only() {
     assert!(throttle.accepts_again_at(tick), "15 sent <= 3 x 5 accepted");
     assert_eq!(throttle.refusal_probability(), 0.0);
 }
+
+/// What the upstream did since a mark, whatever the window holds: failing every call (more
+/// failures than the asking call's own, none accepted), and accepting again.
+#[test]
+fn a_mark_tells_what_the_upstream_answered_since() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 20, true);
+    let mark = throttle.answers();
+    assert!(!throttle.failing_all_since(mark, 1), "nothing since");
+    answer(&throttle, tick, 1, false);
+    assert!(
+        !throttle.failing_all_since(mark, 1),
+        "only the call's own failure: a lone call's retry goes"
+    );
+    answer(&throttle, tick, 1, false);
+    assert!(
+        throttle.failing_all_since(mark, 1),
+        "another call failed too, and none was accepted, though the window holds 20 accepted"
+    );
+    assert!(
+        throttle.accepts_again_at(tick),
+        "the window alone would let it go"
+    );
+    assert!(!throttle.accepted_since(mark));
+    answer(&throttle, tick, 1, true);
+    assert!(throttle.accepted_since(mark));
+    assert!(!throttle.failing_all_since(mark, 1), "one accepted since");
+}
