@@ -280,7 +280,7 @@ impl UpstreamConfig {
         }
         let attempt_timeout = self.attempt_timeout();
         // How a message names the attempt timeout: a default derived from the deadline says so.
-        let timeout_named = match self.attempt_timeout {
+        let timeout_named = || match self.attempt_timeout {
             None if self.propagate => format!("{attempt_timeout:?}, half the deadline"),
             _ => format!("{attempt_timeout:?}"),
         };
@@ -309,8 +309,9 @@ impl UpstreamConfig {
             push(
                 "min_attempt_budget",
                 format!(
-                    "min_attempt_budget ({:?}) must be below attempt_timeout ({timeout_named}): use 50ms",
-                    self.min_attempt_budget
+                    "min_attempt_budget ({:?}) must be below attempt_timeout ({}): use 50ms",
+                    self.min_attempt_budget,
+                    timeout_named()
                 ),
             );
         }
@@ -353,8 +354,9 @@ impl UpstreamConfig {
                 push(
                     "hedge.delay",
                     format!(
-                        "hedge.delay ({delay:?}) must be below attempt_timeout ({timeout_named}): \
-                         the attempt is cut before a hedge would start; lower hedge.delay"
+                        "hedge.delay ({delay:?}) must be below attempt_timeout ({}): \
+                         the attempt is cut before a hedge would start; lower hedge.delay",
+                        timeout_named()
                     ),
                 );
             }

@@ -474,13 +474,13 @@ impl Throttle {
     /// steps: calls asking at the same instant may let a few more go.
     #[inline]
     pub(crate) fn lets_go_at(&self, tick: Tick) -> bool {
-        if !self.accepts_again_at(tick) {
+        let epoch = self.clock.epoch_of(tick);
+        let (sent, accepted) = self.counts(epoch);
+        if !self.accepts_again(sent, accepted) {
             return false;
         }
-        let epoch = self.clock.epoch_of(tick);
-        let accepted = self.counts(epoch).1 as f64;
         let released = self.released.sum(epoch) as f64;
-        if released + 1.0 > self.config.retry_multiplier * (accepted - released) {
+        if released + 1.0 > self.config.retry_multiplier * (accepted as f64 - released) {
             return false;
         }
         self.released.add(epoch, 1);
@@ -494,6 +494,12 @@ impl Throttle {
     #[inline]
     pub(crate) fn accepts_again_at(&self, tick: Tick) -> bool {
         let (sent, accepted) = self.counts(self.clock.epoch_of(tick));
+        self.accepts_again(sent, accepted)
+    }
+
+    /// [`accepts_again_at`](Self::accepts_again_at) for a window's counts.
+    #[inline]
+    fn accepts_again(&self, sent: f64, accepted: u64) -> bool {
         accepted > 0 && sent <= self.config.multiplier * accepted as f64
     }
 

@@ -8,45 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_runtime::backoff::{Backoff, Jitter};
-use retry_runtime::{Classify, Error, Evidence, Method, Registry, Retry, UpstreamConfig};
+use retry_runtime::{Error, Method, Registry, Retry, UpstreamConfig};
 use tokio::sync::Notify;
 
-/// An attempt's failure: a status, or the runtime's own error.
-#[derive(Debug)]
-enum Fail {
-    Status(u16),
-    Runtime(Error),
-}
-
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fail::Status(status) => write!(f, "status {status}"),
-            Fail::Runtime(e) => e.fmt(f),
-        }
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail::Runtime(e)
-    }
-}
-
-impl Classify for Fail {
-    fn evidence(&self) -> Evidence {
-        match self {
-            Fail::Status(_) => Evidence::ResponseReceived,
-            Fail::Runtime(e) => e.evidence(),
-        }
-    }
-    fn status(&self) -> Option<u16> {
-        match self {
-            Fail::Status(status) => Some(*status),
-            Fail::Runtime(e) => e.status(),
-        }
-    }
-}
+mod common;
+use common::Fail;
 
 /// The throttle is tested on its own: these tests script failures to reach a retry, which it
 /// would refuse at random.
