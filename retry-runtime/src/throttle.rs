@@ -90,7 +90,9 @@
 //! times the answers the upstream accepted from the others: each accepted answer lets about
 //! one waiting call go, so the upstream's own answers clock the backlog out, as
 //! acknowledgements clock out TCP's packets (Jacobson, "Congestion Avoidance and Control",
-//! 1988), and the backlog at most doubles what the upstream currently accepts. In the same
+//! 1988), and the backlog at most doubles what the upstream currently accepts. With no other
+//! call left to answer, the backlog goes one call at a time on its own answers: a call goes
+//! when every call let go in the window has been answered and accepted. In the same
 //! slowdown, B at its defaults then succeeds 98 % against 81 % without retry, the catalog
 //! holds fewer requests at its peak than without retry (19 against 22), and recovers sooner
 //! (0-0.25 s against 0.75-1 s). Waiting rather than failing is the AWS SDKs' adaptive retry
@@ -106,6 +108,19 @@
 //! goes only once the upstream has accepted an attempt since it was refused. In the outage
 //! lab's dead catalog, met warm, the library's designs then send 0.22-0.26 catalog calls per
 //! operation, against 0.26-0.32 on the window alone.
+//!
+//! **Somebody asks.** Waiting calls learn from the answers to other calls' attempts, so when
+//! every call waits and no new call comes (a burst at start-up, a batch job, a lull) nobody
+//! would ask the upstream anything, and the calls would wait out their deadlines against an
+//! upstream that may be healthy again. So when the window holds nothing (no attempt ended in
+//! it, none refused, no waiting call let go), a waiting call goes as the upstream's probe,
+//! about one a window, the rate at which first attempts probe an upstream that accepts
+//! nothing; its accepted answer lets the others go as above. While new calls come, their first
+//! attempts are the probes (refused or not, they fill the window), and no waiting call adds
+//! one. In a burst of 200 writes over h2c to nginx with `keepalive_requests 3`, a few requests
+//! hang in a closing connection until their attempt timeout; their retries are refused, since
+//! the window then holds only those timeouts, and without a probe they waited out their
+//! deadlines and failed.
 //!
 //! Counting is lock-free: the window counters the budget and the breaker use (one
 //! compare-and-swap per count, one load per read).
@@ -283,8 +298,11 @@ pub struct Throttle {
     /// Of the failed attempts, those that timed out: the upstream is slow, not failing fast.
     slow: Counter,
     refused: Counter,
-    /// Calls let go after waiting while the upstream was slow (see [`Throttle::lets_go_at`]).
+    /// Calls let go after waiting while the upstream was slow, and probes (see
+    /// [`Throttle::lets_go_at`], [`Throttle::probes_at`]), and those whose attempt the upstream
+    /// accepted.
     released: Counter,
+    released_accepted: Counter,
     /// Every attempt accepted, and every attempt failed, since the throttle was made: what a
     /// call compares with its [`Answers`] mark to learn what the upstream did meanwhile.
     accepted_ever: AtomicU64,
@@ -324,6 +342,7 @@ impl Throttle {
             slow: Counter::default(),
             refused: Counter::default(),
             released: Counter::default(),
+            released_accepted: Counter::default(),
             accepted_ever: AtomicU64::new(0),
             failed_ever: AtomicU64::new(0),
             throttling: AtomicBool::new(false),
@@ -466,12 +485,14 @@ impl Throttle {
     }
 
     /// Whether a call that waits in a slow upstream's backlog goes at `tick`, counting it when
-    /// it does: the upstream [accepts again](Self::accepts_again_at), and the calls let go in
-    /// the window stay within `retry_multiplier` times the answers it accepted from the others
-    /// (`released <= K_r x (accepted - released)`, each call let go counted as accepted).
-    /// So the backlog adds at most `K_r` times what the upstream currently accepts, and grows
-    /// only as fast as the upstream answers: its own answers pace it. Read and count are two
-    /// steps: calls asking at the same instant may let a few more go.
+    /// it does: the upstream [accepts again](Self::accepts_again_at), and either the calls let
+    /// go in the window stay within `retry_multiplier` times the answers it accepted from the
+    /// others (`released <= K_r x (accepted - released)`, each call let go counted as
+    /// accepted), or the backlog has nothing in flight (every call let go in the window was
+    /// answered, and accepted). So the backlog adds at most `K_r` times what the upstream
+    /// currently accepts from the others, plus one call at a time on its own answers: when no
+    /// other call is left, each accepted answer lets the next waiting call go. Read and count
+    /// are two steps: calls asking at the same instant may let a few more go.
     #[inline]
     pub(crate) fn lets_go_at(&self, tick: Tick) -> bool {
         let epoch = self.clock.epoch_of(tick);
@@ -479,8 +500,37 @@ impl Throttle {
         if !self.accepts_again(sent, accepted) {
             return false;
         }
-        let released = self.released.sum(epoch) as f64;
-        if released + 1.0 > self.config.retry_multiplier * (accepted as f64 - released) {
+        let released = self.released.sum(epoch);
+        let paced = released as f64 + 1.0
+            <= self.config.retry_multiplier * (accepted as f64 - released as f64);
+        let idle = released <= self.released_accepted.sum(epoch);
+        if !(paced || idle) {
+            return false;
+        }
+        self.released.add(epoch, 1);
+        true
+    }
+
+    /// Counts, at `tick`, an accepted answer to the attempt of a call [let go](Self::lets_go_at)
+    /// or sent as the [probe](Self::probes_at).
+    #[inline]
+    pub(crate) fn accepted_let_go(&self, tick: Tick) {
+        self.released_accepted.add(self.clock.epoch_of(tick), 1);
+    }
+
+    /// Whether a waiting call goes at `tick` as the upstream's probe, counting it (as a call
+    /// let go) when it does: the window holds nothing (no attempt ended in it, none was
+    /// refused, no waiting call was let go), so no call is asking the upstream anything.
+    /// Without it, calls that all wait, with no new call to send a first attempt, would wait
+    /// for answers nobody asks for until their deadlines. While new calls come, their first
+    /// attempts probe (and are refused in the window), so none of the waiting calls does; at
+    /// most about one goes per window otherwise (calls asking at the same instant may let a
+    /// few go).
+    #[inline]
+    pub(crate) fn probes_at(&self, tick: Tick) -> bool {
+        let epoch = self.clock.epoch_of(tick);
+        let asked = self.sent.sum(epoch) + self.refused.sum(epoch) + self.released.sum(epoch);
+        if asked != 0 {
             return false;
         }
         self.released.add(epoch, 1);

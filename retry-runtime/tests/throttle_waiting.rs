@@ -161,7 +161,8 @@ async fn calls_refused_during_a_fast_failing_outage_wait_and_complete_after_it()
 
 /// An upstream that dies after a healthy second: the window still holds a second of accepted
 /// answers, yet a call whose attempt failed while every other call's failed too does not
-/// retry into it; it waits for the upstream to accept again, which it never does.
+/// retry into it; it waits for the upstream to accept again, which it never does, and once no
+/// new call comes, the waiting calls probe it about once a window.
 #[tokio::test(start_paused = true)]
 async fn retries_wait_from_the_first_failures_of_an_upstream_met_warm() {
     let reg = registry(3, true);
@@ -177,15 +178,24 @@ async fn retries_wait_from_the_first_failures_of_an_upstream_met_warm() {
         .count();
     let sent_dead = received
         .iter()
-        .filter(|(_, m)| *m == Mode::DownAfter20ms)
+        .filter(|(at, m)| *m == Mode::DownAfter20ms && *at < Duration::from_secs(2))
         .count();
-    // The calls of the first half-second send their first attempts (the window admits them
-    // on the healthy second's evidence), and few retries: 42 requests for 100 calls here;
-    // judged on the window alone, 58 (49 with only the retry's mark, 55 with only the wait's).
+    let probes = received
+        .iter()
+        .filter(|(at, _)| *at >= Duration::from_secs(2))
+        .count();
+    // While calls come, those of the first half-second send their first attempts (the window
+    // admits them on the healthy second's evidence), and few retries: 41 requests for 100
+    // calls here; judged on the window alone, 58 (49 with only the retry's mark, 55 with only
+    // the wait's).
     assert!(
         sent_dead * 100 <= after * 45,
-        "{sent_dead} requests to the dead upstream for {after} calls"
+        "{sent_dead} requests to the dead upstream for {after} calls while calls came"
     );
+    // Once no new call comes to probe, a waiting call goes as the probe when the window holds
+    // nothing, and its retry is a lone call's: at most about two requests a window for the
+    // 5 s the last calls wait (11 here), not one per waiting call.
+    assert!(probes <= 2 * 10, "{probes} probes after the calls stopped");
 }
 
 #[tokio::test(start_paused = true)]
@@ -315,6 +325,90 @@ async fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
     // ...and once the upstream speeds up, the calls let go queue a few deep at most (3 here):
     // each goes on an answer. Let go together, they queued 25 deep.
     assert!(waited.peak_after <= 5, "{report}");
+}
+
+/// A burst of calls and nothing else, where the first few attempts hang until their timeout
+/// cuts them (as a request handed to a connection that is closing does): when they time out,
+/// the window holds only their timeouts, so their retries are refused and wait, and no other
+/// call is left to send anything the upstream could accept. One of them probes; the rest go on
+/// its answer and on each other's.
+#[tokio::test(start_paused = true)]
+async fn a_burst_whose_first_attempts_hang_completes_with_no_other_traffic() {
+    for hung in [1, 5, 40] {
+        let reg = registry(3, true);
+        let received = Arc::new(AtomicU32::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..100 {
+            let (reg, received) = (reg.clone(), received.clone());
+            tasks.spawn(async move {
+                Retry::in_registry(&reg, "up")
+                    .method(Method::GET)
+                    .run(|_| {
+                        let n = received.fetch_add(1, Ordering::SeqCst);
+                        async move {
+                            if n < hung {
+                                std::future::pending::<()>().await;
+                            }
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            Ok::<(), Fail>(())
+                        }
+                    })
+                    .await
+            });
+        }
+        let results = tasks.join_all().await;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        assert_eq!(failed, 0, "{hung} hung: {failed} of 100 failed");
+        // Each hung attempt is retried once; nothing else is sent twice.
+        assert_eq!(received.load(Ordering::SeqCst), 100 + hung, "{hung} hung");
+    }
+}
+
+/// A burst of calls and nothing else, met by a fast-failing outage of a second: every call's
+/// first attempt fails at once, their retries wait, and no new call comes to send a first
+/// attempt. One of the waiting calls probes the upstream about once a window; once it accepts
+/// the probe, the rest go.
+#[tokio::test(start_paused = true)]
+async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
+    let reg = registry(3, true);
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let (reg, received) = (reg.clone(), received.clone());
+        tasks.spawn(async move {
+            Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    let mode = outage(start.elapsed());
+                    received.lock().unwrap().push(start.elapsed());
+                    async move {
+                        match mode {
+                            Mode::Up => Ok(()),
+                            _ => Err(Fail::Status(503)),
+                        }
+                    }
+                })
+                .await
+        });
+    }
+    let results = tasks.join_all().await;
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    let received = received.lock().unwrap().clone();
+    let in_outage: Vec<&Duration> = received
+        .iter()
+        .filter(|at| **at < Duration::from_secs(1))
+        .collect();
+    // The only calls that fail are those whose three attempts all reached the outage (a first
+    // attempt and two probes here): 1 of 100. Without the probes, none of the waiting calls
+    // ever goes, and all 100 fail at their deadlines.
+    assert!(
+        failed * 3 <= in_outage.len(),
+        "{failed} of 100 failed; requests at {received:?}"
+    );
+    // The outage gets the first attempts the throttle admitted and about one probe a window
+    // (8 requests here), not a retry per call.
+    assert!(in_outage.len() <= 10, "requests at {in_outage:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -245,6 +245,9 @@ impl Call<'_> {
             };
             let tick = self.ended_at(waited, end);
             permit.end(&self.upstream, end, tick);
+            if self.let_go {
+                self.let_go_ended(end, tick);
+            }
         }
         result
     }

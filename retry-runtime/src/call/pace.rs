@@ -9,12 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Call;
-use super::admission::{Admitted, AttemptKind, Permit, Refused, admit};
+use super::admission::{Admitted, AttemptEnd, AttemptKind, Permit, Refused, admit};
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
 use crate::error::Error;
 use crate::scope::deadline_after;
+use crate::window::Tick;
 
 /// The shortest wait between two asks: a full-jitter backoff can draw (nearly) zero, and
 /// asking again within the same millisecond learns nothing new.
@@ -113,15 +114,32 @@ impl Call<'_> {
             }
             at = Instant::now();
             let tick = upstream.tick(at);
-            let goes = throttle.accepted_since(refused_at)
+            let again = throttle.accepted_since(refused_at)
                 && match in_backlog {
                     true => throttle.lets_go_at(tick),
                     false => throttle.accepts_again_at(tick),
                 };
-            if goes {
+            if again || throttle.probes_at(tick) {
+                // Let go from a slow upstream's backlog, or as the probe: counted as let go,
+                // and its accepted answer lets the next waiting call go.
+                self.let_go = in_backlog || !again;
                 return Ok(at);
             }
             wait = self.next_wait(wait);
+        }
+    }
+
+    /// The attempt of a call [let go](crate::throttle::Throttle::lets_go_at) ended (`end`, at
+    /// `tick`); an accepted answer counts toward letting the next waiting call go. An attempt
+    /// lost to connection rotation says nothing yet: its free retry carries the mark.
+    pub(super) fn let_go_ended(&mut self, end: AttemptEnd, tick: Tick) {
+        if end == AttemptEnd::Unjudged {
+            return;
+        }
+        self.let_go = false;
+        let accepted = matches!(end, AttemptEnd::Accepted | AttemptEnd::FailedBelow);
+        if let (true, Some(throttle)) = (accepted, self.upstream.throttle()) {
+            throttle.accepted_let_go(tick);
         }
     }
 

@@ -124,6 +124,7 @@ impl<'r> Call<'r> {
             auth_refresh_used: false,
             retried_mark: 0,
             answers_mark: Answers::default(),
+            let_go: false,
             rng: None,
             span,
             attempt_span: tracing::Span::none(),

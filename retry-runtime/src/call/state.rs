@@ -75,6 +75,9 @@ pub struct Call<'r> {
     /// What the upstream's throttle had answered when the last attempt was admitted: a retry
     /// learns from it whether the upstream failed every call since.
     pub(super) answers_mark: Answers,
+    /// Whether the attempt under way (or the next, after a free rotation retry) is that of a
+    /// call the throttle let go from a slow upstream's backlog, or as its probe.
+    pub(super) let_go: bool,
     /// Drawn from the registry at the first decision: a call that succeeds needs none.
     pub(super) rng: Option<fastrand::Rng>,
     pub(super) span: tracing::Span,

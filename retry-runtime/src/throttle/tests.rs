@@ -325,6 +325,53 @@ fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
     assert_eq!(let_go, 4, "released <= 2 x (6 - released)");
 }
 
+/// With no other call left, a slow upstream's backlog goes one call at a time: each call let
+/// go, once the upstream accepts its attempt, lets the next go.
+#[test]
+fn a_backlog_with_no_other_call_goes_one_at_a_time_on_its_own_answers() {
+    let (throttle, tick) = fresh();
+    assert!(
+        throttle.probes_at(tick),
+        "an empty window: a waiting call probes"
+    );
+    assert!(!throttle.probes_at(tick), "one probe a window");
+    assert!(!throttle.lets_go_at(tick), "the probe is not answered yet");
+    // The probe is accepted: the next waiting call goes, and only one.
+    answer(&throttle, tick, 1, true);
+    throttle.accepted_let_go(tick);
+    assert_eq!((0..100).filter(|_| throttle.lets_go_at(tick)).count(), 1);
+    throttle.record(throttle.granted(), Verdict::Accepted, tick);
+    throttle.accepted_let_go(tick);
+    assert_eq!((0..100).filter(|_| throttle.lets_go_at(tick)).count(), 1);
+    // A call let go that is not accepted (it timed out) lets none go until the window forgets it.
+    throttle.record(throttle.granted(), Verdict::TimedOut, tick);
+    assert!(!throttle.lets_go_at(tick));
+}
+
+/// A waiting call probes only when no call asks the upstream anything in the window: no
+/// attempt ended, none refused, no waiting call let go.
+#[test]
+fn a_waiting_call_probes_only_a_window_nobody_asks_in() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 1, false);
+    assert!(!throttle.probes_at(tick), "an attempt ended in the window");
+    let later = |millis: u64| {
+        Tick::at(
+            throttle.clock.origin(),
+            throttle.clock.origin() + Duration::from_millis(millis),
+        )
+    };
+    // Later, new calls are refused (their first attempts are the probes), and the failures
+    // that refused them leave the window before the refusals do.
+    answer(&throttle, later(1000), 5, false);
+    let refused = (0..20)
+        .filter(|_| throttle.admit(Work::First, later(1400), || 0.0).is_none())
+        .count();
+    assert!(refused > 0);
+    assert!(!throttle.probes_at(later(1600)), "new calls ask");
+    assert!(throttle.probes_at(later(2000)), "nobody asks");
+}
+
 /// A waiting call goes when the upstream accepts again: accepted attempts in the window, and
 /// no first attempt refused. An empty window is no evidence.
 #[test]
