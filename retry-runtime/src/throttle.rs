@@ -117,7 +117,10 @@
 //! about one a window, the rate at which first attempts probe an upstream that accepts
 //! nothing; its accepted answer lets the others go as above. While new calls come, their first
 //! attempts are the probes (refused or not, they fill the window), and no waiting call adds
-//! one. In a burst of 200 writes over h2c to nginx with `keepalive_requests 3`, a few requests
+//! one. A call let go from waiting, as the probe or from a slow upstream's backlog, whose
+//! attempt fails waits again for its retry, behind the calls that waited with it: it went to
+//! learn whether the upstream accepts, and it does not (retrying at once as a lone call
+//! would, it sent a dead upstream a third more requests in the loop test). In a burst of 200 writes over h2c to nginx with `keepalive_requests 3`, a few requests
 //! hang in a closing connection until their attempt timeout; their retries are refused, since
 //! the window then holds only those timeouts, and without a probe they waited out their
 //! deadlines and failed.
@@ -298,10 +301,11 @@ pub struct Throttle {
     /// Of the failed attempts, those that timed out: the upstream is slow, not failing fast.
     slow: Counter,
     refused: Counter,
-    /// Calls let go after waiting while the upstream was slow, and probes (see
-    /// [`Throttle::lets_go_at`], [`Throttle::probes_at`]), and those whose attempt the upstream
-    /// accepted.
+    /// Waiting calls let go from a slow upstream's backlog, and waiting calls sent as probes
+    /// (see [`Throttle::lets_go_at`], [`Throttle::probes_at`]).
     released: Counter,
+    /// Of those, the ones whose attempt the upstream accepted: when they are all of them, the
+    /// backlog has nothing in flight.
     released_accepted: Counter,
     /// Every attempt accepted, and every attempt failed, since the throttle was made: what a
     /// call compares with its [`Answers`] mark to learn what the upstream did meanwhile.
@@ -511,11 +515,13 @@ impl Throttle {
         true
     }
 
-    /// Counts, at `tick`, an accepted answer to the attempt of a call [let go](Self::lets_go_at)
-    /// or sent as the [probe](Self::probes_at).
+    /// Counts an accepted answer to the attempt of a call [let go](Self::lets_go_at) or sent as
+    /// the [probe](Self::probes_at) at `let_go`. It counts where the call was counted as let
+    /// go, so that the two leave the window together, and a call let go a window ago and still
+    /// in flight is forgotten with everything else of that time.
     #[inline]
-    pub(crate) fn accepted_let_go(&self, tick: Tick) {
-        self.released_accepted.add(self.clock.epoch_of(tick), 1);
+    pub(crate) fn accepted_let_go(&self, let_go: Tick) {
+        self.released_accepted.add(self.clock.epoch_of(let_go), 1);
     }
 
     /// Whether a waiting call goes at `tick` as the upstream's probe, counting it (as a call

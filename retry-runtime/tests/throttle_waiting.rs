@@ -411,6 +411,46 @@ async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
     assert!(in_outage.len() <= 10, "requests at {in_outage:?}");
 }
 
+/// A burst of calls and nothing else, against an upstream that is down and answers in 20 ms:
+/// every first attempt goes, every retry but a lone call's waits, one waiting call probes the
+/// upstream about once a window, and a probe that fails waits again behind the others rather
+/// than retrying as a lone call would; every call ends by its deadline.
+#[tokio::test(start_paused = true)]
+async fn a_burst_against_a_dead_upstream_probes_it_once_a_window() {
+    let reg = registry(3, true);
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let (reg, received) = (reg.clone(), received.clone());
+        tasks.spawn(async move {
+            let result = Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    received.lock().unwrap().push(start.elapsed());
+                    async {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Err::<(), Fail>(Fail::Status(503))
+                    }
+                })
+                .await;
+            (result, start.elapsed())
+        });
+    }
+    let results = tasks.join_all().await;
+    assert!(results.iter().all(|(r, _)| r.is_err()));
+    assert!(results.iter().all(|(_, at)| *at <= Duration::from_secs(5)));
+    let received = received.lock().unwrap().clone();
+    let probes = received
+        .iter()
+        .filter(|at| **at >= Duration::from_millis(100))
+        .count();
+    // 4.9 s of 500 ms windows: about ten probes (10 here; 13 when a failed probe's retry goes
+    // as a lone call's).
+    let late = &received[received.len() - probes..];
+    assert!(probes <= 11, "{probes} probes: {late:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_wait_ends_when_shutdown_starts() {
     let reg = registry(1, true);

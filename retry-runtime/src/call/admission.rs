@@ -134,6 +134,18 @@ impl AttemptEnd {
     }
 }
 
+/// A call let go after waiting for admission (`pace`): from a slow upstream's backlog, or as
+/// its probe.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LetGo {
+    /// The call's attempt was not let go that way.
+    No,
+    /// Its attempt is under way; it was let go at this tick of the throttle's window.
+    Sent(Tick),
+    /// Its attempt failed: its retry waits again.
+    Failed,
+}
+
 /// What let one attempt start: what each gate granted. Dropped without [`end`](Self::end), it
 /// gives everything back, telling no gate anything about the upstream.
 #[derive(Debug)]
@@ -339,6 +351,14 @@ impl Call<'_> {
     /// starts), then it is [spent](Self::spend).
     pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<(), DenyReason> {
         if let Some(throttle) = self.upstream.throttle() {
+            // A call let go after waiting (from a slow upstream's backlog, or as its probe)
+            // went to learn whether the upstream accepts again, and it does not: its retry
+            // waits again, behind the calls that waited with it, rather than going at once as
+            // a lone call's would.
+            if matches!(self.let_go, LetGo::Failed) {
+                self.let_go = LetGo::No;
+                return Err(DenyReason::Throttled);
+            }
             // An upstream that failed every other call since this one's attempt started is
             // failing now, whatever its window still holds from before: the retry waits.
             if throttle.failing_all_since(self.answers_mark, 1) {

@@ -55,7 +55,7 @@ use crate::error::{Ambiguous, Error};
 use crate::evidence::Evidence;
 use crate::observe::{AttemptOutcome, CallKind};
 
-use admission::{Admitted, AttemptEnd, AttemptKind, Permit};
+use admission::{Admitted, AttemptEnd, AttemptKind, LetGo, Permit};
 use pace::Unpaced;
 use state::{Local, Now};
 
@@ -245,8 +245,8 @@ impl Call<'_> {
             };
             let tick = self.ended_at(waited, end);
             permit.end(&self.upstream, end, tick);
-            if self.let_go {
-                self.let_go_ended(end, tick);
+            if let LetGo::Sent(at) = self.let_go {
+                self.let_go_ended(end, at);
             }
         }
         result

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Call;
-use super::admission::{Admitted, AttemptEnd, AttemptKind, Permit, Refused, admit};
+use super::admission::{Admitted, AttemptEnd, AttemptKind, LetGo, Permit, Refused, admit};
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
@@ -75,6 +75,10 @@ impl Call<'_> {
             Ok(admitted) => admitted,
             Err(rejection) => return Err(self.refused(rejection)),
         };
+        // The mark of what the upstream had answered when the attempt was admitted: now.
+        if let Some(throttle) = self.upstream.throttle() {
+            self.answers_mark = throttle.answers();
+        }
         attempt.started = at;
         attempt.ends = self.attempt_ends(at);
         match admitted {
@@ -122,24 +126,31 @@ impl Call<'_> {
             if again || throttle.probes_at(tick) {
                 // Let go from a slow upstream's backlog, or as the probe: counted as let go,
                 // and its accepted answer lets the next waiting call go.
-                self.let_go = in_backlog || !again;
+                if in_backlog || !again {
+                    self.let_go = LetGo::Sent(tick);
+                }
                 return Ok(at);
             }
             wait = self.next_wait(wait);
         }
     }
 
-    /// The attempt of a call [let go](crate::throttle::Throttle::lets_go_at) ended (`end`, at
-    /// `tick`); an accepted answer counts toward letting the next waiting call go. An attempt
+    /// The attempt of a call [let go](crate::throttle::Throttle::lets_go_at) at `let_go` ended
+    /// (`end`): an accepted answer counts toward letting the next waiting call go; after a
+    /// failure, the call's retry waits again ([`grant_retry`](Self::grant_retry)). An attempt
     /// lost to connection rotation says nothing yet: its free retry carries the mark.
-    pub(super) fn let_go_ended(&mut self, end: AttemptEnd, tick: Tick) {
-        if end == AttemptEnd::Unjudged {
-            return;
-        }
-        self.let_go = false;
-        let accepted = matches!(end, AttemptEnd::Accepted | AttemptEnd::FailedBelow);
-        if let (true, Some(throttle)) = (accepted, self.upstream.throttle()) {
-            throttle.accepted_let_go(tick);
+    pub(super) fn let_go_ended(&mut self, end: AttemptEnd, let_go: Tick) {
+        match end {
+            AttemptEnd::Unjudged => {}
+            AttemptEnd::Accepted | AttemptEnd::FailedBelow => {
+                self.let_go = LetGo::No;
+                if let Some(throttle) = self.upstream.throttle() {
+                    throttle.accepted_let_go(let_go);
+                }
+            }
+            AttemptEnd::Failed | AttemptEnd::TimedOut | AttemptEnd::ConnectionFailed => {
+                self.let_go = LetGo::Failed;
+            }
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::admission::LetGo;
 use super::rotation::Rotations;
 use super::{Call, Local, events};
 use crate::engine::Safety;
@@ -124,7 +125,7 @@ impl<'r> Call<'r> {
             auth_refresh_used: false,
             retried_mark: 0,
             answers_mark: Answers::default(),
-            let_go: false,
+            let_go: LetGo::No,
             rng: None,
             span,
             attempt_span: tracing::Span::none(),

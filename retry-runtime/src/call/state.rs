@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::AttemptEnd;
+use super::admission::{AttemptEnd, LetGo};
 use super::rotation::Rotations;
 use crate::attempt::Attempt;
 use crate::budget::Moment;
@@ -76,8 +76,9 @@ pub struct Call<'r> {
     /// learns from it whether the upstream failed every call since.
     pub(super) answers_mark: Answers,
     /// Whether the attempt under way (or the next, after a free rotation retry) is that of a
-    /// call the throttle let go from a slow upstream's backlog, or as its probe.
-    pub(super) let_go: bool,
+    /// call the throttle let go from a slow upstream's backlog, or as its probe, and how it
+    /// ended.
+    pub(super) let_go: LetGo,
     /// Drawn from the registry at the first decision: a call that succeeds needs none.
     pub(super) rng: Option<fastrand::Rng>,
     pub(super) span: tracing::Span,

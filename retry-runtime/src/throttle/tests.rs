@@ -348,6 +348,118 @@ fn a_backlog_with_no_other_call_goes_one_at_a_time_on_its_own_answers() {
     assert!(!throttle.lets_go_at(tick));
 }
 
+/// What became of `n` waiting calls with nobody else to ask (see [`drain_alone`]).
+#[derive(Debug)]
+struct Drained {
+    /// When the last of them went, if they all did.
+    last: Option<Duration>,
+    /// The most calls let go with no answer yet.
+    in_flight: usize,
+    /// Calls let go in all.
+    let_go: usize,
+}
+
+/// `n` calls waiting in a slow upstream's backlog, and no other call: the window starts with
+/// `hung` timeouts. Each call asks every `ask` (call `i` first at `i` ms), as a waiting call
+/// asks at each backoff step; a call let go (from the backlog or as the probe) is answered
+/// after `latency`, `accepted` or failed; a failed one waits again. Simulated for `run` in
+/// 1 ms steps.
+fn drain_alone(
+    n: usize,
+    hung: usize,
+    ask: Duration,
+    latency: Duration,
+    accepted: bool,
+    run: Duration,
+) -> Drained {
+    let (throttle, start) = fresh();
+    for _ in 0..hung {
+        throttle.record(throttle.granted(), Verdict::TimedOut, start);
+    }
+    let origin = throttle.clock.origin();
+    let ask = ask.as_millis() as usize;
+    let mut waiting: Vec<bool> = vec![true; n];
+    // When each call let go is answered, and when it was let go.
+    let mut answers: Vec<(Duration, usize, Tick)> = Vec::new();
+    let (mut in_flight, mut let_go, mut last) = (0, 0, None);
+    for ms in 0..run.as_millis() as usize {
+        let now = Duration::from_millis(ms as u64);
+        let tick = Tick::at(origin, origin + now);
+        answers.retain(|&(at, call, let_go)| {
+            if at > now {
+                return true;
+            }
+            let verdict = if accepted {
+                Verdict::Accepted
+            } else {
+                Verdict::Failed
+            };
+            throttle.record(throttle.granted(), verdict, tick);
+            if accepted {
+                throttle.accepted_let_go(let_go);
+            } else {
+                waiting[call] = true;
+            }
+            false
+        });
+        for (call, waits) in waiting.iter_mut().enumerate() {
+            if !*waits || !(ms + ask - call % ask).is_multiple_of(ask) {
+                continue;
+            }
+            if throttle.lets_go_at(tick) || throttle.probes_at(tick) {
+                *waits = false;
+                let_go += 1;
+                answers.push((now + latency, call, tick));
+            }
+        }
+        in_flight = in_flight.max(answers.len());
+        if last.is_none() && waiting.iter().all(|w| !w) {
+            last = Some(now);
+        }
+    }
+    Drained {
+        last,
+        in_flight,
+        let_go,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A backlog with nobody else to ask never waits for nothing: once the window forgets the
+    /// timeouts, one call probes, and the rest go one at a time, each on the answer to the one
+    /// before.
+    #[test]
+    fn a_backlog_alone_drains_one_call_at_a_time(
+        n in 1usize..100,
+        hung in 1usize..20,
+        ask in 5u64..50,
+        latency in 1u64..200,
+    ) {
+        let (ask, latency) = (Duration::from_millis(ask), Duration::from_millis(latency));
+        let bound = Duration::from_millis(600) + (latency + ask) * n as u32;
+        let drained = drain_alone(n, hung, ask, latency, true, bound + ask);
+        prop_assert!(drained.last.is_some_and(|at| at <= bound), "{drained:?} (bound {bound:?})");
+        prop_assert_eq!(drained.in_flight, 1, "{:?}", drained);
+    }
+
+    /// A dead upstream with nobody else to ask gets about one probe a window from its waiting
+    /// calls, however many wait.
+    #[test]
+    fn a_dead_upstream_alone_gets_one_probe_a_window(
+        n in 1usize..200,
+        ask in 5u64..50,
+        latency in 1u64..200,
+    ) {
+        let run = Duration::from_secs(10);
+        let drained = drain_alone(n, 5, Duration::from_millis(ask), Duration::from_millis(latency), false, run);
+        // A window is 500 ms, counted in 50 ms slots: an entry leaves it after 450-500 ms.
+        prop_assert!(drained.let_go <= 10_000 / 450 + 1, "{drained:?}");
+        prop_assert!(drained.let_go >= 10_000 / (500 + 200 + 50) - 1, "{drained:?}");
+    }
+}
+
 /// A waiting call probes only when no call asks the upstream anything in the window: no
 /// attempt ended, none refused, no waiting call let go.
 #[test]
