@@ -24,7 +24,9 @@
 //! open, its HEADERS queued) then `poll_ready`, and when the connection task reads a GOAWAY in
 //! between, `poll_ready` fails with it and hyper fails the request with that error and drops
 //! the stream, before sending its body
-//! ([hyper's `ClientTask`](https://github.com/hyperium/hyper/blob/master/src/proto/h2/client.rs)).
+//! ([hyper's `ClientTask`](https://github.com/hyperium/hyper/blob/master/src/proto/h2/client.rs);
+//! requests failed by a GOAWAY are hyper's open issue
+//! [#2500](https://github.com/hyperium/hyper/issues/2500)).
 //! The request so failed is typically the one whose HEADERS made the server send the GOAWAY:
 //! its stream *is* the last-stream-id, and a server that answers from the headers has processed
 //! it (measured against nginx's `keepalive_requests`, where nginx logs it as the connection's
