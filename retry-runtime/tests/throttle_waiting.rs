@@ -3,6 +3,7 @@
 //! accepts again, and a slow upstream's backlog goes at the pace of its answers; it never
 //! waits past its deadline.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -327,6 +328,39 @@ async fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
     assert!(waited.peak_after <= 5, "{report}");
 }
 
+/// A burst: 100 calls started at once, and no call after them, to an upstream that answers
+/// its `n`th request, received at `at` since the start, with `answer(n, at)`. Returns how each
+/// call ended and when, and when each request came (since the start).
+async fn burst<A>(
+    reg: Arc<Registry>,
+    answer: impl Fn(u32, Duration) -> A + Send + Sync + 'static,
+) -> (Vec<(Result<(), Fail>, Duration)>, Vec<Duration>)
+where
+    A: Future<Output = Result<(), Fail>> + Send + 'static,
+{
+    let start = Instant::now();
+    let answer = Arc::new(answer);
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let (reg, answer, received) = (reg.clone(), answer.clone(), received.clone());
+        tasks.spawn(async move {
+            let result = Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .run(|_| {
+                    let mut received = received.lock().unwrap();
+                    received.push(start.elapsed());
+                    answer(received.len() as u32 - 1, start.elapsed())
+                })
+                .await;
+            (result, start.elapsed())
+        });
+    }
+    let ended = tasks.join_all().await;
+    let received = received.lock().unwrap().clone();
+    (ended, received)
+}
+
 /// A burst of calls and nothing else, where the first few attempts hang until their timeout
 /// cuts them (as a request handed to a connection that is closing does): when they time out,
 /// the window holds only their timeouts, so their retries are refused and wait, and no other
@@ -335,32 +369,18 @@ async fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
 #[tokio::test(start_paused = true)]
 async fn a_burst_whose_first_attempts_hang_completes_with_no_other_traffic() {
     for hung in [1, 5, 40] {
-        let reg = registry(3, true);
-        let received = Arc::new(AtomicU32::new(0));
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..100 {
-            let (reg, received) = (reg.clone(), received.clone());
-            tasks.spawn(async move {
-                Retry::in_registry(&reg, "up")
-                    .method(Method::GET)
-                    .run(|_| {
-                        let n = received.fetch_add(1, Ordering::SeqCst);
-                        async move {
-                            if n < hung {
-                                std::future::pending::<()>().await;
-                            }
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                            Ok::<(), Fail>(())
-                        }
-                    })
-                    .await
-            });
-        }
-        let results = tasks.join_all().await;
-        let failed = results.iter().filter(|r| r.is_err()).count();
+        let (ended, received) = burst(registry(3, true), move |n, _| async move {
+            if n < hung {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok(())
+        })
+        .await;
+        let failed = ended.iter().filter(|(r, _)| r.is_err()).count();
         assert_eq!(failed, 0, "{hung} hung: {failed} of 100 failed");
         // Each hung attempt is retried once; nothing else is sent twice.
-        assert_eq!(received.load(Ordering::SeqCst), 100 + hung, "{hung} hung");
+        assert_eq!(received.len(), 100 + hung as usize, "{hung} hung");
     }
 }
 
@@ -370,31 +390,14 @@ async fn a_burst_whose_first_attempts_hang_completes_with_no_other_traffic() {
 /// the probe, the rest go.
 #[tokio::test(start_paused = true)]
 async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
-    let reg = registry(3, true);
-    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..100 {
-        let (reg, received) = (reg.clone(), received.clone());
-        tasks.spawn(async move {
-            Retry::in_registry(&reg, "up")
-                .method(Method::GET)
-                .run(|_| {
-                    let mode = outage(start.elapsed());
-                    received.lock().unwrap().push(start.elapsed());
-                    async move {
-                        match mode {
-                            Mode::Up => Ok(()),
-                            _ => Err(Fail::Status(503)),
-                        }
-                    }
-                })
-                .await
-        });
-    }
-    let results = tasks.join_all().await;
-    let failed = results.iter().filter(|r| r.is_err()).count();
-    let received = received.lock().unwrap().clone();
+    let (ended, received) = burst(registry(3, true), |_, at| async move {
+        match outage(at) {
+            Mode::Up => Ok(()),
+            _ => Err(Fail::Status(503)),
+        }
+    })
+    .await;
+    let failed = ended.iter().filter(|(r, _)| r.is_err()).count();
     let in_outage: Vec<&Duration> = received
         .iter()
         .filter(|at| **at < Duration::from_secs(1))
@@ -417,30 +420,13 @@ async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
 /// than retrying as a lone call would; every call ends by its deadline.
 #[tokio::test(start_paused = true)]
 async fn a_burst_against_a_dead_upstream_probes_it_once_a_window() {
-    let reg = registry(3, true);
-    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..100 {
-        let (reg, received) = (reg.clone(), received.clone());
-        tasks.spawn(async move {
-            let result = Retry::in_registry(&reg, "up")
-                .method(Method::GET)
-                .run(|_| {
-                    received.lock().unwrap().push(start.elapsed());
-                    async {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        Err::<(), Fail>(Fail::Status(503))
-                    }
-                })
-                .await;
-            (result, start.elapsed())
-        });
-    }
-    let results = tasks.join_all().await;
-    assert!(results.iter().all(|(r, _)| r.is_err()));
-    assert!(results.iter().all(|(_, at)| *at <= Duration::from_secs(5)));
-    let received = received.lock().unwrap().clone();
+    let (ended, received) = burst(registry(3, true), |_, _| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Err(Fail::Status(503))
+    })
+    .await;
+    assert!(ended.iter().all(|(r, _)| r.is_err()));
+    assert!(ended.iter().all(|(_, at)| *at <= Duration::from_secs(5)));
     let probes = received
         .iter()
         .filter(|at| **at >= Duration::from_millis(100))
