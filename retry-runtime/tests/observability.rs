@@ -13,6 +13,9 @@ use metrics::{
 use retry_runtime::backoff::Backoff;
 use retry_runtime::{Error, Evidence, Method, Registry, Retry, UpstreamConfig};
 
+mod common;
+use common::Fail;
+
 /// Counters by `name{label=value,...}`.
 #[derive(Default, Clone)]
 struct Capture(Arc<Mutex<BTreeMap<String, Arc<AtomicU64>>>>);
@@ -238,6 +241,54 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
         !out.contains("secret-order-42"),
         "the key is never logged in clear"
     );
+}
+
+/// A waiting attempt says how the throttle let it go: a burst met by a second of fast 503s (no
+/// call after it, so one waiting call probes), then by a second of timeouts (a slow upstream's
+/// backlog).
+#[test]
+fn a_waiting_attempt_says_how_it_was_let_go() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for (failure, how) in [
+        (Fail::Status(503), "accepts_again"),
+        (Fail::Runtime(timeout()), "backlog"),
+    ] {
+        let failure = Arc::new(failure);
+        let out = logged(tracing::Level::DEBUG, async move {
+            let reg = Arc::new(
+                Registry::builder()
+                    .upstream("up", UpstreamConfig::new())
+                    .seed(1)
+                    .build()
+                    .unwrap(),
+            );
+            let start = tokio::time::Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..50 {
+                let (reg, failure) = (reg.clone(), failure.clone());
+                tasks.spawn(async move {
+                    let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+                        .method(Method::GET)
+                        .run(|_| {
+                            let failed = match (start.elapsed() < Duration::from_secs(1), &*failure)
+                            {
+                                (false, _) => None,
+                                (true, Fail::Status(s)) => Some(Fail::Status(*s)),
+                                (true, Fail::Runtime(_)) => Some(Fail::Runtime(timeout())),
+                            };
+                            async move { failed.map_or(Ok(()), Err) }
+                        })
+                        .await;
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+        });
+        assert!(out.contains("decision=\"let_go\" how=\"probe\""), "{out}");
+        assert!(
+            out.contains(&format!("decision=\"let_go\" how=\"{how}\"")),
+            "{out}"
+        );
+    }
 }
 
 /// Spans are at `DEBUG`: a service logging at `INFO` gets every decision as an event, and pays

@@ -146,6 +146,28 @@ pub(super) enum LetGo {
     Failed,
 }
 
+/// How the throttle let a waiting attempt go (the `let_go` event's `how`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LetGoHow {
+    /// The upstream accepts again (it failed fast).
+    AcceptsAgain,
+    /// A slow upstream's backlog let it go, at the pace of its answers.
+    Backlog,
+    /// Nobody else asked the upstream anything: it went as the probe.
+    Probe,
+}
+
+impl LetGoHow {
+    /// The name the `let_go` event gives it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            LetGoHow::AcceptsAgain => "accepts_again",
+            LetGoHow::Backlog => "backlog",
+            LetGoHow::Probe => "probe",
+        }
+    }
+}
+
 /// What let one attempt start: what each gate granted. Dropped without [`end`](Self::end), it
 /// gives everything back, telling no gate anything about the upstream.
 #[derive(Debug)]

@@ -207,6 +207,19 @@ impl Call<'_> {
         });
     }
 
+    /// A waiting attempt goes, `how` the throttle let it (`accepts_again`, `backlog`, `probe`).
+    pub(super) fn on_let_go(&self, how: &'static str) {
+        self.span.in_scope(|| {
+            tracing::debug!(
+                target: DECISION,
+                decision = "let_go",
+                how,
+                attempt = self.attempt,
+                "the throttle lets the waiting attempt go"
+            )
+        });
+    }
+
     /// A retry was denied (`retry.denials`), with the reason's name and `message`.
     pub(super) fn on_denied(&self, reason: DenyReason, message: &'static str) {
         self.span.in_scope(|| {

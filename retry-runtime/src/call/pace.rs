@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Call;
-use super::admission::{Admitted, AttemptEnd, AttemptKind, LetGo, Permit, Refused, admit};
+use super::admission::{
+    Admitted, AttemptEnd, AttemptKind, LetGo, LetGoHow, Permit, Refused, admit,
+};
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
@@ -123,12 +125,18 @@ impl Call<'_> {
                     true => throttle.lets_go_at(tick),
                     false => throttle.accepts_again_at(tick),
                 };
-            if again || throttle.probes_at(tick) {
+            let how = match (again, in_backlog) {
+                (true, false) => Some(LetGoHow::AcceptsAgain),
+                (true, true) => Some(LetGoHow::Backlog),
+                (false, _) => throttle.probes_at(tick).then_some(LetGoHow::Probe),
+            };
+            if let Some(how) = how {
                 // Let go from a slow upstream's backlog, or as the probe: counted as let go,
                 // and its accepted answer lets the next waiting call go.
-                if in_backlog || !again {
+                if how != LetGoHow::AcceptsAgain {
                     self.let_go = LetGo::Sent(tick);
                 }
+                self.on_let_go(how.as_str());
                 return Ok(at);
             }
             wait = self.next_wait(wait);
