@@ -27,7 +27,8 @@
 //! hedges only in the proportion it accepts. A dead upstream gets about a probe per half
 //! second, a recovered one everything again within a few hundred milliseconds; a call it
 //! refuses waits, within its deadline, for the upstream to accept again (a slow upstream's
-//! backlog goes at the pace of its answers). It judges answers and timeouts only: a
+//! backlog goes at the pace of its answers; when no other call is left to ask, one of the
+//! waiting calls probes it). It judges answers and timeouts only: a
 //! server closing connections under load (a reload, `keepalive_requests`, a restart) stays
 //! invisible to callers. The [`breaker`] remains, opt-in, for a hard stop.
 //!
