@@ -249,11 +249,9 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
 #[test]
 fn a_waiting_attempt_says_how_it_was_let_go() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    for (failure, how) in [
-        (Fail::Status(503), "accepts_again"),
-        (Fail::Runtime(timeout()), "backlog"),
-    ] {
-        let failure = Arc::new(failure);
+    let fast: fn() -> Fail = || Fail::Status(503);
+    let slow: fn() -> Fail = || Fail::Runtime(timeout());
+    for (failure, how) in [(fast, "accepts_again"), (slow, "backlog")] {
         let out = logged(tracing::Level::DEBUG, async move {
             let reg = Arc::new(
                 Registry::builder()
@@ -265,17 +263,12 @@ fn a_waiting_attempt_says_how_it_was_let_go() {
             let start = tokio::time::Instant::now();
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..50 {
-                let (reg, failure) = (reg.clone(), failure.clone());
+                let reg = reg.clone();
                 tasks.spawn(async move {
                     let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
                         .method(Method::GET)
                         .run(|_| {
-                            let failed = match (start.elapsed() < Duration::from_secs(1), &*failure)
-                            {
-                                (false, _) => None,
-                                (true, Fail::Status(s)) => Some(Fail::Status(*s)),
-                                (true, Fail::Runtime(_)) => Some(Fail::Runtime(timeout())),
-                            };
+                            let failed = (start.elapsed() < Duration::from_secs(1)).then(failure);
                             async move { failed.map_or(Ok(()), Err) }
                         })
                         .await;
