@@ -222,7 +222,7 @@ impl RetryBudget {
     /// token is then held for a full window from that newer time, never less. One that cannot
     /// be counted even then (the budget holds counts dated later than now) is refused.
     pub fn withdraw_at(&self, now: tokio::time::Instant) -> bool {
-        self.withdraw_in(self.moment(now))
+        self.withdraw_in(self.moment(now)).is_some()
     }
 
     /// `now` on the budget's window clock, for a check and a withdrawal made together.
@@ -236,23 +236,31 @@ impl RetryBudget {
     }
 
     /// [`withdraw`](Self::withdraw) at a moment already read (see
-    /// [`withdraw_at`](Self::withdraw_at) for one older than the window).
-    pub(crate) fn withdraw_in(&self, at: Moment) -> bool {
+    /// [`withdraw_at`](Self::withdraw_at) for one older than the window): the moment the
+    /// token was counted at, to [refund](Self::refund) it, or `None` when none was spent.
+    pub(crate) fn withdraw_in(&self, at: Moment) -> Option<Moment> {
         let mut epoch = at.0;
         if !self.withdrawals.add(epoch, 1) {
             // The window moved past `at`: count it at the newest time the budget has seen.
             epoch = self.withdrawals.head().max(self.epoch());
             if !self.withdrawals.add(epoch, 1) {
                 // Counts newer still (dated in the future): refused, never granted unpaid.
-                return false;
+                return None;
             }
         }
         if self.balance_milli(epoch) >= 0 {
-            return true;
+            return Some(Moment(epoch));
         }
         // Lost a race for the last token: give it back.
         self.withdrawals.sub_one(epoch);
-        false
+        None
+    }
+
+    /// Gives back a token [withdrawn](Self::withdraw_in) at `spent` for a retry that did not
+    /// happen after all (it waited for admission, and the upstream never let it go). A token
+    /// whose moment has left the window is already back.
+    pub(crate) fn refund(&self, spent: Moment) {
+        self.withdrawals.sub_one(spent.0);
     }
 
     /// Records that an attempt to the upstream succeeded: the upstream is making progress (see

@@ -146,12 +146,12 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::window::{Clock, Counter, Tick};
+use crate::window::{Clock, Counter, SLOTS, Tick};
 
 /// Adaptive admission settings of one upstream (on by default; `[upstreams.<name>.throttle]`
 /// or [`UpstreamConfig::with_throttle`](crate::UpstreamConfig::with_throttle) tune or disable
@@ -173,9 +173,20 @@ use crate::window::{Clock, Counter, Tick};
 ///   waiting calls goes at this many per answer it accepts from the others)
 /// - `wait`: true (a refused call waits, within its deadline, for the upstream to accept
 ///   again, instead of failing at once: without it no retry helps through an outage of a
-///   second or two; a slow upstream's waiting calls go at the pace of its answers; see
-///   [waiting for admission](self#waiting-for-admission). `false` fails refused calls at once)
+///   second or two; see [waiting for admission](self#waiting-for-admission). `false` fails
+///   refused calls at once)
+/// - `hold`: 1 s (a refused call waits only while the upstream accepted an attempt within
+///   this long: an upstream that has accepted nothing for a second is more likely down than
+///   restarting, and holding its callers to their deadlines passes the outage up to theirs.
+///   Writes that must outlast an outage go to the durable queue instead)
+/// - `max_waiting`: 256 (calls waiting for one upstream at once; a further refused call fails
+///   at once. The backlog drains at the pace of the upstream's answers, so a longer one mostly
+///   waits out its callers' deadlines while holding their memory and their callers)
+/// - `release_ratio`: 0.5 (waiting calls go at up to this many per answer the upstream
+///   accepts from the other calls, less one per timeout: with the new calls they stay within
+///   1.5 times what it currently accepts, a little above the healthy load, never a burst)
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct ThrottleConfig {
     /// How many times what the upstream accepts a call's first attempts may reach (at least 1).
     pub multiplier: f64,
@@ -187,6 +198,13 @@ pub struct ThrottleConfig {
     /// Whether a refused call waits for the upstream to accept again (see
     /// [waiting for admission](self#waiting-for-admission)), or fails at once.
     pub wait: bool,
+    /// How recently the upstream must have accepted an attempt for a refused call to wait
+    /// (100 ms to 60 s).
+    pub hold: Duration,
+    /// How many calls may wait for this upstream at once (1 to 100,000).
+    pub max_waiting: u32,
+    /// Waiting calls let go per answer the upstream accepts from the other calls (0.1 to 10).
+    pub release_ratio: f64,
 }
 
 impl Default for ThrottleConfig {
@@ -203,6 +221,9 @@ impl ThrottleConfig {
             retry_multiplier: 1.0,
             window: Duration::from_millis(500),
             wait: true,
+            hold: Duration::from_secs(1),
+            max_waiting: 256,
+            release_ratio: 0.5,
         }
     }
 
@@ -227,6 +248,24 @@ impl ThrottleConfig {
     /// Sets whether a refused call waits for the upstream to accept again.
     pub const fn with_wait(mut self, wait: bool) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Sets how recently the upstream must have accepted for a refused call to wait.
+    pub const fn with_hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
+    }
+
+    /// Sets how many calls may wait for the upstream at once.
+    pub const fn with_max_waiting(mut self, max_waiting: u32) -> Self {
+        self.max_waiting = max_waiting;
+        self
+    }
+
+    /// Sets how many waiting calls go per answer the upstream accepts from the others.
+    pub const fn with_release_ratio(mut self, release_ratio: f64) -> Self {
+        self.release_ratio = release_ratio;
         self
     }
 
@@ -256,8 +295,37 @@ impl ThrottleConfig {
             v.push((
                 "throttle.window",
                 format!(
-                    "throttle window {:?} is outside 500ms..=600s: use 1s",
+                    "throttle window {:?} is outside 500ms..=600s: use 500ms",
                     self.window
+                ),
+            ));
+        }
+        if self.hold < Duration::from_millis(100) || self.hold > Duration::from_secs(60) {
+            v.push((
+                "throttle.hold",
+                format!(
+                    "throttle hold {:?} is outside 100ms..=60s: use 1s (calls wait only while \
+                     the upstream accepted within it)",
+                    self.hold
+                ),
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_waiting) {
+            v.push((
+                "throttle.max_waiting",
+                format!(
+                    "throttle max_waiting {} is outside 1..=100000: use 256 (set wait = false \
+                     to fail refused calls at once)",
+                    self.max_waiting
+                ),
+            ));
+        }
+        if !(self.release_ratio.is_finite() && (0.1..=10.0).contains(&self.release_ratio)) {
+            v.push((
+                "throttle.release_ratio",
+                format!(
+                    "throttle release_ratio {} is outside 0.1..=10: use 0.5",
+                    self.release_ratio
                 ),
             ));
         }
@@ -289,8 +357,81 @@ pub(crate) struct Answers {
 pub(crate) enum Work {
     /// The call's first attempt.
     First,
-    /// A retry or a hedge.
-    Extra,
+    /// A retry or a hedge, of a call with `own` attempts counted in the window.
+    Extra {
+        /// The call's own attempts the window counts.
+        own: u32,
+    },
+}
+
+/// When a call's own attempts were counted by its upstream's throttle (the latest
+/// [`Own::KEPT`]): a retry is judged on what the *other* calls met, so the window's count
+/// less the call's own attempts still in it. Attempts the throttle never counted (failed to
+/// connect, lost to connection rotation, cancelled) are not here, and neither, once the window
+/// moved past them, are attempts it has forgotten.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Own {
+    counted: [Option<Tick>; Own::KEPT],
+    next: usize,
+}
+
+impl Own {
+    /// How many counts a call keeps: more attempts than that within one window is a call
+    /// whose older attempts the window soon forgets anyway.
+    const KEPT: usize = 4;
+
+    /// Notes an attempt of the call counted at `tick`.
+    #[inline]
+    pub(crate) fn counted(&mut self, tick: Tick) {
+        self.counted[self.next % Own::KEPT] = Some(tick);
+        self.next = self.next.wrapping_add(1);
+    }
+
+    /// The call's attempts in `throttle`'s window at `tick`.
+    #[inline]
+    pub(crate) fn in_window(&self, throttle: &Throttle, tick: Tick) -> u32 {
+        self.counted
+            .iter()
+            .flatten()
+            .filter(|counted| throttle.clock.in_window(**counted, tick))
+            .count() as u32
+    }
+}
+
+/// A mark of how often the upstream had been asked anything, and since when: see
+/// [`Throttle::asked`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked {
+    count: u64,
+    at: Tick,
+}
+
+impl PartialEq for Asked {
+    fn eq(&self, other: &Asked) -> bool {
+        self.count == other.count && self.at.nanos() == other.at.nanos()
+    }
+}
+
+/// A call's place among those waiting for an upstream's admission; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct WaitingPlace<'a>(&'a Throttle);
+
+impl Drop for WaitingPlace<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many waiting calls let go in a window may fail before no further one probes the
+/// upstream until the window forgets them: a dead upstream's waiting calls send it at most
+/// this many requests a window, and one that recovers within the hold is found within about
+/// an eighth of a window (a probe in flight, one at a time, a backoff step apart).
+const FAILED_PROBES: u64 = 4;
+
+/// `d` in nanoseconds, saturating.
+#[inline]
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The per-upstream adaptive throttle; see the [module docs](self).
@@ -310,10 +451,25 @@ pub struct Throttle {
     /// Of those, the ones whose attempt the upstream accepted: when they are all of them, the
     /// backlog has nothing in flight.
     released_accepted: Counter,
+    /// Of those, the ones whose attempt was answered at all (accepted or not): when they are
+    /// all of them, no probe is in flight.
+    released_answered: Counter,
     /// Every attempt accepted, and every attempt failed, since the throttle was made: what a
     /// call compares with its [`Answers`] mark to learn what the upstream did meanwhile.
     accepted_ever: AtomicU64,
     failed_ever: AtomicU64,
+    /// Every attempt refused, and every waiting call let go, since the throttle was made: with
+    /// the answers, whether anybody asked the upstream anything since a mark ([`Asked`]).
+    refused_ever: AtomicU64,
+    released_ever: AtomicU64,
+    /// When the upstream began failing every attempt (its first answered failure since it
+    /// last accepted one), in nanoseconds after the origin, plus one; 0 while it accepts: a
+    /// refused call waits only until [`ThrottleConfig::hold`] after it. Counted from a failure,
+    /// not from the last accepted answer, so that a quiet spell is not mistaken for an outage;
+    /// and from an answered failure, not a timeout, so that a slow upstream is not either.
+    failing_since: AtomicU64,
+    /// Calls waiting for admission now (at most [`ThrottleConfig::max_waiting`]).
+    waiting: AtomicU32,
     /// Whether the throttle has refused an attempt since the upstream last accepted all that
     /// first attempts may reach (for the state-change event: a failure alone, which makes the
     /// odds positive for a moment, is not an event).
@@ -350,8 +506,13 @@ impl Throttle {
             refused: Counter::default(),
             released: Counter::default(),
             released_accepted: Counter::default(),
+            released_answered: Counter::default(),
             accepted_ever: AtomicU64::new(0),
             failed_ever: AtomicU64::new(0),
+            refused_ever: AtomicU64::new(0),
+            released_ever: AtomicU64::new(0),
+            failing_since: AtomicU64::new(0),
+            waiting: AtomicU32::new(0),
             throttling: AtomicBool::new(false),
             name: Arc::from(""),
         }
@@ -387,11 +548,12 @@ impl Throttle {
         }
         let p = match kind {
             Work::First => first,
-            Work::Extra => extra_refusal(sent, accepted, self.config.retry_multiplier, 1),
+            Work::Extra { own } => extra_refusal(sent, accepted, self.config.retry_multiplier, own),
         };
         if p > 0.0 && rng() < p {
             self.note_state(true);
             self.refused.add(epoch, 1);
+            self.refused_ever.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         Some(Sent)
@@ -404,10 +566,10 @@ impl Throttle {
         Sent
     }
 
-    /// Whether a retry decided at `tick` by a call that sent `own` attempts may go, given a
-    /// uniform draw in `[0, 1)`: extra work passes in the proportion the upstream accepts.
-    /// Counts nothing: the retry is counted when its attempt ends (its place taken with
-    /// [`granted`](Self::granted)).
+    /// Whether a retry decided at `tick` by a call with `own` attempts in the window may go,
+    /// given a uniform draw in `[0, 1)`: extra work passes in the proportion the upstream
+    /// accepts. Counts nothing: the retry is counted when its attempt ends (its place taken
+    /// with [`granted`](Self::granted)).
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64, own: u32) -> bool {
         let (sent, accepted) = self.counts(self.clock.epoch_of(tick));
         let p = extra_refusal(sent, accepted, self.config.retry_multiplier, own);
@@ -444,11 +606,17 @@ impl Throttle {
         match verdict {
             Verdict::Accepted => {
                 self.accepted_ever.fetch_add(1, Ordering::Relaxed);
+                if self.failing_since.load(Ordering::Relaxed) != 0 {
+                    self.failing_since.store(0, Ordering::Relaxed);
+                }
             }
             Verdict::Failed => {
                 self.failed.add(epoch, 1);
                 self.failed_ever.fetch_add(1, Ordering::Relaxed);
+                self.note_failing(tick);
             }
+            // A timeout does not start a failing spell: the upstream is slow, and may be
+            // serving every request it gets; its backlog is paced by its answers instead.
             Verdict::TimedOut => {
                 self.slow.add(epoch, 1);
                 self.failed.add(epoch, 1);
@@ -482,24 +650,65 @@ impl Throttle {
         self.accepted_ever.load(Ordering::Relaxed) != mark.accepted
     }
 
-    /// Whether the upstream is slow at `tick`: more than half the window's failures are
-    /// timeouts. A call refused then waits in the slow upstream's backlog, let go at the pace
-    /// of its answers (see the module docs, "Waiting for admission").
+    /// Notes that the upstream failed an attempt at `tick`: the start of its failing spell,
+    /// unless one is already under way.
     #[inline]
-    pub(crate) fn slow_at(&self, tick: Tick) -> bool {
-        let epoch = self.clock.epoch_of(tick);
-        2 * self.slow.sum(epoch) > self.failed.sum(epoch)
+    fn note_failing(&self, tick: Tick) {
+        if self.failing_since.load(Ordering::Relaxed) == 0 {
+            let at = tick.nanos().saturating_add(1);
+            let _ =
+                self.failing_since
+                    .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
-    /// Whether a call that waits in a slow upstream's backlog goes at `tick`, counting it when
-    /// it does: the upstream [accepts again](Self::accepts_again_at), and either the calls let
-    /// go in the window stay within `retry_multiplier` times the answers it accepted from the
-    /// others (`released <= K_r x (accepted - released)`, each call let go counted as
-    /// accepted), or the backlog has nothing in flight (every call let go in the window was
-    /// answered, and accepted). So the backlog adds at most `K_r` times what the upstream
-    /// currently accepts from the others, plus one call at a time on its own answers: when no
-    /// other call is left, each accepted answer lets the next waiting call go. Read and count
-    /// are two steps: calls asking at the same instant may let a few more go.
+    /// Whether a refused call may wait at `tick`: the upstream has not failed every attempt
+    /// for [`ThrottleConfig::hold`] (see "Holding" in the module docs).
+    #[inline]
+    pub(crate) fn holds_at(&self, tick: Tick) -> bool {
+        self.hold_ends_after(tick).is_some()
+    }
+
+    /// How long a call asking at `tick` may still wait: the hold, counted from the start of
+    /// the upstream's failing spell (the whole hold while it accepts); `None` once it is over.
+    #[inline]
+    pub(crate) fn hold_ends_after(&self, tick: Tick) -> Option<Duration> {
+        let hold = duration_nanos(self.config.hold);
+        let left = match self.failing_since.load(Ordering::Relaxed) {
+            0 => hold,
+            since => (since - 1)
+                .saturating_add(hold)
+                .saturating_sub(tick.nanos()),
+        };
+        (left > 0).then(|| Duration::from_nanos(left))
+    }
+
+    /// A place among the calls waiting for this upstream, if one is free: given back when
+    /// dropped.
+    #[inline]
+    pub(crate) fn enter_waiting(&self) -> Option<WaitingPlace<'_>> {
+        let before = self.waiting.fetch_add(1, Ordering::Relaxed);
+        if before >= self.config.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(WaitingPlace(self))
+    }
+
+    /// Calls waiting for admission now.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Whether a waiting call goes at `tick`, counting it when it does: the upstream [accepts
+    /// again](Self::accepts_again_at), and either the calls let go in the window stay within
+    /// `release_ratio` times the answers it accepted from the others, less one per attempt of
+    /// the window that timed out (`released + 1 <= r x (accepted - released) - timed_out`,
+    /// each call let go counted as accepted), or the backlog has nothing in flight (every call
+    /// let go in the window was answered, and accepted). So the backlog adds at most `r` times
+    /// what the upstream currently accepts from the others, shrinking as its attempts start to
+    /// time out, plus one call at a time on its own answers when no other call is left. Read
+    /// and count are two steps: calls asking at the same instant may let a few more go.
     #[inline]
     pub(crate) fn lets_go_at(&self, tick: Tick) -> bool {
         let epoch = self.clock.epoch_of(tick);
@@ -507,42 +716,83 @@ impl Throttle {
         if !self.accepts_again(sent, accepted) {
             return false;
         }
-        let released = self.released.sum(epoch);
-        let paced = released as f64 + 1.0
-            <= self.config.retry_multiplier * (accepted as f64 - released as f64);
-        let idle = released <= self.released_accepted.sum(epoch);
+        let released = self.released.sum(epoch) as f64;
+        let timed_out = self.slow.sum(epoch) as f64;
+        let paced =
+            released + 1.0 <= self.config.release_ratio * (accepted as f64 - released) - timed_out;
+        let idle = released as u64 <= self.released_accepted.sum(epoch);
         if !(paced || idle) {
             return false;
         }
-        self.released.add(epoch, 1);
+        self.count_released(epoch);
         true
     }
 
+    #[inline]
+    fn count_released(&self, epoch: u64) {
+        self.released.add(epoch, 1);
+        self.released_ever.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts an accepted answer to the attempt of a call [let go](Self::lets_go_at) or sent as
-    /// the [probe](Self::probes_at) at `let_go`. It counts where the call was counted as let
+    /// the [probe](Self::probes_since) at `let_go`. It counts where the call was counted as let
     /// go, so that the two leave the window together, and a call let go a window ago and still
     /// in flight is forgotten with everything else of that time.
     #[inline]
     pub(crate) fn accepted_let_go(&self, let_go: Tick) {
-        self.released_accepted.add(self.clock.epoch_of(let_go), 1);
+        let epoch = self.clock.epoch_of(let_go);
+        self.released_accepted.add(epoch, 1);
+        self.released_answered.add(epoch, 1);
+    }
+
+    /// Counts a failed answer to the attempt of a call let go at `let_go` (see
+    /// [`accepted_let_go`](Self::accepted_let_go)): no longer in flight.
+    #[inline]
+    pub(crate) fn failed_let_go(&self, let_go: Tick) {
+        self.released_answered.add(self.clock.epoch_of(let_go), 1);
+    }
+
+    /// A mark, at `tick`, of how often the upstream has been asked anything (attempts
+    /// answered, attempts refused, waiting calls let go), to compare with later:
+    /// [`probes_since`](Self::probes_since). A mark still current is kept, not taken again,
+    /// so that it tells how long nobody has asked.
+    #[inline]
+    pub(crate) fn asked(&self, previous: Option<Asked>, tick: Tick) -> Asked {
+        let count = self.accepted_ever.load(Ordering::Relaxed)
+            + self.failed_ever.load(Ordering::Relaxed)
+            + self.refused_ever.load(Ordering::Relaxed)
+            + self.released_ever.load(Ordering::Relaxed);
+        match previous {
+            Some(previous) if previous.count == count => previous,
+            _ => Asked { count, at: tick },
+        }
     }
 
     /// Whether a waiting call goes at `tick` as the upstream's probe, counting it (as a call
-    /// let go) when it does: the window holds nothing (no attempt ended in it, none was
-    /// refused, no waiting call was let go), so no call is asking the upstream anything.
-    /// Without it, calls that all wait, with no new call to send a first attempt, would wait
-    /// for answers nobody asks for until their deadlines. While new calls come, their first
-    /// attempts probe (and are refused in the window), so none of the waiting calls does; at
-    /// most about one goes per window otherwise (calls asking at the same instant may let a
-    /// few go).
+    /// let go) when it does: since `mark`, at least a tenth of the window ago (a step of the
+    /// window's clock), no attempt was answered or refused and no waiting call was let go, no
+    /// call let go is still
+    /// in flight, and fewer than [`FAILED_PROBES`] of those let go in the window failed:
+    /// nobody is asking the upstream anything. Without it, calls that all wait, with no new
+    /// call to send a first attempt, would wait for answers nobody asks for until their hold
+    /// ends, and a lone call waiting for its retry would wait for a window to pass, not for
+    /// its backoff. While other calls come, their attempts (answered or refused) move the
+    /// mark, and no waiting call probes; while a probe is in flight no other goes, and an
+    /// upstream that fails them gets at most [`FAILED_PROBES`] a window.
     #[inline]
-    pub(crate) fn probes_at(&self, tick: Tick) -> bool {
-        let epoch = self.clock.epoch_of(tick);
-        let asked = self.sent.sum(epoch) + self.refused.sum(epoch) + self.released.sum(epoch);
-        if asked != 0 {
+    pub(crate) fn probes_since(&self, mark: Asked, tick: Tick) -> bool {
+        let quiet = duration_nanos(self.config.window) / SLOTS as u64;
+        if self.asked(Some(mark), tick) != mark || tick.nanos() < mark.at.nanos() + quiet {
             return false;
         }
-        self.released.add(epoch, 1);
+        let epoch = self.clock.epoch_of(tick);
+        let released = self.released.sum(epoch);
+        if released > self.released_answered.sum(epoch)
+            || released >= self.released_accepted.sum(epoch) + FAILED_PROBES
+        {
+            return false;
+        }
+        self.count_released(epoch);
         true
     }
 
@@ -550,7 +800,7 @@ impl Throttle {
     /// all that first attempts may reach (no first attempt would be refused). An empty window
     /// is no evidence: a window the throttle emptied by refusing everything would otherwise let
     /// every waiting call go at once into an upstream that still accepts nothing.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn accepts_again_at(&self, tick: Tick) -> bool {
         let (sent, accepted) = self.counts(self.clock.epoch_of(tick));
         self.accepts_again(sent, accepted)
@@ -607,16 +857,24 @@ pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
 
 /// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the
 /// window's `sent` attempts: the call's own failures are what a retry is for, so the upstream
-/// is judged on what the other calls met; with none, a lone call's retries are never refused.
-/// No `+ 1` below the fraction, unlike a first attempt's: first attempts keep probing an
-/// upstream that accepts nothing, extra work need not.
+/// is judged on what the other calls met. With no other call in the window, on the call's own
+/// attempts: a lone call's retry into an upstream that accepted none of them waits for it
+/// (its own backoff, as the probe: `probes_since`), so a client calling one call at a time
+/// sends a dead upstream no more than its calls. An empty window (the call's attempts failed
+/// to connect, or left the window) is no evidence either way: the retry goes. No `+ 1` below
+/// the fraction, unlike a first attempt's: first attempts keep probing an upstream that
+/// accepts nothing, extra work need not.
 #[inline]
 fn extra_refusal(sent: f64, accepted: u64, k: f64, own: u32) -> f64 {
     let others = sent - f64::from(own);
-    if others <= 0.0 {
+    let judged = match others > 0.0 {
+        true => others,
+        false => sent,
+    };
+    if judged <= 0.0 {
         return 0.0;
     }
-    ((others - k * accepted as f64) / others).clamp(0.0, 1.0)
+    ((judged - k * accepted as f64) / judged).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `requests` of which `accepted` were accepted, at `k`.

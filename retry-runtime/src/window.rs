@@ -100,6 +100,13 @@ impl Clock {
         debug_assert_eq!(tick.origin, self.origin, "a tick from another origin");
         tick.nanos / self.slot_nanos
     }
+
+    /// Whether a count made at `counted` is in the window ending at `tick`: its epoch is one
+    /// of the window's [`SLOTS`] newest.
+    pub(crate) fn in_window(&self, counted: Tick, tick: Tick) -> bool {
+        let (counted, now) = (self.epoch_of(counted), self.epoch_of(tick));
+        counted <= now && now - counted < SLOTS as u64
+    }
 }
 
 /// A sliding-window counter; see the module docs. Its slots, running total and head fill a

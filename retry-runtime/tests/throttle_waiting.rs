@@ -1,7 +1,7 @@
 //! Waiting for admission, through the attempt loop on tokio's paused clock: a call the throttle
-//! refuses waits, sending nothing; while the upstream fails fast it goes once the upstream
-//! accepts again, and a slow upstream's backlog goes at the pace of its answers; it never
-//! waits past its deadline.
+//! refuses waits, sending nothing, and goes at the pace of the upstream's answers once it
+//! accepts again; it never waits past its deadline, nor once the upstream has failed every
+//! attempt for the throttle's hold.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -106,9 +106,12 @@ fn assert_refused_at_once(ended: &[Ended]) {
     assert!(refused.iter().all(|e| e.ended == e.started), "at once");
 }
 
-/// Down for the first second, then up, for 2 s of traffic.
+/// The end of [`outage`]: shorter than the throttle's hold (1 s), so refused calls wait it out.
+const OUTAGE: Duration = Duration::from_millis(600);
+
+/// Down for the first 600 ms, then up.
 fn outage(at: Duration) -> Mode {
-    match at < Duration::from_secs(1) {
+    match at < OUTAGE {
         true => Mode::Down,
         false => Mode::Up,
     }
@@ -122,7 +125,7 @@ async fn calls_refused_during_a_fast_failing_outage_wait_and_complete_after_it()
         let start = ended.iter().map(|e| e.started).min().unwrap();
         let during: Vec<&Ended> = ended
             .iter()
-            .filter(|e| e.started - start < Duration::from_millis(900))
+            .filter(|e| e.started - start < Duration::from_millis(500))
             .collect();
         let failed: Vec<&&Ended> = during.iter().filter(|e| e.result.is_err()).collect();
         // No call that started during the outage failed as refused: each waited (the deadline,
@@ -141,10 +144,7 @@ async fn calls_refused_during_a_fast_failing_outage_wait_and_complete_after_it()
             during.len()
         );
         for e in during.iter().filter(|e| e.result.is_ok()) {
-            assert!(
-                e.ended - start >= Duration::from_secs(1),
-                "only after the outage"
-            );
+            assert!(e.ended - start >= OUTAGE, "only after the outage");
             assert!(
                 e.ended - e.started <= Duration::from_secs(5),
                 "within the deadline"
@@ -162,8 +162,8 @@ async fn calls_refused_during_a_fast_failing_outage_wait_and_complete_after_it()
 
 /// An upstream that dies after a healthy second: the window still holds a second of accepted
 /// answers, yet a call whose attempt failed while every other call's failed too does not
-/// retry into it; it waits for the upstream to accept again, which it never does, and once no
-/// new call comes, the waiting calls probe it about once a window.
+/// retry into it; it waits for the upstream to accept again, which it never does, and once the
+/// upstream has failed everything for the hold, the waiting calls give up.
 #[tokio::test(start_paused = true)]
 async fn retries_wait_from_the_first_failures_of_an_upstream_met_warm() {
     let reg = registry(3, true);
@@ -193,10 +193,12 @@ async fn retries_wait_from_the_first_failures_of_an_upstream_met_warm() {
         sent_dead * 100 <= after * 45,
         "{sent_dead} requests to the dead upstream for {after} calls while calls came"
     );
-    // Once no new call comes to probe, a waiting call goes as the probe when the window holds
-    // nothing, and its retry is a lone call's: at most about two requests a window for the
-    // 5 s the last calls wait (11 here), not one per waiting call.
-    assert!(probes <= 2 * 10, "{probes} probes after the calls stopped");
+    // A second after its first failures, no call waits for it any more: nothing is sent
+    // once the calls stop, and every call ends within the hold of its start.
+    assert!(probes <= 1, "{probes} probes after the calls stopped");
+    for e in &ended {
+        assert!(e.ended - e.started <= Duration::from_millis(1100));
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -206,31 +208,89 @@ async fn without_waiting_the_same_calls_fail_at_once() {
     assert_refused_at_once(&ended);
 }
 
+/// The most calls in flight at once, and the longest a call took, of `ended`.
+fn in_flight_and_longest(ended: &[Ended]) -> (usize, Duration) {
+    let mut edges: Vec<(Instant, i32)> = ended
+        .iter()
+        .flat_map(|e| [(e.started, 1), (e.ended, -1)])
+        .collect();
+    edges.sort();
+    let (mut now, mut peak) = (0, 0);
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    let longest = ended.iter().map(|e| e.ended - e.started).max().unwrap();
+    (peak as usize, longest)
+}
+
+/// An upstream that fails everything for longer than any hold: refused calls wait only until
+/// it has failed every attempt for the hold (1 s), then fail at once, so its callers learn it
+/// fast and do not pile up. With a hold as long as the deadline (the rule switched off),
+/// every refused call waits out its deadline and ten times as many calls are in flight.
 #[tokio::test(start_paused = true)]
-async fn a_dead_upstream_gets_probes_only_and_each_refused_call_ends_by_its_deadline() {
+async fn a_dead_upstream_holds_its_callers_only_for_the_hold() {
     let reg = registry(3, true);
     let (ended, received) = traffic(reg, Duration::from_secs(3), |_| Mode::Down).await;
-    let refused = ended.iter().filter(|e| throttled(&e.result)).count();
     assert!(ended.iter().all(|e| e.result.is_err()));
-    assert!(
-        refused * 2 > ended.len(),
-        "{refused} of {} refused",
-        ended.len()
-    );
-    for e in &ended {
-        assert!(
-            e.ended - e.started <= Duration::from_secs(5),
-            "within the deadline"
-        );
-    }
-    // Waiting calls never went: nothing accepted, so the throttle never let them; what reached
-    // the upstream is the new calls' probes (and their retries while the window was young).
+    let (in_flight, longest) = in_flight_and_longest(&ended);
+    assert!(longest <= Duration::from_millis(1000), "{longest:?}");
+    // 100 calls a second, each held at most a second from the first failure.
+    assert!(in_flight <= 101, "{in_flight} in flight");
+    // Not one request per call: the throttle refuses most first attempts.
     assert!(
         received.len() * 3 < ended.len(),
         "{} requests for {} calls",
         received.len(),
         ended.len()
     );
+    let after = ended
+        .iter()
+        .filter(|e| e.started >= ended[0].started + Duration::from_millis(1100));
+    assert!(after.clone().all(|e| e.ended == e.started), "fail at once");
+
+    let config = UpstreamConfig::new().with_throttle(Some(
+        ThrottleConfig::new().with_hold(Duration::from_secs(60)),
+    ));
+    let unbounded = Arc::new(
+        Registry::builder()
+            .upstream("up", config)
+            .seed(11)
+            .build()
+            .unwrap(),
+    );
+    let (ended, _) = traffic(unbounded, Duration::from_secs(3), |_| Mode::Down).await;
+    let (held, longest) = in_flight_and_longest(&ended);
+    assert!(longest >= Duration::from_secs(4), "{longest:?}");
+    assert!(
+        held >= 2 * in_flight,
+        "{held} in flight against {in_flight}"
+    );
+}
+
+/// At most `max_waiting` calls wait for one upstream: a further refused call fails at once.
+#[tokio::test(start_paused = true)]
+async fn no_more_calls_wait_than_the_throttle_holds_places_for() {
+    let config =
+        UpstreamConfig::new().with_throttle(Some(ThrottleConfig::new().with_max_waiting(5)));
+    let reg = Arc::new(
+        Registry::builder()
+            .upstream("up", config)
+            .seed(11)
+            .build()
+            .unwrap(),
+    );
+    let (ended, _) = traffic(reg.clone(), OUTAGE, outage).await;
+    let waited = ended
+        .iter()
+        .filter(|e| e.ended - e.started >= Duration::from_millis(50))
+        .count();
+    let at_once = ended
+        .iter()
+        .filter(|e| throttled(&e.result) && e.ended == e.started);
+    assert!(waited <= 5 + 5, "{waited} waited");
+    assert!(at_once.count() > 20);
+    assert_eq!(reg.upstream("up").unwrap().throttle().unwrap().waiting(), 0);
 }
 
 /// What a capacity-limited upstream that ignores deadlines did: the calls that succeeded, of
@@ -384,10 +444,10 @@ async fn a_burst_whose_first_attempts_hang_completes_with_no_other_traffic() {
     }
 }
 
-/// A burst of calls and nothing else, met by a fast-failing outage of a second: every call's
-/// first attempt fails at once, their retries wait, and no new call comes to send a first
-/// attempt. One of the waiting calls probes the upstream about once a window; once it accepts
-/// the probe, the rest go.
+/// A burst of calls and nothing else, met by a fast-failing outage shorter than the hold: the
+/// first attempts that go fail at once, the calls wait, and no new call comes to send a first
+/// attempt. A waiting call probes the upstream when nobody else asked it anything for a step
+/// of its backoff; once it accepts the probe, the rest go at the pace of its answers.
 #[tokio::test(start_paused = true)]
 async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
     let (ended, received) = burst(registry(3, true), |_, at| async move {
@@ -398,41 +458,42 @@ async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
     })
     .await;
     let failed = ended.iter().filter(|(r, _)| r.is_err()).count();
-    let in_outage: Vec<&Duration> = received
-        .iter()
-        .filter(|at| **at < Duration::from_secs(1))
-        .collect();
-    // The only calls that fail are those whose three attempts all reached the outage (a first
-    // attempt and two probes here): 1 of 100. Without the probes, none of the waiting calls
-    // ever goes, and all 100 fail at their deadlines.
+    let in_outage: Vec<&Duration> = received.iter().filter(|at| **at < OUTAGE).collect();
+    // The only calls that fail are those whose three attempts all reached the outage. Without
+    // the probes, none of the waiting calls ever goes, and all 100 fail.
     assert!(
         failed * 3 <= in_outage.len(),
         "{failed} of 100 failed; requests at {received:?}"
     );
-    // The outage gets the first attempts the throttle admitted and about one probe a window
-    // (8 requests here), not a retry per call.
-    assert!(in_outage.len() <= 10, "requests at {in_outage:?}");
+    // The outage gets the first attempts the throttle admitted and a few probes, not a retry
+    // per call.
+    assert!(in_outage.len() <= 12, "requests at {in_outage:?}");
 }
 
 /// A burst of calls and nothing else, against an upstream that is down and answers in 20 ms:
-/// every first attempt goes, every retry but a lone call's waits, one waiting call probes the
-/// upstream about once a window, and a probe that fails waits again behind the others rather
-/// than retrying as a lone call would; every call ends by its deadline.
+/// the first attempts the throttle admits go, the calls wait, one probe at a time goes when
+/// nobody else asked, and a probe that fails waits again behind the others; once the upstream
+/// has failed everything for the hold, every call ends.
 #[tokio::test(start_paused = true)]
-async fn a_burst_against_a_dead_upstream_probes_it_once_a_window() {
+async fn a_burst_against_a_dead_upstream_probes_it_one_at_a_time_until_the_hold_ends() {
     let (ended, received) = burst(registry(3, true), |_, _| async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         Err(Fail::Status(503))
     })
     .await;
     assert!(ended.iter().all(|(r, _)| r.is_err()));
-    assert!(ended.iter().all(|(_, at)| *at <= Duration::from_secs(5)));
+    // Failing since its first answers, at 20 ms: the hold ends at 1.02 s.
+    assert!(
+        ended
+            .iter()
+            .all(|(_, at)| *at <= Duration::from_millis(1020)),
+        "{:?}",
+        ended.iter().map(|(_, at)| at).max()
+    );
     let probes = received
         .iter()
         .filter(|at| **at >= Duration::from_millis(100))
         .count();
-    // 4.9 s of 500 ms windows: about ten probes (10 here; 13 when a failed probe's retry goes
-    // as a lone call's).
     let late = &received[received.len() - probes..];
     assert!(probes <= 11, "{probes} probes: {late:?}");
 }

@@ -74,6 +74,11 @@ pub(crate) struct Ask {
     pub(crate) tick: Option<Tick>,
     /// The call's deadline: a gate that waits never waits past it.
     pub(crate) deadline: Instant,
+    /// The call's own attempts in the throttle's window (a hedge is judged on the others').
+    pub(crate) own: u32,
+    /// Whether the throttle already let the attempt go after it waited (`pace`): it takes
+    /// its place without drawing its odds again.
+    pub(crate) let_go: bool,
 }
 
 /// How an attempt ended, as the gates see it.
@@ -99,6 +104,10 @@ pub(crate) enum AttemptEnd {
     /// Failed, with the callee's pushback ([`throttle::accepted_anyway`]): a failure to the
     /// breaker, accepted work to the throttle (it answered at once and asked not to be retried).
     FailedBelow,
+    /// Refused with 429: this caller is over its quota, the upstream is working. Accepted to
+    /// every upstream-wide gate, so one caller's quota never refuses another's calls; the call
+    /// honours its `Retry-After`, and its partition's other calls do too (`partition`).
+    OverQuota,
 }
 
 impl AttemptEnd {
@@ -121,6 +130,8 @@ impl AttemptEnd {
     pub(crate) fn of_failure(failure: &Failure, timed_out: impl FnOnce() -> bool) -> AttemptEnd {
         if failure.connection_rotated {
             AttemptEnd::Unjudged
+        } else if failure.status == Some(429) {
+            AttemptEnd::OverQuota
         } else if breaker::is_upstream_failure(failure) {
             match (failure.status, throttle::accepted_anyway(failure)) {
                 (None, _) if timed_out() => AttemptEnd::TimedOut,
@@ -149,9 +160,7 @@ pub(super) enum LetGo {
 /// How the throttle let a waiting attempt go (the `let_go` event's `how`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum LetGoHow {
-    /// The upstream accepts again (it failed fast).
-    AcceptsAgain,
-    /// A slow upstream's backlog let it go, at the pace of its answers.
+    /// The upstream accepts again, and the backlog let it go at the pace of its answers.
     Backlog,
     /// Nobody else asked the upstream anything: it went as the probe.
     Probe,
@@ -161,7 +170,6 @@ impl LetGoHow {
     /// The name the `let_go` event gives it.
     pub(super) fn as_str(self) -> &'static str {
         match self {
-            LetGoHow::AcceptsAgain => "accepts_again",
             LetGoHow::Backlog => "backlog",
             LetGoHow::Probe => "probe",
         }
@@ -206,13 +214,15 @@ pub(crate) fn admit(
     draw: impl FnOnce() -> f64,
 ) -> Result<Admitted, Rejection> {
     let throttle = match (upstream.throttle(), ask.kind) {
-        // A retry drew its odds when the engine granted it (`grant_retry`): it only takes its
+        // A retry drew its odds when the engine granted it (`grant_retry`), and an attempt let
+        // go after waiting was admitted by the throttle's waiting rules: it only takes its
         // place now, to be counted when it ends.
+        (Some(throttle), _) if ask.let_go => Some(throttle.granted()),
         (Some(throttle), AttemptKind::Retry) => Some(throttle.granted()),
         (Some(throttle), kind) => {
             let work = match kind {
                 AttemptKind::First => Work::First,
-                _ => Work::Extra,
+                _ => Work::Extra { own: ask.own },
             };
             let tick = ask.tick.unwrap_or_else(|| upstream.tick(ask.at));
             match throttle.admit(work, tick, draw) {
@@ -278,21 +288,30 @@ pub(crate) async fn wait_for_slot(
 
 /// Spends what a retry or a hedge costs, at `at`: a retry from the operation's shared
 /// allowance, then a token of the upstream's retry budget (the allowance given back when the
-/// budget has none). Nothing is spent when it fails.
+/// budget has none). Nothing is spent when it fails; what was spent can be [refunded](refund)
+/// (the moment the token was counted at).
 #[inline]
 pub(crate) fn spend(
     scope: &mut CallScope,
     upstream: &Upstream,
     at: Moment,
-) -> Result<(), DenyReason> {
+) -> Result<Moment, DenyReason> {
     if !scope.take_retry() {
         return Err(DenyReason::MaxAttempts);
     }
-    if !upstream.budget().withdraw_in(at) {
-        scope.give_back_retry();
-        return Err(DenyReason::BudgetExhausted);
+    match upstream.budget().withdraw_in(at) {
+        Some(spent) => Ok(spent),
+        None => {
+            scope.give_back_retry();
+            Err(DenyReason::BudgetExhausted)
+        }
     }
-    Ok(())
+}
+
+/// Gives back what [`spend`] took for a retry that did not happen after all.
+pub(crate) fn refund(scope: &mut CallScope, upstream: &Upstream, spent: Moment) {
+    scope.give_back_retry();
+    upstream.budget().refund(spent);
 }
 
 impl Permit {
@@ -311,9 +330,10 @@ impl Permit {
 
     /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock: the
     /// breaker counts an accepted attempt as a success, a failed one as a failure, and an
-    /// unjudged one not at all (its admission given back).
+    /// unjudged one not at all (its admission given back). `true` when the throttle counted
+    /// it (in its window at `tick`).
     #[inline(always)]
-    pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) {
+    pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) -> bool {
         let Permit {
             throttle,
             breaker: admission,
@@ -322,7 +342,9 @@ impl Permit {
         drop(slot);
         if let (Some(breaker), Some(admission)) = (upstream.breaker(), admission) {
             match end {
-                AttemptEnd::Accepted => breaker.record_on(admission, false, tick),
+                AttemptEnd::Accepted | AttemptEnd::OverQuota => {
+                    breaker.record_on(admission, false, tick)
+                }
                 AttemptEnd::Failed
                 | AttemptEnd::TimedOut
                 | AttemptEnd::ConnectionFailed
@@ -330,17 +352,20 @@ impl Permit {
                 AttemptEnd::Unjudged => drop(admission),
             }
         }
-        if let (Some(throttle), Some(sent)) = (upstream.throttle(), throttle) {
-            match end {
-                AttemptEnd::Accepted | AttemptEnd::FailedBelow => {
-                    throttle.record(sent, Verdict::Accepted, tick)
-                }
-                AttemptEnd::Failed => throttle.record(sent, Verdict::Failed, tick),
-                AttemptEnd::TimedOut => throttle.record(sent, Verdict::TimedOut, tick),
-                // Not recorded: never counted.
-                AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => {}
+        let (Some(throttle), Some(sent)) = (upstream.throttle(), throttle) else {
+            return false;
+        };
+        let verdict = match end {
+            AttemptEnd::Accepted | AttemptEnd::FailedBelow | AttemptEnd::OverQuota => {
+                Verdict::Accepted
             }
-        }
+            AttemptEnd::Failed => Verdict::Failed,
+            AttemptEnd::TimedOut => Verdict::TimedOut,
+            // Not recorded: never counted.
+            AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => return false,
+        };
+        throttle.record(sent, verdict, tick);
+        true
     }
 }
 
@@ -358,11 +383,19 @@ impl Call<'_> {
     /// What the gates are asked about the call's next attempt of `kind`.
     #[inline]
     pub(super) fn ask(&self, kind: AttemptKind, at: Instant) -> Ask {
+        let own = match (kind, self.upstream.throttle()) {
+            (AttemptKind::Hedge, Some(throttle)) => {
+                self.own.in_window(throttle, self.upstream.tick(at))
+            }
+            _ => 0,
+        };
         Ask {
             kind,
             at,
             tick: (at == self.created).then_some(self.created_tick),
             deadline: self.deadline,
+            own,
+            let_go: false,
         }
     }
 
@@ -371,7 +404,7 @@ impl Call<'_> {
     /// the other calls met: this call's own attempts are what the retry is for; the odds are
     /// drawn now, before the backoff, and the retry is counted as sent when its attempt
     /// starts), then it is [spent](Self::spend).
-    pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<(), DenyReason> {
+    pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<Moment, DenyReason> {
         if let Some(throttle) = self.upstream.throttle() {
             // A call let go after waiting (from a slow upstream's backlog, or as its probe)
             // went to learn whether the upstream accepts again, and it does not: its retry
@@ -386,10 +419,11 @@ impl Call<'_> {
             if throttle.failing_all_since(self.answers_mark, 1) {
                 return Err(DenyReason::Throttled);
             }
-            let own = self.attempt - self.rotations.free;
+            let tick = self.upstream.tick(now);
+            let own = self.own.in_window(throttle, tick);
             let registry = self.registry;
             let draw = self.rng.get_or_insert_with(|| registry.rng()).f64();
-            if !throttle.admits_extra(self.upstream.tick(now), draw, own) {
+            if !throttle.admits_extra(tick, draw, own) {
                 return Err(DenyReason::Throttled);
             }
         }
@@ -445,7 +479,12 @@ impl Call<'_> {
 
     /// [`spend`] for a retry or a hedge of this call.
     #[inline]
-    pub(super) fn spend(&mut self, at: Moment) -> Result<(), DenyReason> {
+    pub(super) fn spend(&mut self, at: Moment) -> Result<Moment, DenyReason> {
         spend(&mut self.scope, &self.upstream, at)
+    }
+
+    /// [`refund`] for a retry of this call that did not happen.
+    pub(super) fn refund(&mut self, spent: Moment) {
+        refund(&mut self.scope, &self.upstream, spent)
     }
 }

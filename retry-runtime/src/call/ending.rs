@@ -149,6 +149,23 @@ impl Call<'_> {
         self.stop(DenyReason::RuntimeDraining, error, failure)
     }
 
+    /// The error of a retry the throttle refused and never let go (`reason`): out of time, a
+    /// deadline that leaves no attempt, with what the last attempt got; otherwise the throttle's
+    /// refusal. Built from the facts: the failed attempt's own error was dropped before the
+    /// wait, with any response or connection it held.
+    pub(super) fn not_let_go(&self, reason: DenyReason, failure: &Failure) -> Error {
+        let upstream = self.upstream.name_arc().clone();
+        match reason {
+            DenyReason::Deadline => Error::DeadlineExceeded {
+                upstream,
+                attempts: self.attempt,
+                last_status: failure.status,
+                last_evidence: Some(failure.evidence),
+            },
+            _ => Error::Throttled { upstream },
+        }
+    }
+
     /// The last check before a retry's attempt begins, after whatever led to it (a backoff, a
     /// credentials refresh, no delay at all, a wait for a bulkhead slot): once shutdown has
     /// started, the retry does not begin ([`retry_not_begun`](Self::retry_not_begun)).

@@ -244,7 +244,9 @@ impl Call<'_> {
                 }
             };
             let tick = self.ended_at(waited, end);
-            permit.end(&self.upstream, end, tick);
+            if permit.end(&self.upstream, end, tick) {
+                self.own.counted(tick);
+            }
             if let LetGo::Sent(at) = self.let_go {
                 self.let_go_ended(end, at);
             }
@@ -371,25 +373,41 @@ impl Call<'_> {
             return self.free_rotation_retry(failure);
         }
         // Spend only now that the retry really happens: a denied retry is free. One the
-        // throttle refuses may wait for the upstream to accept again (`pace`), holding the
-        // error it returns if the upstream does not.
+        // throttle refuses may wait to be let go (`pace`): it spends first, so that a retry
+        // that waits is one the budget already granted (refunded if it never goes), and it
+        // holds nothing of the failed attempt while it waits: the error, and any response or
+        // connection in it, is dropped; the facts in `failure` say what happened.
         let paced = match self.grant_retry(now.instant, now.budget) {
-            Ok(()) => false,
-            Err(DenyReason::Throttled) => match self.pace(now.instant, delay).await {
-                Ok(()) => true,
-                Err(Unpaced::Denied(reason)) => return self.stop(reason, error, failure),
-                Err(Unpaced::Drained) => return self.drained_unspent(failure),
-            },
+            Ok(_) => {
+                drop(error);
+                false
+            }
+            Err(DenyReason::Throttled) => {
+                let spent = match self.spend(now.budget) {
+                    Ok(spent) => spent,
+                    Err(reason) => return self.stop(reason, error, failure),
+                };
+                drop(error);
+                self.attempt_span = tracing::Span::none();
+                if let Err(unpaced) = self.pace(now.instant, delay).await {
+                    self.refund(spent);
+                    return match unpaced {
+                        Unpaced::Denied(reason) => {
+                            let error = E::from(self.not_let_go(reason, failure));
+                            self.stop(reason, error, failure)
+                        }
+                        Unpaced::Drained => self.drained_unspent(failure),
+                    };
+                }
+                true
+            }
             Err(reason) => return self.stop(reason, error, failure),
         };
+        // The attempt's span ends here: the wait is not part of the attempt.
+        self.attempt_span = tracing::Span::none();
         self.rotations.granted_free = false;
         self.last_failure = Some(*failure);
         self.on_retry(reason, failure, delay);
-        // Drop the error (and any response or connection it holds) before waiting: the facts in
-        // `failure` are all a shutdown during the wait needs to tell the caller. The attempt's
-        // span ends here too: the wait is not part of the attempt.
-        drop(error);
-        self.attempt_span = tracing::Span::none();
         if reason == RetryReason::RefreshAuth
             && let Err(error) = self.refresh_credentials(failure).await
         {

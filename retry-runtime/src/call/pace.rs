@@ -1,6 +1,6 @@
-//! Waiting for admission: an attempt the throttle refuses waits, within the deadline, for the
-//! upstream to accept again (a slow upstream's backlog at the pace of its answers), instead of
-//! ending the call. The rules and their reasons:
+//! Waiting for admission: an attempt the throttle refuses waits, within the deadline and the
+//! throttle's hold, to be let go at the pace of the upstream's answers, instead of ending the
+//! call. The rules and their reasons:
 //! [`throttle`](crate::throttle#waiting-for-admission).
 
 use std::sync::Arc;
@@ -10,13 +10,12 @@ use tokio::time::Instant;
 
 use super::Call;
 use super::admission::{
-    Admitted, AttemptEnd, AttemptKind, LetGo, LetGoHow, Permit, Refused, admit,
+    Admitted, Ask, AttemptEnd, AttemptKind, LetGo, LetGoHow, Permit, Refused, admit,
 };
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
 use crate::error::Error;
-use crate::scope::deadline_after;
 use crate::window::Tick;
 
 /// The shortest wait between two asks: a full-jitter backoff can draw (nearly) zero, and
@@ -25,39 +24,39 @@ const SHORTEST_WAIT: Duration = Duration::from_millis(1);
 
 /// Why a retry the throttle refused did not go after all.
 pub(super) enum Unpaced {
-    /// A gate or the deadline denied it, with this reason.
+    /// The throttle or the deadline denied it, with this reason.
     Denied(DenyReason),
     /// Shutdown started while it waited.
     Drained,
 }
 
-/// Why a wait for admission ended without the upstream accepting again.
+/// Why a wait for admission ended without the throttle letting the call go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unwaited {
-    /// The throttle does not hold refused calls (`wait = false`), or the deadline leaves no
-    /// time for another step and an attempt after it.
-    NoWait,
+    /// The throttle does not hold refused calls (`wait = false`), or it holds as many as it
+    /// may (`max_waiting`), or the upstream has accepted nothing within its `hold`.
+    NotHeld,
+    /// No time is left for an attempt before the deadline.
+    NoTime,
     /// Shutdown started.
     Drained,
 }
 
 impl Call<'_> {
     /// Waits for the throttle to let go the retry it refused at `from`, asking again after
-    /// `first` and then after each further backoff step. The retry is granted (and spent) when
-    /// it returns `Ok`.
+    /// `first` and then after each further backoff step.
     pub(super) async fn pace(&mut self, from: Instant, first: Duration) -> Result<(), Unpaced> {
-        match self.wait_until_accepted(from, first).await {
-            Ok(at) => {
-                let now = self.now(at);
-                self.spend(now.budget).map_err(Unpaced::Denied)
-            }
-            Err(Unwaited::NoWait) => Err(Unpaced::Denied(DenyReason::Throttled)),
+        match self.wait_until_let_go(from, first).await {
+            Ok(_) => Ok(()),
+            Err(Unwaited::NotHeld) => Err(Unpaced::Denied(DenyReason::Throttled)),
+            Err(Unwaited::NoTime) => Err(Unpaced::Denied(DenyReason::Deadline)),
             Err(Unwaited::Drained) => Err(Unpaced::Drained),
         }
     }
 
-    /// An attempt a gate refused: a first attempt the throttle refused waits for the upstream to
-    /// accept again, when it may (see the module docs), and then starts; any other refusal
-    /// ends the attempt with the gate's error, counted as a local rejection.
+    /// An attempt a gate refused: a first attempt the throttle refused waits to be let go,
+    /// when it may (see the module docs), and then starts; any other refusal ends the attempt
+    /// with the gate's error, counted as a local rejection.
     pub(super) async fn refused_or_paced(
         &mut self,
         refused: Refused,
@@ -67,10 +66,13 @@ impl Call<'_> {
             return Err(self.refused(refused.rejection));
         }
         let first = self.next_wait(Duration::ZERO);
-        let Ok(at) = self.wait_until_accepted(attempt.started, first).await else {
+        let Ok(at) = self.wait_until_let_go(attempt.started, first).await else {
             return Err(self.refused(Rejection::Throttled));
         };
-        let ask = self.ask(AttemptKind::First, at);
+        let ask = Ask {
+            let_go: true,
+            ..self.ask(AttemptKind::First, at)
+        };
         let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
         let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
         let admitted = match admit(upstream, ask, draw) {
@@ -89,56 +91,72 @@ impl Call<'_> {
         }
     }
 
-    /// Waits from `from`, `first` and then each further backoff step, until the upstream
-    /// accepts again, or, once the call has seen it slow, until its backlog lets the call go
-    /// (the instant either was seen), while the throttle holds refused calls and the deadline
-    /// leaves time.
-    async fn wait_until_accepted(
+    /// Waits from `from`, `first` and then each further backoff step, until the throttle lets
+    /// the call go (the instant it did): from the backlog, at the pace of the upstream's
+    /// answers, once it has accepted an attempt since the call was refused; or as the probe,
+    /// when nobody has asked the upstream anything for a while. The call waits
+    /// only while the throttle holds refused calls (a place among the waiting, an upstream that
+    /// accepted within the hold) and the deadline leaves time for an attempt; each wait is cut
+    /// to what is left of both, so the call gives up when the time is gone, not when a drawn
+    /// step would overrun it. Nothing of the failed attempt is held meanwhile.
+    async fn wait_until_let_go(
         &mut self,
         from: Instant,
         first: Duration,
     ) -> Result<Instant, Unwaited> {
         let upstream = Arc::clone(&self.upstream);
         let Some(throttle) = upstream.throttle().filter(|t| t.config().wait) else {
-            return Err(Unwaited::NoWait);
+            return Err(Unwaited::NotHeld);
         };
+        if !throttle.holds_at(upstream.tick(from)) {
+            return Err(Unwaited::NotHeld);
+        }
+        let Some(_place) = throttle.enter_waiting() else {
+            return Err(Unwaited::NotHeld);
+        };
+        let latest = self
+            .deadline
+            .checked_sub(upstream.config().min_attempt_budget)
+            .unwrap_or(self.deadline);
         let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
         // "Again": an answer accepted after the call was refused, not one the window still
         // holds from before.
         let refused_at = throttle.answers();
-        // Once the call has seen the upstream slow, it waits in a backlog let go at the pace of
-        // the upstream's answers; until then, it goes as soon as the upstream accepts again.
-        let mut in_backlog = false;
+        let mut asked = throttle.asked(None, upstream.tick(from));
         loop {
-            in_backlog |= throttle.slow_at(upstream.tick(at));
-            if !self.has_time_at(deadline_after(at, wait)) {
-                return Err(Unwaited::NoWait);
+            let tick = upstream.tick(at);
+            let Some(hold_left) = throttle.hold_ends_after(tick) else {
+                return Err(Unwaited::NotHeld);
+            };
+            if latest.saturating_duration_since(at) < SHORTEST_WAIT {
+                return Err(Unwaited::NoTime);
             }
-            self.on_paced(wait);
-            if self.back_off(at, wait).await.is_err() {
+            let wait_now = wait
+                .min(latest.saturating_duration_since(at))
+                .min(hold_left.max(SHORTEST_WAIT));
+            self.on_paced(wait_now);
+            if self.back_off(at, wait_now).await.is_err() {
                 return Err(Unwaited::Drained);
             }
             at = Instant::now();
             let tick = upstream.tick(at);
-            let again = throttle.accepted_since(refused_at)
-                && match in_backlog {
-                    true => throttle.lets_go_at(tick),
-                    false => throttle.accepts_again_at(tick),
-                };
-            let how = match (again, in_backlog) {
-                (true, false) => Some(LetGoHow::AcceptsAgain),
-                (true, true) => Some(LetGoHow::Backlog),
-                (false, _) => throttle.probes_at(tick).then_some(LetGoHow::Probe),
+            if !throttle.holds_at(tick) {
+                return Err(Unwaited::NotHeld);
+            }
+            let how = if throttle.accepted_since(refused_at) && throttle.lets_go_at(tick) {
+                Some(LetGoHow::Backlog)
+            } else if throttle.probes_since(asked, tick) {
+                Some(LetGoHow::Probe)
+            } else {
+                None
             };
             if let Some(how) = how {
-                // Let go from a slow upstream's backlog, or as the probe: counted as let go,
-                // and its accepted answer lets the next waiting call go.
-                if how != LetGoHow::AcceptsAgain {
-                    self.let_go = LetGo::Sent(tick);
-                }
+                // Counted as let go: its accepted answer lets the next waiting call go.
+                self.let_go = LetGo::Sent(tick);
                 self.on_let_go(how.as_str());
                 return Ok(at);
             }
+            asked = throttle.asked(Some(asked), tick);
             wait = self.next_wait(wait);
         }
     }
@@ -150,7 +168,7 @@ impl Call<'_> {
     pub(super) fn let_go_ended(&mut self, end: AttemptEnd, let_go: Tick) {
         match end {
             AttemptEnd::Unjudged => {}
-            AttemptEnd::Accepted | AttemptEnd::FailedBelow => {
+            AttemptEnd::Accepted | AttemptEnd::FailedBelow | AttemptEnd::OverQuota => {
                 self.let_go = LetGo::No;
                 if let Some(throttle) = self.upstream.throttle() {
                     throttle.accepted_let_go(let_go);
@@ -158,6 +176,9 @@ impl Call<'_> {
             }
             AttemptEnd::Failed | AttemptEnd::TimedOut | AttemptEnd::ConnectionFailed => {
                 self.let_go = LetGo::Failed;
+                if let Some(throttle) = self.upstream.throttle() {
+                    throttle.failed_let_go(let_go);
+                }
             }
         }
     }

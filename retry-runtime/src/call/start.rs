@@ -18,7 +18,7 @@ use crate::registry::{Registry, Upstream};
 use crate::replay::Replayability;
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::site::CallSite;
-use crate::throttle::Answers;
+use crate::throttle::{Answers, Own};
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]
@@ -126,6 +126,7 @@ impl<'r> Call<'r> {
             retried_mark: 0,
             answers_mark: Answers::default(),
             let_go: LetGo::No,
+            own: Own::default(),
             rng: None,
             span,
             attempt_span: tracing::Span::none(),

@@ -18,7 +18,7 @@ use crate::key::IdempotencyKey;
 use crate::registry::Registry;
 use crate::replay::Replayability;
 use crate::scope::{CallScope, deadline_after};
-use crate::throttle::Answers;
+use crate::throttle::{Answers, Own};
 use crate::upstream::Upstream;
 use crate::window::Tick;
 
@@ -75,6 +75,9 @@ pub struct Call<'r> {
     /// What the upstream's throttle had answered when the last attempt was admitted: a retry
     /// learns from it whether the upstream failed every call since.
     pub(super) answers_mark: Answers,
+    /// When the upstream's throttle counted the call's own attempts: a retry is judged on
+    /// what the other calls met.
+    pub(super) own: Own,
     /// Whether the attempt under way (or the next, after a free rotation retry) is that of a
     /// call the throttle let go from a slow upstream's backlog, or as its probe, and how it
     /// ended.

@@ -146,11 +146,24 @@ fn extra_attempts_pass_in_the_proportion_the_upstream_accepts() {
     assert!((throttle.refusal_probability() - 10.0 / 101.0).abs() < 1e-9);
     let mut rng = fastrand::Rng::with_seed(7);
     // Hedges, admitted and never ended: not counted, and never refused so far as to count.
+    // Their calls' own first copies are still in flight (not in the window): p = 70 / 100.
     let extra = (0..10_000)
-        .filter(|_| throttle.admit(Work::Extra, tick, || rng.f64()).is_some())
+        .filter(|_| {
+            throttle
+                .admit(Work::Extra { own: 0 }, tick, || rng.f64())
+                .is_some()
+        })
         .count();
-    // p_extra = (99 - 30) / 99 (a hedge: its call sent one of the 100).
-    assert!((2_900..3_300).contains(&extra), "{extra}");
+    assert!((2_800..3_200).contains(&extra), "{extra}");
+    // A hedge of a call one of whose attempts the window counts is judged on the other 99.
+    let extra = (0..10_000)
+        .filter(|_| {
+            throttle
+                .admit(Work::Extra { own: 1 }, tick, || rng.f64())
+                .is_some()
+        })
+        .count();
+    assert!((2_850..3_250).contains(&extra), "{extra}");
 }
 
 /// Refused first attempts count as requests, as in the SRE book: an upstream that accepts
@@ -236,21 +249,52 @@ fn settings_outside_their_range_are_refused_with_the_fix() {
     );
 }
 
+/// A lone call's retry is judged on its own attempts: into an upstream that accepted none of
+/// them it does not go at once (it waits for its backoff, as the probe); a window that counts
+/// none of them (they failed to connect, or left it) is no evidence, and it goes.
 #[test]
-fn a_lone_calls_retries_are_never_refused() {
+fn a_lone_calls_retry_is_judged_on_its_own_attempts() {
     let origin = Instant::now();
     let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
     let tick = Tick::at(origin, origin + Duration::from_millis(10));
-    // Three attempts of one call, each failing: the two retries pass whatever the draw.
+    assert!(throttle.admits_extra(tick, 0.0, 0), "an empty window");
     let first = throttle.admit(Work::First, tick, || 0.0).unwrap();
     throttle.record(first, verdict(false), tick);
-    for own in 1..=2 {
-        assert!(throttle.admits_extra(tick, 0.0, own));
-        let retry = throttle.admit(Work::Extra, tick, || 1.0).unwrap();
-        throttle.record(retry, verdict(false), tick);
+    assert!(
+        !throttle.admits_extra(tick, 0.999, 1),
+        "its own failure, and nothing accepted"
+    );
+    // Another call's attempt accepted: the others' answers judge it again.
+    throttle.record(throttle.granted(), verdict(true), tick);
+    assert!(
+        throttle.admits_extra(tick, 0.0, 1),
+        "the other call's answer was accepted"
+    );
+    // A window later, its failure is forgotten.
+    let later = Tick::at(origin, origin + Duration::from_secs(2));
+    assert!(throttle.admits_extra(later, 0.0, 0));
+}
+
+/// A call's own attempts are those the throttle counted in its window: not those it never
+/// counted, not those it has forgotten.
+#[test]
+fn a_calls_own_attempts_are_those_in_the_window() {
+    let origin = Instant::now();
+    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let at = |millis: u64| Tick::at(origin, origin + Duration::from_millis(millis));
+    let mut own = Own::default();
+    assert_eq!(own.in_window(&throttle, at(0)), 0);
+    own.counted(at(0));
+    own.counted(at(100));
+    assert_eq!(own.in_window(&throttle, at(200)), 2);
+    // 50 ms slots: the count at 0 ms leaves the window at 500 ms, the one at 100 at 600.
+    assert_eq!(own.in_window(&throttle, at(520)), 1);
+    assert_eq!(own.in_window(&throttle, at(700)), 0);
+    // It keeps the latest four.
+    for millis in [1000, 1010, 1020, 1030, 1040] {
+        own.counted(at(millis));
     }
-    // Another call's retry after those three failures is extra work on a failing upstream.
-    assert!(!throttle.admits_extra(tick, 0.0, 1));
+    assert_eq!(own.in_window(&throttle, at(1050)), 4);
 }
 
 /// An upstream that accepts nothing gets no extra work: first attempts keep probing it.
@@ -265,35 +309,14 @@ fn an_upstream_that_accepts_nothing_gets_no_retry_but_first_attempts_probe_it() 
     assert!(throttle.admit(Work::First, tick, || 0.9).is_none());
 }
 
-/// The upstream is slow while more than half the window's failures are timeouts.
+/// The backlog is let go at the pace of the upstream's answers: once it accepts again, the
+/// calls let go in a window stay within `release_ratio` x the answers it accepted from the
+/// others, and each further accepted answer lets more go.
 #[test]
-fn an_upstream_is_slow_while_most_of_its_failures_are_timeouts() {
+fn the_backlog_goes_at_the_pace_of_the_upstreams_answers() {
     let origin = Instant::now();
-    let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+    let throttle = Throttle::counting_from(ThrottleConfig::new().with_release_ratio(1.0), origin);
     let tick = Tick::at(origin, origin);
-    assert!(!throttle.slow_at(tick), "nothing failed");
-    answer(&throttle, tick, 10, false);
-    assert!(!throttle.slow_at(tick), "ten fast failures");
-    for _ in 0..10 {
-        throttle.record(Sent, Verdict::TimedOut, tick);
-    }
-    assert!(!throttle.slow_at(tick), "ten timeouts of twenty failures");
-    throttle.record(Sent, Verdict::TimedOut, tick);
-    assert!(
-        throttle.slow_at(tick),
-        "eleven timeouts of twenty-one failures"
-    );
-    // The window forgets the timeouts with the rest.
-    let later = Tick::at(origin, origin + Duration::from_secs(2));
-    assert!(!throttle.slow_at(later));
-}
-
-/// A slow upstream's backlog is let go at the pace of its answers: once it accepts again, the
-/// calls let go in a window stay within `retry_multiplier` x the answers it accepted from the
-/// others, and each further accepted answer lets one more go.
-#[test]
-fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
-    let (throttle, tick) = fresh();
     answer(&throttle, tick, 4, false);
     assert!(!throttle.lets_go_at(tick), "nothing accepted: nothing goes");
     answer(&throttle, tick, 6, true);
@@ -315,26 +338,97 @@ fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
         "an empty window is no evidence"
     );
 
-    // At retry_multiplier 2, twice the others' accepted answers.
+    // At the default 0.5, half the others' accepted answers.
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 6, true);
+    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
+    assert_eq!(let_go, 2, "released + 1 <= 0.5 x (6 - released)");
+    // At 2, twice.
     let origin = Instant::now();
-    let throttle =
-        Throttle::counting_from(ThrottleConfig::new().with_retry_multiplier(2.0), origin);
+    let throttle = Throttle::counting_from(ThrottleConfig::new().with_release_ratio(2.0), origin);
     let tick = Tick::at(origin, origin);
     answer(&throttle, tick, 6, true);
     let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
-    assert_eq!(let_go, 4, "released <= 2 x (6 - released)");
+    assert_eq!(let_go, 4, "released + 1 <= 2 x (6 - released)");
+}
+
+/// Timeouts shrink the pace: each attempt of the window that timed out holds back one call.
+#[test]
+fn timeouts_shrink_the_backlogs_pace() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 20, true);
+    for _ in 0..3 {
+        throttle.record(Sent, Verdict::TimedOut, tick);
+    }
+    // 20 accepted, 23 sent: released + 1 <= 0.5 x (20 - released) - 3.
+    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
+    assert_eq!(let_go, 5);
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 20, true);
+    assert_eq!((0..100).filter(|_| throttle.lets_go_at(tick)).count(), 7);
+}
+
+/// A refused call waits only until the upstream has failed every attempt for the hold, and
+/// only as many calls wait as `max_waiting` allows; a place is given back when dropped.
+#[test]
+fn calls_wait_only_within_the_hold_and_the_places() {
+    let origin = Instant::now();
+    let config = ThrottleConfig::new()
+        .with_hold(Duration::from_secs(1))
+        .with_max_waiting(2);
+    let throttle = Throttle::counting_from(config, origin);
+    let at = |millis: u64| Tick::at(origin, origin + Duration::from_millis(millis));
+    // A quiet spell is not an outage.
+    assert!(throttle.holds_at(at(60_000)));
+    throttle.record(Sent, Verdict::Accepted, at(100));
+    assert!(throttle.holds_at(at(60_000)));
+    // Failing since 200 ms: the hold ends at 1.2 s, whatever else fails meanwhile.
+    throttle.record(Sent, Verdict::TimedOut, at(150));
+    assert!(
+        throttle.holds_at(at(60_000)),
+        "a slow upstream is not failing"
+    );
+    throttle.record(Sent, Verdict::Failed, at(200));
+    throttle.record(Sent, Verdict::Failed, at(900));
+    assert_eq!(
+        throttle.hold_ends_after(at(700)),
+        Some(Duration::from_millis(500))
+    );
+    assert!(throttle.holds_at(at(1199)));
+    assert!(
+        !throttle.holds_at(at(1200)),
+        "failed everything for a second"
+    );
+    // One accepted answer ends the failing spell.
+    throttle.record(Sent, Verdict::Accepted, at(1300));
+    assert!(throttle.holds_at(at(5000)));
+    let first = throttle.enter_waiting().expect("a place");
+    let second = throttle.enter_waiting().expect("a place");
+    assert!(throttle.enter_waiting().is_none(), "two places");
+    assert_eq!(throttle.waiting(), 2);
+    drop(first);
+    let third = throttle.enter_waiting().expect("a place given back");
+    drop((second, third));
+    assert_eq!(throttle.waiting(), 0);
 }
 
 /// With no other call left, a slow upstream's backlog goes one call at a time: each call let
 /// go, once the upstream accepts its attempt, lets the next go.
 #[test]
 fn a_backlog_with_no_other_call_goes_one_at_a_time_on_its_own_answers() {
-    let (throttle, tick) = fresh();
-    assert!(
-        throttle.probes_at(tick),
-        "an empty window: a waiting call probes"
+    let (throttle, start) = fresh();
+    let tick = Tick::at(
+        throttle.clock.origin(),
+        throttle.clock.origin() + Duration::from_millis(50),
     );
-    assert!(!throttle.probes_at(tick), "one probe a window");
+    let mark = throttle.asked(None, start);
+    assert!(
+        throttle.probes_since(mark, tick),
+        "nobody asked for 50 ms: a waiting call probes"
+    );
+    assert!(!throttle.probes_since(mark, tick), "the probe asked");
+    let mark = throttle.asked(None, start);
+    assert!(!throttle.probes_since(mark, tick), "the probe is in flight");
     assert!(!throttle.lets_go_at(tick), "the probe is not answered yet");
     // The probe is accepted: the next waiting call goes, and only one.
     answer(&throttle, tick, 1, true);
@@ -379,6 +473,7 @@ fn drain_alone(
     let origin = throttle.clock.origin();
     let ask = ask.as_millis() as usize;
     let mut waiting: Vec<bool> = vec![true; n];
+    let mut marks = vec![throttle.asked(None, start); n];
     // When each call let go is answered, and when it was let go.
     let mut answers: Vec<(Duration, usize, Tick)> = Vec::new();
     let (mut in_flight, mut let_go, mut last) = (0, 0, None);
@@ -398,6 +493,7 @@ fn drain_alone(
             if accepted {
                 throttle.accepted_let_go(let_go);
             } else {
+                throttle.failed_let_go(let_go);
                 waiting[call] = true;
             }
             false
@@ -406,10 +502,12 @@ fn drain_alone(
             if !*waits || !(ms + ask - call % ask).is_multiple_of(ask) {
                 continue;
             }
-            if throttle.lets_go_at(tick) || throttle.probes_at(tick) {
+            if throttle.lets_go_at(tick) || throttle.probes_since(marks[call], tick) {
                 *waits = false;
                 let_go += 1;
                 answers.push((now + latency, call, tick));
+            } else {
+                marks[call] = throttle.asked(Some(marks[call]), tick);
             }
         }
         in_flight = in_flight.max(answers.len());
@@ -444,44 +542,55 @@ proptest! {
         prop_assert_eq!(drained.in_flight, 1, "{:?}", drained);
     }
 
-    /// A dead upstream with nobody else to ask gets about one probe a window from its waiting
-    /// calls, however many wait.
+    /// A dead upstream with nobody else to ask gets one probe at a time from its waiting
+    /// calls, however many wait: the next goes a step after the last one's answer.
     #[test]
-    fn a_dead_upstream_alone_gets_one_probe_a_window(
+    fn a_dead_upstream_alone_gets_one_probe_at_a_time(
         n in 1usize..200,
         ask in 5u64..50,
         latency in 1u64..200,
     ) {
-        let run = Duration::from_secs(10);
+        let run = Duration::from_secs(2);
         let drained = drain_alone(n, 5, Duration::from_millis(ask), Duration::from_millis(latency), false, run);
-        // A window is 500 ms, counted in 50 ms slots: an entry leaves it after 450-500 ms.
-        prop_assert!(drained.let_go <= 10_000 / 450 + 1, "{drained:?}");
-        prop_assert!(drained.let_go >= 10_000 / (500 + 200 + 50) - 1, "{drained:?}");
+        prop_assert!(drained.in_flight <= 1, "{drained:?}");
+        prop_assert!(drained.let_go as u64 <= 2_000 / (latency + ask) + 1, "{drained:?}");
     }
 }
 
-/// A waiting call probes only when no call asks the upstream anything in the window: no
-/// attempt ended, none refused, no waiting call let go.
+/// A waiting call probes only when nobody asked the upstream anything for a tenth of the
+/// window (50 ms): no attempt answered, none refused, no waiting call let go.
 #[test]
-fn a_waiting_call_probes_only_a_window_nobody_asks_in() {
-    let (throttle, tick) = fresh();
-    answer(&throttle, tick, 1, false);
-    assert!(!throttle.probes_at(tick), "an attempt ended in the window");
-    let later = |millis: u64| {
+fn a_waiting_call_probes_only_when_nobody_asked_for_a_while() {
+    let (throttle, _) = fresh();
+    let at = |millis: u64| {
         Tick::at(
             throttle.clock.origin(),
             throttle.clock.origin() + Duration::from_millis(millis),
         )
     };
-    // Later, new calls are refused (their first attempts are the probes), and the failures
-    // that refused them leave the window before the refusals do.
-    answer(&throttle, later(1000), 5, false);
-    let refused = (0..20)
-        .filter(|_| throttle.admit(Work::First, later(1400), || 0.0).is_none())
-        .count();
-    assert!(refused > 0);
-    assert!(!throttle.probes_at(later(1600)), "new calls ask");
-    assert!(throttle.probes_at(later(2000)), "nobody asks");
+    let mark = throttle.asked(None, at(0));
+    answer(&throttle, at(10), 1, false);
+    assert!(
+        !throttle.probes_since(mark, at(60)),
+        "an attempt was answered"
+    );
+    let mark = throttle.asked(Some(mark), at(60));
+    assert!(throttle.admit(Work::First, at(70), || 0.0).is_none());
+    assert!(
+        !throttle.probes_since(mark, at(120)),
+        "a new call was refused"
+    );
+    let mark = throttle.asked(Some(mark), at(120));
+    assert!(
+        !throttle.probes_since(mark, at(160)),
+        "nobody asked for 40 ms"
+    );
+    let kept = throttle.asked(Some(mark), at(160));
+    assert!(kept == mark, "a current mark is kept");
+    assert!(
+        throttle.probes_since(kept, at(170)),
+        "nobody asked for 50 ms"
+    );
 }
 
 /// A waiting call goes when the upstream accepts again: accepted attempts in the window, and
