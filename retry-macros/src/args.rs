@@ -17,12 +17,12 @@ pub(crate) const IDEMPOTENCY: &str = "idempotency";
 pub(crate) const RECONCILE: &str = "reconcile";
 pub(crate) const DURABLE: &str = "durable";
 const REGISTRY: &str = "registry";
+const PARTITION: &str = "partition";
 const CRATE: &str = "crate";
 pub(crate) const HEDGE: &str = "hedge";
 
 /// The arguments, in the order a message lists them.
-const VALID: &str =
-    "`upstream`, `method`, `idempotency`, `reconcile`, `durable`, `registry`, `crate` or `hedge`";
+const VALID: &str = "`upstream`, `method`, `idempotency`, `reconcile`, `durable`, `registry`, `partition`, `crate` or `hedge`";
 
 /// Tuning people put in retry annotations elsewhere (Resilience4j, Spring Retry, backon): each
 /// is refused with the registry key that holds it.
@@ -148,6 +148,8 @@ pub(crate) struct Args {
     /// `durable = "operation"`: defer to the durable queue (checked in `durable`).
     pub(crate) durable: Option<LitStr>,
     pub(crate) registry: Option<Expr>,
+    /// `partition = expr`: the call's partition for the upstream's quotas (any `Hash` value).
+    pub(crate) partition: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// Where the `hedge` flag was written.
     pub(crate) hedge: Option<Span>,
@@ -184,6 +186,7 @@ impl Args {
             RECONCILE,
             DURABLE,
             REGISTRY,
+            PARTITION,
             CRATE,
             HEDGE,
         ]
@@ -240,6 +243,7 @@ impl Args {
             RECONCILE => self.reconcile = reconcile(cx, value),
             DURABLE => self.durable = durable(cx, value),
             REGISTRY => self.registry = Some(value),
+            PARTITION => self.partition = Some(value),
             _ => self.krate = krate(cx, value),
         }
         Ok(())

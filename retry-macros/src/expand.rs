@@ -283,6 +283,11 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
     };
     let method = Ident::new(spec.method.as_str(), mixed);
     let function = format!("::{}", sig.ident);
+    let partition = spec.partition.as_ref().map(|expr| {
+        quote_spanned!(expr.span()=> .with_partition(::core::option::Option::Some(
+            #private::Partition::of(&(#expr))
+        )))
+    });
 
     let injected = spec.registry.as_ref().map(|expr| {
         let text = expr.to_token_stream().to_string();
@@ -380,7 +385,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
             )#durable_site;
             let mut __retry_call = #private::Call::new(
                 match #private::CallSpec::at(#registry, &__RETRY_SITE, #key_value) {
-                    ::core::result::Result::Ok(spec) => spec,
+                    ::core::result::Result::Ok(spec) => spec #partition,
                     ::core::result::Result::Err(error) => {
                         return ::core::result::Result::Err(::core::convert::From::from(error));
                     }

@@ -17,6 +17,8 @@ pub(crate) struct Spec {
     pub(crate) reconcile: Option<ExprPath>,
     /// An expression of type `&Registry` (default: the global registry).
     pub(crate) registry: Option<syn::Expr>,
+    /// An expression of any `Hash` type naming the call's partition (default: none).
+    pub(crate) partition: Option<syn::Expr>,
     /// Whether the body may run as several copies at once (`hedge`).
     pub(crate) hedge: bool,
     /// `durable = "operation"`, checked by `durable::check`.
@@ -140,6 +142,7 @@ pub(crate) fn validate(cx: &Ctxt, args: Args, item: &ItemFn) -> Option<Spec> {
         idempotency: args.idempotency,
         reconcile: args.reconcile,
         registry: args.registry,
+        partition: args.partition,
         hedge: args.hedge.is_some(),
         durable: args.durable,
     })

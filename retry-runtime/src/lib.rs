@@ -142,6 +142,7 @@ pub mod engine;
 pub mod hedge;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod partition;
 pub mod propagation;
 pub mod registry;
 pub mod retry_after;
@@ -163,6 +164,7 @@ pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 #[cfg(feature = "prometheus")]
 pub use observe::prometheus_buckets;
 pub use observe::{ATTEMPT_DURATION_BUCKETS, describe_metrics};
+pub use partition::Partition;
 pub use registry::{Registry, Upstream};
 pub use replay::Replayability;
 pub use retry::{HedgedCall, Retry, RetryCall};
@@ -241,7 +243,7 @@ pub mod __private {
     };
     pub use crate::registry::{Registration, Registry};
     pub use crate::site::CallSite;
-    pub use crate::{Error, Method, Replayability};
+    pub use crate::{Error, Method, Partition, Replayability};
     pub use ::core;
     pub use ::inventory;
     pub use ::std;

@@ -2,6 +2,7 @@
 //! closure is given its attempt) or `.call(..)` (it is not; the body can still ask
 //! [`Attempt::current`]).
 
+use crate::partition::Partition;
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
@@ -95,6 +96,7 @@ impl<'r> Retry<'r> {
             operation: self.operation,
             key: None,
             replay: Replayability::Replayable,
+            partition: None,
         }
     }
 }
@@ -114,6 +116,7 @@ pub struct RetryCall<'r> {
     operation: Option<Cow<'static, str>>,
     key: Option<Result<IdempotencyKey, KeyError>>,
     replay: Replayability,
+    partition: Option<Partition>,
 }
 
 impl<'r> RetryCall<'r> {
@@ -121,6 +124,26 @@ impl<'r> RetryCall<'r> {
     /// 255 bytes, CR/LF) fails the call before anything is sent.
     pub fn idempotency(mut self, key: impl IntoIdempotencyKey) -> Self {
         self.key = Some(key.into_idempotency_key());
+        self
+    }
+
+    /// The part of the upstream's traffic the call belongs to (a tenant, an API key), for the
+    /// upstream's quotas: a 429 then holds this partition's calls until its `Retry-After`, and
+    /// no other's (see [`partition`](crate::partition)). Without one, a 429 holds only the
+    /// call that got it.
+    ///
+    /// ```
+    /// # async fn f(registry: &retry_runtime::Registry) {
+    /// let tenant = "tenant-42";
+    /// let result: Result<(), retry_runtime::Error> = retry_runtime::Retry::in_registry(registry, "catalog")
+    ///     .method(retry_runtime::Method::GET)
+    ///     .partition(tenant)
+    ///     .run(|_| async { Ok(()) })
+    ///     .await;
+    /// # }
+    /// ```
+    pub fn partition<T: std::hash::Hash + ?Sized>(mut self, value: &T) -> Self {
+        self.partition = Some(Partition::of(value));
         self
     }
 
@@ -152,6 +175,7 @@ impl<'r> RetryCall<'r> {
             replay: self.replay,
             operation: self.operation,
             reserve: Duration::ZERO,
+            partition: self.partition,
         })
     }
 

@@ -9,6 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::partition::Quotas;
+
 use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
 use crate::bulkhead::Bulkhead;
@@ -49,6 +51,8 @@ pub struct Upstream {
     /// Recent attempt latencies, kept only for a hedge delay at a percentile.
     latency: Option<Arc<LatencyWindow>>,
     refresh: Option<Arc<dyn RefreshAuth>>,
+    /// Its partitions' quota pushbacks (`partition`).
+    quotas: Arc<Quotas>,
     /// What the windows of `budget` and `breaker` count from: the registry's origin.
     origin: tokio::time::Instant,
 }
@@ -81,6 +85,11 @@ impl Upstream {
     /// Its configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.config
+    }
+
+    /// Its partitions' quota pushbacks.
+    pub(crate) fn quotas(&self) -> &Quotas {
+        &self.quotas
     }
 
     /// `now` on the clocks of its budget's and breaker's windows: read once, it places a call
@@ -196,6 +205,7 @@ impl Upstream {
             bulkhead,
             latency,
             refresh,
+            quotas: Arc::default(),
             origin,
         }
     }
@@ -211,6 +221,7 @@ impl Upstream {
             bulkhead: self.bulkhead.clone(),
             latency: self.latency.clone(),
             refresh: Some(hook),
+            quotas: self.quotas.clone(),
             origin: self.origin,
         }
     }

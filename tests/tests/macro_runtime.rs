@@ -30,6 +30,7 @@ fn setup() {
             ("macro-once", base.clone().with_max_attempts(3)),
             ("macro-reconcile", base.clone().with_max_attempts(3)),
             ("macro-attempts-2", base.clone().with_max_attempts(2)),
+            ("macro-partition", base.clone().with_max_attempts(1)),
             ("macro-attempts-4", base.clone().with_max_attempts(4)),
             (
                 "macro-backoff",
@@ -110,6 +111,12 @@ impl Adapter {
 
     #[retry(upstream = "macro-key", method = POST, idempotency = cmd.key())]
     async fn register(&self, cmd: &Cmd) -> Result<u32, AdapterError> {
+        self.attempt()
+    }
+
+    #[retry(upstream = "macro-partition", method = GET, partition = tenant)]
+    async fn stock(&self, tenant: &str) -> Result<u32, AdapterError> {
+        let _ = tenant;
         self.attempt()
     }
 
@@ -565,5 +572,27 @@ async fn an_injected_registry_configures_the_call() {
     assert!(
         Registry::global().upstream("only-injected").is_err(),
         "the global registry never knew this upstream"
+    );
+}
+
+/// `partition = expr` names the call's partition: a 429 holds that partition's next call (for
+/// the upstream's initial backoff, 10 ms here, without a `Retry-After`), and no other's.
+#[tokio::test(start_paused = true)]
+async fn a_partitions_429_holds_its_next_call_and_no_other() {
+    setup();
+    let adapter = Adapter::scripted(vec![|| AdapterError::status(429)]);
+    assert!(adapter.stock("tenant-a").await.is_err());
+    let start = Instant::now();
+    assert!(adapter.stock("tenant-b").await.is_ok());
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "another partition goes at once"
+    );
+    assert!(adapter.stock("tenant-a").await.is_ok());
+    assert!(
+        start.elapsed() >= Duration::from_millis(10),
+        "the partition over its quota waited: {:?}",
+        start.elapsed()
     );
 }

@@ -34,6 +34,7 @@ mod ending;
 mod events;
 mod hedge;
 mod pace;
+mod quota;
 mod refresh;
 mod rotation;
 mod start;
@@ -124,7 +125,13 @@ impl Call<'_> {
             Ok(attempt) => attempt,
             Err(error) => return Err(E::from(error)),
         };
-        // 2. Admission (written out: with a free bulkhead slot no waiting future is built).
+        // 2. A partition over its quota holds the attempt; then admission (written out: with a
+        // free bulkhead slot no waiting future is built).
+        if let Some(partition) = self.partition
+            && let Err(error) = self.wait_for_quota(partition, &mut attempt).await
+        {
+            return Err(E::from(error));
+        }
         let permit = match self.try_admit(kind, attempt.started) {
             Ok(Admitted::Now(permit)) => permit,
             Ok(Admitted::Queue(held)) => match self.wait_for_slot(&mut attempt, held).await {
@@ -285,6 +292,7 @@ impl Call<'_> {
         // One clock read for the decision, the budget and the backoff's start: the one that
         // timed the failure for the breaker, if it did.
         let now = self.failed_at.take().unwrap_or_else(Instant::now);
+        self.note_quota(&failure, now);
         let at = self.now(now);
         let decision = self.decide(&failure, free_rotation, at);
         self.carry_out(decision, error, &failure, free_rotation, at)

@@ -14,6 +14,7 @@ use super::{Call, Local, events};
 use crate::engine::Safety;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
+use crate::partition::Partition;
 use crate::registry::{Registry, Upstream};
 use crate::replay::Replayability;
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
@@ -37,6 +38,8 @@ pub struct CallSpec<'r> {
     pub(crate) operation: Option<Cow<'static, str>>,
     /// Time kept back from the deadline for the end of the call (a durable call's hand-off).
     pub(crate) reserve: Duration,
+    /// The part of the upstream's traffic the call belongs to, for its quotas (`partition`).
+    pub(crate) partition: Option<Partition>,
 }
 
 impl<'r> CallSpec<'r> {
@@ -55,7 +58,15 @@ impl<'r> CallSpec<'r> {
             replay: Replayability::Replayable,
             operation: Some(Cow::Borrowed(site.operation)),
             reserve: site.reserve,
+            partition: None,
         })
+    }
+
+    /// The call belongs to `partition` (a tenant, an API key) for the upstream's quotas: a 429
+    /// holds the partition's calls, not the upstream's (see [`partition`](crate::partition)).
+    pub fn with_partition(mut self, partition: Option<Partition>) -> Self {
+        self.partition = partition;
+        self
     }
 }
 
@@ -127,6 +138,7 @@ impl<'r> Call<'r> {
             answers_mark: Answers::default(),
             let_go: LetGo::No,
             own: Own::default(),
+            partition: spec.partition,
             rng: None,
             span,
             attempt_span: tracing::Span::none(),

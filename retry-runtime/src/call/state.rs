@@ -15,6 +15,7 @@ use crate::category::Rejection;
 use crate::decision::{DenyReason, Failure};
 use crate::engine::Safety;
 use crate::key::IdempotencyKey;
+use crate::partition::Partition;
 use crate::registry::Registry;
 use crate::replay::Replayability;
 use crate::scope::{CallScope, deadline_after};
@@ -78,6 +79,8 @@ pub struct Call<'r> {
     /// When the upstream's throttle counted the call's own attempts: a retry is judged on
     /// what the other calls met.
     pub(super) own: Own,
+    /// The part of the upstream's traffic the call belongs to, for its quotas.
+    pub(super) partition: Option<Partition>,
     /// Whether the attempt under way (or the next, after a free rotation retry) is that of a
     /// call the throttle let go from a slow upstream's backlog, or as its probe, and how it
     /// ended.

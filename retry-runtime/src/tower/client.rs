@@ -14,6 +14,7 @@ use crate::classify::Classify;
 use crate::error::Error;
 use crate::evidence::Evidence;
 use crate::key::IdempotencyKey;
+use crate::partition::Partition;
 use crate::propagation;
 use crate::registry::Registry;
 
@@ -73,7 +74,12 @@ pub struct RetryLayer {
     registry: RegistryRef,
     upstream: Arc<str>,
     classify: ErrorClassifier,
+    partition: Option<PartitionOf>,
 }
+
+/// What names a request's partition for the upstream's quotas: see
+/// [`RetryLayer::partition_by`].
+pub type PartitionOf = Arc<dyn Fn(&http::request::Parts) -> Option<Partition> + Send + Sync>;
 
 impl fmt::Debug for RetryLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -90,6 +96,7 @@ impl RetryLayer {
             registry: RegistryRef::Global,
             upstream: upstream.into(),
             classify: default_classifier,
+            partition: None,
         }
     }
 
@@ -99,6 +106,7 @@ impl RetryLayer {
             registry: RegistryRef::Owned(registry),
             upstream: upstream.into(),
             classify: default_classifier,
+            partition: None,
         }
     }
 
@@ -106,6 +114,25 @@ impl RetryLayer {
     /// connection; never upgrade a generic I/O error to `NotSent`).
     pub fn classify_errors_with(mut self, classify: ErrorClassifier) -> Self {
         self.classify = classify;
+        self
+    }
+
+    /// Names each request's partition (a tenant, an API key) for the upstream's quotas: a 429
+    /// then holds that partition's requests until its `Retry-After`, and no other's (see
+    /// [`partition`](crate::partition)). Without it, a 429 holds only the request that got it.
+    ///
+    /// ```
+    /// use retry_runtime::Partition;
+    /// let layer = retry_runtime::tower::RetryLayer::new("catalog").partition_by(|parts| {
+    ///     parts.headers.get("x-tenant").map(|tenant| Partition::of(tenant.as_bytes()))
+    /// });
+    /// # let _ = layer;
+    /// ```
+    pub fn partition_by(
+        mut self,
+        partition: impl Fn(&http::request::Parts) -> Option<Partition> + Send + Sync + 'static,
+    ) -> Self {
+        self.partition = Some(Arc::new(partition));
         self
     }
 }
@@ -308,6 +335,7 @@ where
         replay,
         operation: None,
         reserve: Duration::ZERO,
+        partition: layer.partition.as_ref().and_then(|of| of(&parts)),
     };
     let attempts = Sends {
         inner: &mut inner,

@@ -19,7 +19,7 @@ mod client;
 mod server;
 
 pub use body::{OneShot, ReplayBody};
-pub use client::{RetryLayer, RetryService, TowerError};
+pub use client::{PartitionOf, RetryLayer, RetryService, TowerError};
 pub use server::{InboundLimits, ScopeLayer, ScopeService, operation_name};
 
 /// A boxed error, as tower services commonly return.

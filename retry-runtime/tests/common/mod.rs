@@ -4,8 +4,11 @@ use retry_runtime::{Classify, Error, Evidence};
 
 /// A failed attempt: the upstream's status, or the runtime's own error.
 #[derive(Debug)]
+#[allow(dead_code)] // Each test file uses the variants it needs.
 pub enum Fail {
     Status(u16),
+    /// 429 with this `Retry-After`.
+    TooMany(std::time::Duration),
     Runtime(Error),
 }
 
@@ -13,6 +16,7 @@ impl std::fmt::Display for Fail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Fail::Status(s) => write!(f, "status {s}"),
+            Fail::TooMany(after) => write!(f, "status 429, retry after {after:?}"),
             Fail::Runtime(e) => e.fmt(f),
         }
     }
@@ -28,19 +32,26 @@ impl Classify for Fail {
     fn via(&self) -> Option<&dyn Classify> {
         match self {
             Fail::Runtime(e) => Some(e),
-            Fail::Status(_) => None,
+            Fail::Status(_) | Fail::TooMany(_) => None,
         }
     }
     fn evidence(&self) -> Evidence {
         match self {
             Fail::Runtime(e) => e.evidence(),
-            Fail::Status(_) => Evidence::ResponseReceived,
+            Fail::Status(_) | Fail::TooMany(_) => Evidence::ResponseReceived,
         }
     }
     fn status(&self) -> Option<u16> {
         match self {
             Fail::Status(s) => Some(*s),
+            Fail::TooMany(_) => Some(429),
             Fail::Runtime(_) => None,
+        }
+    }
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Fail::TooMany(after) => Some(*after),
+            _ => None,
         }
     }
 }

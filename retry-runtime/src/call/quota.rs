@@ -1,0 +1,66 @@
+//! A partition over its quota: an attempt of a call whose partition a 429 pushed back waits
+//! for the pushback to end, within the deadline; the rules and their reasons:
+//! [`partition`](crate::partition).
+
+use tokio::time::Instant;
+
+use super::Call;
+use crate::attempt::Attempt;
+use crate::category::Rejection;
+use crate::decision::Failure;
+use crate::error::Error;
+use crate::partition::Partition;
+
+impl Call<'_> {
+    /// Holds `attempt` while the call's partition is pushed back: it starts after the pushback
+    /// ends (spread over as long again), or, when that leaves no time for an attempt before
+    /// the deadline (or shutdown starts meanwhile), it is refused, sending nothing.
+    pub(super) async fn wait_for_quota(
+        &mut self,
+        partition: Partition,
+        attempt: &mut Attempt,
+    ) -> Result<(), Error> {
+        let latest = self
+            .deadline
+            .checked_sub(self.upstream.config().min_attempt_budget)
+            .unwrap_or(self.deadline);
+        // Asked again after each wait: a call of the partition let go meanwhile may have met
+        // the quota again and pushed it further.
+        while let Some(left) = self
+            .upstream
+            .quotas()
+            .held(partition, self.upstream.tick(attempt.started))
+        {
+            if !self.has_time_at(attempt.started + left) {
+                return Err(self.refused(Rejection::Throttled));
+            }
+            // Spread over as long again as the call waits: the calls the pushback held go
+            // about as they came, not together the instant it ends.
+            let registry = self.registry;
+            let spread = left.mul_f64(self.rng.get_or_insert_with(|| registry.rng()).f64());
+            let wait = (left + spread).min(latest.saturating_duration_since(attempt.started));
+            self.on_paced(wait);
+            if self.back_off(attempt.started, wait).await.is_err() {
+                return Err(self.refused(Rejection::Throttled));
+            }
+            let now = Instant::now();
+            attempt.started = now;
+            attempt.ends = self.attempt_ends(now);
+        }
+        Ok(())
+    }
+
+    /// After a failed attempt: a 429 to a call with a partition pushes the partition back
+    /// until the `Retry-After` it carried (the upstream's initial backoff without one), from
+    /// `now`.
+    pub(super) fn note_quota(&self, failure: &Failure, now: Instant) {
+        let (Some(partition), Some(429)) = (self.partition, failure.status) else {
+            return;
+        };
+        let wait = failure
+            .retry_after
+            .unwrap_or(self.upstream.config().backoff.initial);
+        let until = self.upstream.tick(now + wait);
+        self.upstream.quotas().push_back(partition, until);
+    }
+}
