@@ -14,8 +14,11 @@
 //!   every call of that partition holds its next attempt, first attempts included, and goes
 //!   after it, spread over as long again as it waited (so the held calls go about as they
 //!   came, not together); a call whose deadline comes before the pushback ends fails at once
-//!   with [`Error::Throttled`](crate::Error::Throttled), sending nothing. Other partitions'
-//!   calls go as before.
+//!   with [`Error::Throttled`](crate::Error::Throttled), sending nothing. An attempt of the
+//!   partition the upstream accepts meanwhile (one already in flight) ends the pushback: the
+//!   quota serves it again, and the held calls go within a tenth of a second (an upstream
+//!   that answers 429 to some requests at random is not holding the partition back). Other
+//!   partitions' calls go as before.
 //!
 //! Memory is bounded whatever the number of partitions: each upstream keeps [`SLOTS`] pushback
 //! times, one word each, allocated at its first 429 with a partition. A partition maps to one
@@ -85,6 +88,20 @@ impl Quotas {
         });
     }
 
+    /// The upstream accepted an attempt of `partition`: its quota serves it again, and its
+    /// pushback, if it holds one, ends.
+    #[inline]
+    pub(crate) fn accepted(&self, partition: Partition) {
+        let Some(slots) = self.slots.get() else {
+            return;
+        };
+        let slot = &slots[partition.slot()];
+        let held = slot.load(Ordering::Relaxed);
+        if held >> UNTIL_BITS == partition.tag() && held & UNTIL_MASK != 0 {
+            let _ = slot.compare_exchange(held, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     /// How long `partition`'s calls still hold their attempts at `now`, if they do.
     #[inline]
     pub(crate) fn held(&self, partition: Partition, now: Tick) -> Option<Duration> {
@@ -122,6 +139,20 @@ mod tests {
             a,
             "the same value, the same partition"
         );
+    }
+
+    #[test]
+    fn an_accepted_answer_ends_the_partitions_pushback_alone() {
+        let origin = Instant::now();
+        let at = |ms: u64| Tick::at(origin, origin + Duration::from_millis(ms));
+        let quotas = Quotas::default();
+        let (a, b) = (Partition::of(&1u64), Partition::of(&2u64));
+        quotas.accepted(a);
+        quotas.push_back(a, at(1000));
+        quotas.push_back(b, at(1000));
+        quotas.accepted(a);
+        assert_eq!(quotas.held(a, at(10)), None);
+        assert!(quotas.held(b, at(10)).is_some());
     }
 
     proptest::proptest! {

@@ -175,10 +175,11 @@ use crate::window::{Clock, Counter, SLOTS, Tick};
 ///   again, instead of failing at once: without it no retry helps through an outage of a
 ///   second or two; see [waiting for admission](self#waiting-for-admission). `false` fails
 ///   refused calls at once)
-/// - `hold`: 1 s (a refused call waits only while the upstream accepted an attempt within
-///   this long: an upstream that has accepted nothing for a second is more likely down than
-///   restarting, and holding its callers to their deadlines passes the outage up to theirs.
-///   Writes that must outlast an outage go to the durable queue instead)
+/// - `hold`: 750 ms (a refused call waits only until the upstream has answered every attempt
+///   with a failure for this long: one that has accepted nothing for most of a second is
+///   more likely down than restarting, and holding its callers to their deadlines passes the
+///   outage up to theirs, so they learn it within a second instead. Writes that must outlast
+///   an outage go to the durable queue instead)
 /// - `max_waiting`: 256 (calls waiting for one upstream at once; a further refused call fails
 ///   at once. The backlog drains at the pace of the upstream's answers, so a longer one mostly
 ///   waits out its callers' deadlines while holding their memory and their callers)
@@ -221,7 +222,7 @@ impl ThrottleConfig {
             retry_multiplier: 1.0,
             window: Duration::from_millis(500),
             wait: true,
-            hold: Duration::from_secs(1),
+            hold: Duration::from_millis(750),
             max_waiting: 256,
             release_ratio: 0.5,
         }
@@ -304,8 +305,8 @@ impl ThrottleConfig {
             v.push((
                 "throttle.hold",
                 format!(
-                    "throttle hold {:?} is outside 100ms..=60s: use 1s (calls wait only while \
-                     the upstream accepted within it)",
+                    "throttle hold {:?} is outside 100ms..=60s: use 750ms (refused calls wait \
+                     only until the upstream has failed everything for this long)",
                     self.hold
                 ),
             ));
@@ -458,9 +459,8 @@ pub struct Throttle {
     /// call compares with its [`Answers`] mark to learn what the upstream did meanwhile.
     accepted_ever: AtomicU64,
     failed_ever: AtomicU64,
-    /// Every attempt refused, and every waiting call let go, since the throttle was made: with
-    /// the answers, whether anybody asked the upstream anything since a mark ([`Asked`]).
-    refused_ever: AtomicU64,
+    /// Every waiting call let go since the throttle was made: with the answers, whether
+    /// anybody asked the upstream anything since a mark ([`Asked`]).
     released_ever: AtomicU64,
     /// When the upstream began failing every attempt (its first answered failure since it
     /// last accepted one), in nanoseconds after the origin, plus one; 0 while it accepts: a
@@ -509,7 +509,6 @@ impl Throttle {
             released_answered: Counter::default(),
             accepted_ever: AtomicU64::new(0),
             failed_ever: AtomicU64::new(0),
-            refused_ever: AtomicU64::new(0),
             released_ever: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
@@ -553,7 +552,6 @@ impl Throttle {
         if p > 0.0 && rng() < p {
             self.note_state(true);
             self.refused.add(epoch, 1);
-            self.refused_ever.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         Some(Sent)
@@ -669,17 +667,18 @@ impl Throttle {
         self.hold_ends_after(tick).is_some()
     }
 
-    /// How long a call asking at `tick` may still wait: the hold, counted from the start of
-    /// the upstream's failing spell (the whole hold while it accepts); `None` once it is over.
+    /// How long a call asking at `tick` may still wait: the rest of the hold, counted from
+    /// the start of the upstream's failing spell; [`Duration::MAX`] while it is not failing;
+    /// `None` once the hold is over.
     #[inline]
     pub(crate) fn hold_ends_after(&self, tick: Tick) -> Option<Duration> {
-        let hold = duration_nanos(self.config.hold);
-        let left = match self.failing_since.load(Ordering::Relaxed) {
-            0 => hold,
-            since => (since - 1)
-                .saturating_add(hold)
-                .saturating_sub(tick.nanos()),
+        let since = match self.failing_since.load(Ordering::Relaxed) {
+            0 => return Some(Duration::MAX),
+            since => since - 1,
         };
+        let left = since
+            .saturating_add(duration_nanos(self.config.hold))
+            .saturating_sub(tick.nanos());
         (left > 0).then(|| Duration::from_nanos(left))
     }
 
@@ -753,14 +752,13 @@ impl Throttle {
     }
 
     /// A mark, at `tick`, of how often the upstream has been asked anything (attempts
-    /// answered, attempts refused, waiting calls let go), to compare with later:
+    /// answered, waiting calls let go; a refused attempt asks nothing), to compare with later:
     /// [`probes_since`](Self::probes_since). A mark still current is kept, not taken again,
     /// so that it tells how long nobody has asked.
     #[inline]
     pub(crate) fn asked(&self, previous: Option<Asked>, tick: Tick) -> Asked {
         let count = self.accepted_ever.load(Ordering::Relaxed)
             + self.failed_ever.load(Ordering::Relaxed)
-            + self.refused_ever.load(Ordering::Relaxed)
             + self.released_ever.load(Ordering::Relaxed);
         match previous {
             Some(previous) if previous.count == count => previous,
@@ -770,15 +768,14 @@ impl Throttle {
 
     /// Whether a waiting call goes at `tick` as the upstream's probe, counting it (as a call
     /// let go) when it does: since `mark`, at least a tenth of the window ago (a step of the
-    /// window's clock), no attempt was answered or refused and no waiting call was let go, no
-    /// call let go is still
-    /// in flight, and fewer than [`FAILED_PROBES`] of those let go in the window failed:
-    /// nobody is asking the upstream anything. Without it, calls that all wait, with no new
-    /// call to send a first attempt, would wait for answers nobody asks for until their hold
-    /// ends, and a lone call waiting for its retry would wait for a window to pass, not for
-    /// its backoff. While other calls come, their attempts (answered or refused) move the
-    /// mark, and no waiting call probes; while a probe is in flight no other goes, and an
-    /// upstream that fails them gets at most [`FAILED_PROBES`] a window.
+    /// window's clock), no attempt was answered and no waiting call was let go, no call let
+    /// go is still in flight, and fewer than [`FAILED_PROBES`] of those let go in the window
+    /// failed: nobody is getting an answer from the upstream. Without it, calls that all wait
+    /// (new calls refused, or none coming) would learn nothing until their hold ends, and a
+    /// lone call waiting for its retry would wait for a window to pass, not for its backoff.
+    /// While other calls' attempts are answered, the mark moves and no waiting call probes;
+    /// while a probe is in flight no other goes, and an upstream that fails them gets at most
+    /// [`FAILED_PROBES`] a window, only during the hold.
     #[inline]
     pub(crate) fn probes_since(&self, mark: Asked, tick: Tick) -> bool {
         let quiet = duration_nanos(self.config.window) / SLOTS as u64;

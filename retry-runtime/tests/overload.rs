@@ -140,14 +140,16 @@ async fn fast_fault(throttle: ThrottleConfig, fault: Duration) -> (usize, usize,
     (healthy, after, ended)
 }
 
-/// A fault that fails fast, shorter than the hold: the calls it refused wait, and once the
-/// upstream accepts again they go at the pace of its answers, a little above the load, never
-/// a burst: the upstream gets at most twice its healthy busiest 250 ms, its queue stays short,
-/// and every call started half a second after the fault succeeds. Released together (a
-/// release ratio of 10: the rule switched off), they arrive as a burst.
+/// A fault that fails fast: the calls it refused wait, and once the upstream accepts again
+/// they go at the pace of its answers, a little above the load, never a burst: the upstream
+/// gets at most twice its healthy busiest 250 ms, its queue stays short, and every call started
+/// half a second after the fault succeeds. Through a fault shorter than the hold (750 ms) the
+/// calls it met mostly succeed after it; through a longer one they fail once it has failed
+/// everything for the hold, not at their deadlines. Released together (a release ratio of 10:
+/// the rule switched off), they arrive as a burst.
 #[tokio::test(start_paused = true)]
 async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
-    for fault in [ms(300), ms(600), ms(900)] {
+    for fault in [ms(300), ms(600), ms(1500)] {
         let (healthy, after, ended) = fast_fault(ThrottleConfig::new(), fault).await;
         let report = format!("{fault:?}: healthy busiest {healthy}, after {after}");
         assert!(after <= 2 * healthy, "{report}");
@@ -157,7 +159,6 @@ async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
             late.iter().all(|e| e.ok),
             "{report}: a call after the recovery failed"
         );
-        // The calls started in the fault mostly succeed after it: they waited.
         let during: Vec<&Ended> = ended
             .iter()
             .filter(|e| {
@@ -165,11 +166,23 @@ async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
             })
             .collect();
         let ok = during.iter().filter(|e| e.ok).count();
-        assert!(
-            ok * 10 >= during.len() * 8,
-            "{report}: {ok} of {} in the fault",
-            during.len()
-        );
+        if fault < ms(750) {
+            assert!(
+                ok * 10 >= during.len() * 8,
+                "{report}: {ok} of {} in the fault",
+                during.len()
+            );
+        } else {
+            // Held at most about the hold (750 ms from the upstream's first failure, a step
+            // more for the last ones refused): within a second.
+            let held = during
+                .iter()
+                .filter(|e| !e.ok)
+                .map(|e| e.ended - e.started)
+                .max()
+                .unwrap();
+            assert!(held <= Duration::from_secs(1), "{report}: held {held:?}");
+        }
     }
     let (healthy, after, _) =
         fast_fault(ThrottleConfig::new().with_release_ratio(10.0), ms(600)).await;

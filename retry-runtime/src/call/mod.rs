@@ -238,6 +238,7 @@ impl Call<'_> {
         if result.is_ok() {
             // Progress: what makes further rotation retries free (`rotation`).
             self.upstream.budget().record_progress();
+            self.quota_served();
         }
         if permit.counts() {
             let end = match &result {

@@ -11,6 +11,9 @@ use crate::decision::Failure;
 use crate::error::Error;
 use crate::partition::Partition;
 
+/// The longest a held call sleeps before it asks again whether its partition's pushback ended.
+const QUOTA_STEP: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Call<'_> {
     /// Holds `attempt` while the call's partition is pushed back: it starts after the pushback
     /// ends (spread over as long again), or, when that leaves no time for an attempt before
@@ -38,16 +41,34 @@ impl Call<'_> {
             // about as they came, not together the instant it ends.
             let registry = self.registry;
             let spread = left.mul_f64(self.rng.get_or_insert_with(|| registry.rng()).f64());
-            let wait = (left + spread).min(latest.saturating_duration_since(attempt.started));
-            self.on_paced(wait);
-            if self.back_off(attempt.started, wait).await.is_err() {
-                return Err(self.refused(Rejection::Throttled));
+            let go_at = attempt.started
+                + (left + spread).min(latest.saturating_duration_since(attempt.started));
+            self.on_paced(go_at - attempt.started);
+            // In steps, so that an accepted answer ending the pushback lets it go soon.
+            loop {
+                let step = go_at
+                    .saturating_duration_since(attempt.started)
+                    .min(QUOTA_STEP);
+                if self.back_off(attempt.started, step).await.is_err() {
+                    return Err(self.refused(Rejection::Throttled));
+                }
+                let now = Instant::now();
+                attempt.started = now;
+                attempt.ends = self.attempt_ends(now);
+                let tick = self.upstream.tick(now);
+                if now >= go_at || self.upstream.quotas().held(partition, tick).is_none() {
+                    break;
+                }
             }
-            let now = Instant::now();
-            attempt.started = now;
-            attempt.ends = self.attempt_ends(now);
         }
         Ok(())
+    }
+
+    /// An attempt of the call ended accepted: its partition's pushback, if any, ends.
+    pub(super) fn quota_served(&self) {
+        if let Some(partition) = self.partition {
+            self.upstream.quotas().accepted(partition);
+        }
     }
 
     /// After a failed attempt: a 429 to a call with a partition pushes the partition back

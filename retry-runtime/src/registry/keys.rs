@@ -124,6 +124,9 @@ pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
     key("retry_multiplier", "throttle.retry_multiplier", Kind::Number, "1.0"),
     key("window",     "throttle.window",     Kind::Duration, "500ms"),
     key("wait",       "throttle.wait",       Kind::Flag,     "true"),
+    key("hold",       "throttle.hold",       Kind::Duration, "750ms"),
+    key("max_waiting", "throttle.max_waiting", Kind::Count,  "256"),
+    key("release_ratio", "throttle.release_ratio", Kind::Number, "0.5"),
 ];
 
 /// The keys of `[upstreams.<name>.breaker]`.
@@ -372,6 +375,9 @@ impl KeySpec {
             "throttle.retry_multiplier" => throttle.retry_multiplier = self.number(value)?,
             "throttle.window" => throttle.window = self.duration(value)?,
             "throttle.wait" => throttle.wait = self.flag(value)?,
+            "throttle.hold" => throttle.hold = self.duration(value)?,
+            "throttle.max_waiting" => throttle.max_waiting = self.count(value)?,
+            "throttle.release_ratio" => throttle.release_ratio = self.number(value)?,
             "breaker.enabled" => settings.breaker_enabled = Some(self.flag(value)?),
             "breaker.failure_rate" => breaker.failure_rate = self.number(value)?,
             "breaker.min_attempts" => breaker.min_attempts = self.count(value)?,

@@ -394,6 +394,11 @@ fn calls_wait_only_within_the_hold_and_the_places() {
         throttle.hold_ends_after(at(700)),
         Some(Duration::from_millis(500))
     );
+    assert_eq!(
+        Throttle::counting_from(config, origin).hold_ends_after(at(700)),
+        Some(Duration::MAX),
+        "not failing: no end"
+    );
     assert!(throttle.holds_at(at(1199)));
     assert!(
         !throttle.holds_at(at(1200)),
@@ -558,7 +563,7 @@ proptest! {
 }
 
 /// A waiting call probes only when nobody asked the upstream anything for a tenth of the
-/// window (50 ms): no attempt answered, none refused, no waiting call let go.
+/// window (50 ms): no attempt answered, no waiting call let go (a refused one asks nothing).
 #[test]
 fn a_waiting_call_probes_only_when_nobody_asked_for_a_while() {
     let (throttle, _) = fresh();
@@ -574,22 +579,17 @@ fn a_waiting_call_probes_only_when_nobody_asked_for_a_while() {
         !throttle.probes_since(mark, at(60)),
         "an attempt was answered"
     );
-    let mark = throttle.asked(Some(mark), at(60));
-    assert!(throttle.admit(Work::First, at(70), || 0.0).is_none());
+    let mark = throttle.asked(Some(mark), at(80));
+    assert!(throttle.admit(Work::First, at(90), || 0.0).is_none());
     assert!(
         !throttle.probes_since(mark, at(120)),
-        "a new call was refused"
-    );
-    let mark = throttle.asked(Some(mark), at(120));
-    assert!(
-        !throttle.probes_since(mark, at(160)),
         "nobody asked for 40 ms"
     );
-    let kept = throttle.asked(Some(mark), at(160));
+    let kept = throttle.asked(Some(mark), at(120));
     assert!(kept == mark, "a current mark is kept");
     assert!(
-        throttle.probes_since(kept, at(170)),
-        "nobody asked for 50 ms"
+        throttle.probes_since(kept, at(130)),
+        "nobody asked for 50 ms, a refusal aside"
     );
 }
 
