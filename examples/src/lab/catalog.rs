@@ -47,8 +47,11 @@ pub struct CatalogState {
     interval_peak: AtomicUsize,
     books: Mutex<Books>,
     samples: Mutex<Vec<(f64, usize)>>,
-    /// The catalog's workers, when the scenario limits them.
+    /// The catalog's workers, when the scenario limits them, and what a request takes one.
     workers: Option<Arc<tokio::sync::Semaphore>>,
+    service_time: Duration,
+    /// When each request arrived (every order, the warm-up's included).
+    arrivals: Mutex<Vec<Instant>>,
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +83,9 @@ pub struct CatalogCounts {
     pub peak: usize,
     /// Requests per order that arrived while another of the same order was being served.
     pub overlapping: HashMap<u64, u32>,
+    /// When each request arrived, in seconds from the start of the measured load (the
+    /// warm-up's before it, negative).
+    pub arrivals: Vec<f64>,
 }
 
 impl CatalogState {
@@ -98,6 +104,8 @@ impl CatalogState {
             workers: scenario
                 .workers(load)
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
+            service_time: scenario.service_time(load),
+            arrivals: Mutex::new(Vec::new()),
         })
     }
 
@@ -144,8 +152,20 @@ impl CatalogState {
 
     /// A copy of the counts.
     pub fn counts(&self) -> CatalogCounts {
+        let start = self.start.lock().unwrap().unwrap_or_else(Instant::now);
+        let arrivals = self
+            .arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|at| match at.checked_duration_since(start) {
+                Some(after) => after.as_secs_f64(),
+                None => -start.duration_since(*at).as_secs_f64(),
+            })
+            .collect();
         let books = self.books.lock().unwrap();
         CatalogCounts {
+            arrivals,
             calls: books.calls.clone(),
             executions: books.executions.clone(),
             overlapping: books.overlapping.clone(),
@@ -168,6 +188,7 @@ impl CatalogState {
     }
 
     async fn handle(self: Arc<Self>, request: Req) -> Resp {
+        self.arrivals.lock().unwrap().push(Instant::now());
         let _in_flight = self.enter();
         let Some(order) = servers::order_of(request.uri().path()) else {
             return servers::respond(404, "no such route");
@@ -186,7 +207,9 @@ impl CatalogState {
         };
         let _serving = Serving(self.clone(), order);
         let fault = self.fault_of(order, nth, self.elapsed(), write);
-        if let Some(workers) = &self.workers {
+        // A fast fault is answered at once, without a worker: a server shedding at its door.
+        let fast = matches!(fault, Fault::Unavailable | Fault::TooManyRequests);
+        if let Some(workers) = self.workers.as_ref().filter(|_| !fast) {
             // Queued for a worker, then served; in a task of its own, so a request whose client
             // gave up still waits its turn and takes its worker's time: the wasted work that
             // turns timeouts and retries into a queue that does not drain.
@@ -202,6 +225,7 @@ impl CatalogState {
                 .map(|left| Instant::now() + left);
             let workers = workers.clone();
             let state = self.clone();
+            let service_time = self.service_time;
             let served = tokio::spawn(async move {
                 let _worker = workers.acquire_owned().await;
                 if caller_waits_until.is_some_and(|until| Instant::now() >= until) {
@@ -209,8 +233,8 @@ impl CatalogState {
                 }
                 let now = state.elapsed();
                 let busy = match state.fault_of(order, nth, now, write) {
-                    Fault::Slow(extra) => SERVICE_TIME + extra,
-                    _ => SERVICE_TIME,
+                    Fault::Slow(extra) => service_time + extra,
+                    _ => service_time,
                 };
                 tokio::time::sleep(busy).await;
                 true

@@ -16,6 +16,20 @@
 //!    every later one succeeds at 95 %), and "never" is a violation. Binned times: asserted
 //!    only on a lab that kept its schedule (see below).
 //!
+//! 8. B, B-tuned and B-hedged, in every scenario whose fault clears: no stampede. Seed by
+//!    seed, the catalog never receives more in one 250 ms after the fault than
+//!    [`STAMPEDE`] times its busiest 250 ms of healthy load (the end of the warm-up and the
+//!    load before the fault): the calls held through the fault go at the pace the catalog
+//!    takes, not together. Binned times: asserted only on a lab that kept its schedule;
+//! 9. B, B-tuned and B-hedged in `tenant-429`: the served tenant keeps at least
+//!    [`SERVED_TENANT`] of its operations during the other tenant's 429s (pooled over seeds):
+//!    one tenant's quota does not refuse another's calls;
+//! 10. B, B-tuned and B-hedged in `always-503`, an outage longer than any deadline: the
+//!    operations that fail end within [`FAIL_FAST`] (p99, seed by seed), and over the second
+//!    half of the run no more than [`IN_FLIGHT`] times as many operations are in flight as
+//!    without retry (C, the same seed; at least one): callers learn of a dead dependency at
+//!    once, and do not pile up. Binned times: asserted only on a lab that kept its schedule.
+//!
 //! 4. B and B-tuned in `long-outage`: no keyed write is lost: none the user was told was
 //!    deferred stays unexecuted (the durable tier took what the in-memory retries could not
 //!    finish, and its worker replayed it after the outage), and none the user was told failed
@@ -105,6 +119,19 @@ pub const HEDGE_EXTRA_CALLS: f64 = 0.10;
 /// The catalog budget's ratio (the default, which `examples/lab.toml` keeps): retries and hedges together may add this
 /// many calls per call made.
 pub const BUDGET_RATIO: f64 = 0.2;
+
+/// Property 8: how many times its healthy busiest 250 ms the catalog may receive in one 250 ms
+/// after a fault.
+pub const STAMPEDE: f64 = 2.0;
+
+/// Property 9: the share of its operations the served tenant keeps.
+pub const SERVED_TENANT: f64 = 0.99;
+
+/// Property 10: how long a failing operation may take (p99) against a dead catalog.
+pub const FAIL_FAST: Duration = Duration::from_secs(1);
+
+/// Property 10: how many times C's operations in flight the library's designs may hold.
+pub const IN_FLIGHT: f64 = 3.0;
 
 /// How far below C's success B's may be in a scenario before it counts as worse: see the
 /// module docs.
@@ -207,6 +234,7 @@ pub fn check(results: &[Aggregate]) -> Vec<Violation> {
         }
     }
     let lagging = results.iter().any(|a| a.lag_p99 > LAG_LIMIT);
+    overload(results, lagging, &mut out);
     recovery(results, lagging, &mut out);
     hedging(results, lagging, &mut out);
     out
@@ -224,6 +252,82 @@ fn dead_calls_limit(ours: &Aggregate) -> f64 {
     match long {
         true => DEAD_CALLS,
         false => DEAD_CALLS_SHORT,
+    }
+}
+
+/// Properties 8-10 (module docs): no stampede after a fault, the served tenant served, a dead
+/// catalog's callers told at once.
+fn overload(results: &[Aggregate], lagging: bool, out: &mut Vec<Violation>) {
+    for ours in results.iter().filter(|a| a.design.is_ours()) {
+        let name = format!("{} in {}", ours.design, ours.scenario);
+        for run in &ours.runs {
+            if let Some(after) = run.after_busiest
+                && after as f64 > STAMPEDE * run.healthy_busiest.max(1) as f64
+            {
+                out.push(Violation {
+                    text: format!(
+                        "{name} (seed {}): the catalog received {after} requests in one 250 ms \
+                         after the fault, more than {STAMPEDE} times its healthy busiest \
+                         ({}): the calls held through the fault went together",
+                        run.seed, run.healthy_busiest
+                    ),
+                    asserted: !lagging,
+                });
+            }
+        }
+        if ours.scenario == Scenario::TenantQuota {
+            let (ok, started) = ours
+                .runs
+                .iter()
+                .filter_map(|m| m.served_tenant)
+                .fold((0, 0), |(a, b), (ok, n)| (a + ok, b + n));
+            if started > 0 && (ok as f64) < SERVED_TENANT * started as f64 {
+                out.push(Violation {
+                    text: format!(
+                        "{name}: the served tenant kept {ok} of its {started} operations during \
+                         the other tenant's 429s, less than {:.0} %: one tenant's quota refused \
+                         another's calls",
+                        SERVED_TENANT * 100.0
+                    ),
+                    asserted: true,
+                });
+            }
+        }
+        if ours.scenario != Scenario::Always503 {
+            continue;
+        }
+        for run in &ours.runs {
+            if run.failing_p99 > FAIL_FAST {
+                out.push(Violation {
+                    text: format!(
+                        "{name} (seed {}): failing operations took {} ms (p99), more than {} ms: \
+                         callers of a dead dependency are held instead of told",
+                        run.seed,
+                        run.failing_p99.as_millis(),
+                        FAIL_FAST.as_millis()
+                    ),
+                    asserted: !lagging,
+                });
+            }
+            let none = results
+                .iter()
+                .filter(|a| a.scenario == ours.scenario && a.design == Design::C)
+                .flat_map(|a| &a.runs)
+                .find(|m| m.seed == run.seed);
+            if let Some(none) = none
+                && run.late_in_flight > IN_FLIGHT * none.late_in_flight.max(1.0)
+            {
+                out.push(Violation {
+                    text: format!(
+                        "{name} (seed {}): {:.1} operations in flight on average over the \
+                         run's second half, against {:.1} without retry (C): more than \
+                         {IN_FLIGHT} times",
+                        run.seed, run.late_in_flight, none.late_in_flight
+                    ),
+                    asserted: !lagging,
+                });
+            }
+        }
     }
 }
 

@@ -150,7 +150,18 @@ impl LabUpstreams {
         Registries {
             api: build(seed),
             middle: build(seed ^ 0x5eed_5eed),
+            middle_replicas: Vec::new(),
         }
+    }
+
+    /// [`registries`](Self::registries) with the middle as `replicas` replicas, each with a
+    /// registry of its own (`middle` is the first).
+    pub fn fleet(&self, design: Design, seed: u64, replicas: usize) -> Registries {
+        let mut registries = self.registries(design, seed);
+        registries.middle_replicas = (1..replicas as u64)
+            .map(|k| self.registries(design, seed.wrapping_add(k)).middle)
+            .collect();
+        registries
     }
 }
 

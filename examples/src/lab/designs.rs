@@ -210,6 +210,9 @@ pub struct Registries {
     pub api: Arc<Registry>,
     /// The middle process's registry.
     pub middle: Arc<Registry>,
+    /// The registries of the middle's further replicas, when it runs as a fleet (each
+    /// replica's throttle and budget its own; the load goes round-robin over them all).
+    pub middle_replicas: Vec<Arc<Registry>>,
 }
 
 /// One design's API -> middle -> catalog chain, running.
@@ -427,13 +430,25 @@ pub async fn start(
                 .expect("a `catalog` upstream")
                 .config()
                 .deadline;
-            let adapter = Arc::new(CatalogAdapter::new(catalog_url, registries.middle.clone()));
+            let adapter = Arc::new(CatalogAdapter::new(
+                catalog_url.clone(),
+                registries.middle.clone(),
+            ));
             if contract == WriteContract::Durable {
                 durable =
                     Some(durable_tier(adapter.clone(), &registries.middle, database_url).await?);
             }
+            let fleet: Arc<Vec<Arc<CatalogAdapter>>> = Arc::new(
+                std::iter::once(adapter)
+                    .chain(registries.middle_replicas.iter().map(|registry| {
+                        Arc::new(CatalogAdapter::new(catalog_url.clone(), registry.clone()))
+                    }))
+                    .collect(),
+            );
+            let next = Arc::new(AtomicUsize::new(0));
             let handler = FnService(move |request: Req| {
-                middle_b(adapter.clone(), contract, request, refused.clone())
+                let replica = next.fetch_add(1, Ordering::Relaxed) % fleet.len();
+                middle_b(fleet[replica].clone(), contract, request, refused.clone())
             });
             let limits = InboundLimits {
                 deadline,

@@ -275,7 +275,7 @@ pub fn bound(
     scenario: Scenario,
     limit: Option<u64>,
 ) -> Result<InFlightBound, TooFewFiles> {
-    let designs = if config.isolate && scenario.workers(config.load).is_some() {
+    let designs = if config.isolate && scenario.isolated() {
         1
     } else {
         config.designs_in(scenario).len()

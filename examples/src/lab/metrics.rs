@@ -13,6 +13,9 @@ pub const RECOVERY_BIN: Duration = Duration::from_millis(250);
 /// The success rate a bin must reach to count as recovered.
 pub const RECOVERED_AT: f64 = 0.95;
 
+/// How much of the warm-up's end counts as healthy load for [`RunMetrics::healthy_busiest`].
+pub const HEALTHY_SPAN: Duration = Duration::from_secs(2);
+
 /// How many bins of operation start times the success-over-time series has.
 pub const TIMELINE_BINS: usize = 20;
 
@@ -96,6 +99,19 @@ pub struct RunMetrics {
     /// Time from the fault clearing until the durable backlog was empty (`Some(None)`: it
     /// never was); `None` without a durable tier.
     pub drained_after: Option<Option<Duration>>,
+    /// The most catalog requests that arrived in one 250 ms of the healthy load: the last
+    /// [`HEALTHY_SPAN`] of the warm-up, and the measured load before the fault.
+    pub healthy_busiest: usize,
+    /// The most catalog requests that arrived in one 250 ms after the fault cleared (`None`
+    /// for a fault that does not clear).
+    pub after_busiest: Option<usize>,
+    /// Of tenant B's operations started during the fault (`tenant-429`): (succeeded, started).
+    pub served_tenant: Option<(usize, usize)>,
+    /// The p99 latency of the operations that failed (zero when none did).
+    pub failing_p99: Duration,
+    /// Operations in flight on average over the second half of the run (the time they spent
+    /// in it, over its length): in an outage that lasts, what holding callers costs.
+    pub late_in_flight: f64,
     /// Every operation's start, from the start of the load (for [`RunMetrics::started_beyond`]).
     starts: Vec<Duration>,
     /// The scenario's fault window, if it has one.
@@ -187,6 +203,48 @@ pub fn compute(
     }
     let mut lags: Vec<Duration> = records.iter().map(|r| r.lag).collect();
     lags.sort();
+    let fault = scenario.outage_window(duration);
+    let busiest = |from: f64, to: f64| {
+        let mut bins = std::collections::HashMap::<i64, usize>::new();
+        for at in counts.arrivals.iter().filter(|at| (from..to).contains(*at)) {
+            *bins
+                .entry((at / RECOVERY_BIN.as_secs_f64()).floor() as i64)
+                .or_default() += 1;
+        }
+        bins.values().copied().max().unwrap_or(0)
+    };
+    let fault_start = fault.map_or(duration, |(from, _)| from).as_secs_f64();
+    let healthy_busiest = busiest(-HEALTHY_SPAN.as_secs_f64(), fault_start);
+    let after_busiest = fault
+        .filter(|_| scenario.clears())
+        .map(|(_, until)| busiest(until.as_secs_f64(), f64::INFINITY));
+    let served_tenant = (scenario == Scenario::TenantQuota)
+        .then_some(fault)
+        .flatten()
+        .map(|(from, until)| {
+            let served = records.iter().filter(|r| {
+                super::scenarios::tenant_of(r.id) == "tenant-b" && (from..until).contains(&r.start)
+            });
+            (
+                served.clone().filter(|r| r.outcome == Outcome::Ok).count(),
+                served.count(),
+            )
+        });
+    let mut failing: Vec<Duration> = records
+        .iter()
+        .filter(|r| r.outcome != Outcome::Ok)
+        .map(|r| r.latency)
+        .collect();
+    failing.sort();
+    let half = duration / 2;
+    let late_in_flight = records
+        .iter()
+        .map(|r| {
+            let (from, to) = (r.start.max(half), (r.start + r.latency).min(duration));
+            to.saturating_sub(from).as_secs_f64()
+        })
+        .sum::<f64>()
+        / (duration - half).as_secs_f64().max(1e-9);
     RunMetrics {
         scenario,
         design,
@@ -239,8 +297,13 @@ pub fn compute(
             .count(),
         backlog: Vec::new(),
         drained_after: None,
+        healthy_busiest,
+        after_busiest,
+        served_tenant,
+        failing_p99: percentile(&failing, 0.99),
+        late_in_flight,
         starts: records.iter().map(|r| r.start).collect(),
-        fault: scenario.outage_window(duration),
+        fault,
         latencies,
     }
 }

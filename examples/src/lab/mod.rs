@@ -136,7 +136,7 @@ impl LabConfig {
         self.scenarios
             .iter()
             .map(|s| {
-                let rounds = if self.isolate && s.workers(self.load).is_some() {
+                let rounds = if self.isolate && s.isolated() {
                     self.designs_in(*s).len()
                 } else {
                     1
@@ -255,7 +255,7 @@ pub async fn run(config: &LabConfig, progress: Arc<dyn Progress>) -> std::io::Re
     let mut pending: JoinSet<std::io::Result<Vec<RunMetrics>>> = JoinSet::new();
     for (scenario, seeds) in plan {
         let bound = bounds.of(scenario).expect("a bound per scenario");
-        if config.isolate && scenario.workers(config.load).is_some() {
+        if config.isolate && scenario.isolated() {
             // Alone on the machine: what runs before finishes first.
             while let Some(done) = pending.join_next().await {
                 results.extend(done.expect("a scenario task does not panic")?);
@@ -340,7 +340,9 @@ async fn run_together(
                 design,
                 scenario.write_contract(),
                 catalog_server.url(),
-                config.upstreams.registries(design, seed),
+                config
+                    .upstreams
+                    .fleet(design, seed, scenario.middle_replicas()),
                 config.database_url.as_deref(),
                 max_in_flight,
             )

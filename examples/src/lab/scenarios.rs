@@ -43,11 +43,18 @@ pub enum Scenario {
     /// of a run twice as long as the others): designs B and B-tuned defer the writes to the
     /// durable queue (`#[retry(durable = ...)]`), whose worker replays them after the outage.
     LongOutage,
+    /// One tenant over its quota: the catalog answers 429 with `Retry-After: 1` to tenant A
+    /// (three operations in four) during a window in the middle of the run, and serves tenant
+    /// B; the adapter names the tenant as the call's partition.
+    TenantQuota,
+    /// The transient outage with the middle service as ten replicas, each with a registry (a
+    /// throttle, a budget) of its own, sharing the load round-robin: a fleet of small clients.
+    FleetTransient,
 }
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::Always503,
         Scenario::RateLimited429,
         Scenario::Flaky503,
@@ -60,6 +67,8 @@ impl Scenario {
         Scenario::ResetUnkeyed,
         Scenario::ResetReconciled,
         Scenario::LongOutage,
+        Scenario::TenantQuota,
+        Scenario::FleetTransient,
     ];
 
     /// The flag value and report name.
@@ -77,6 +86,8 @@ impl Scenario {
             Scenario::ResetUnkeyed => "reset-write-unkeyed",
             Scenario::ResetReconciled => "reset-write-reconciled",
             Scenario::LongOutage => "long-outage",
+            Scenario::TenantQuota => "tenant-429",
+            Scenario::FleetTransient => "fleet-transient-outage",
         }
     }
 
@@ -113,6 +124,14 @@ impl Scenario {
                 "keyed writes; every catalog request answers 503 from 12.5% to 87.5% of twice \
                  --duration (6 s of 8 s by default; --duration 20: 30 s of 40 s), then 5 s \
                  healthy; B and B-tuned defer to the durable queue (SQLite)"
+            }
+            Scenario::TenantQuota => {
+                "tenant A (3 operations in 4) gets 429 with Retry-After: 1 from 20% to 60% of \
+                 --duration, tenant B is served; the adapter names the tenant as its partition"
+            }
+            Scenario::FleetTransient => {
+                "the transient outage, with the middle as 10 replicas of a registry each, the \
+                 load round-robin over them"
             }
         }
     }
@@ -152,6 +171,8 @@ impl Scenario {
                 | Scenario::LongOutage
                 | Scenario::Slowdown
                 | Scenario::SlowdownIgnoresDeadline
+                | Scenario::TenantQuota
+                | Scenario::FleetTransient
         )
     }
 
@@ -171,7 +192,9 @@ impl Scenario {
     pub fn outage_window(self, length: Duration) -> Option<(Duration, Duration)> {
         let duration = length.saturating_sub(AFTER_FAULT);
         match self {
-            Scenario::Transient => Some((duration.mul_f64(0.2), duration.mul_f64(0.6))),
+            Scenario::Transient | Scenario::TenantQuota | Scenario::FleetTransient => {
+                Some((duration.mul_f64(0.2), duration.mul_f64(0.6)))
+            }
             Scenario::LongOutage => Some((duration.mul_f64(0.125), duration.mul_f64(0.875))),
             Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
                 Some((duration.mul_f64(0.2), duration.mul_f64(0.4)))
@@ -186,18 +209,66 @@ impl Scenario {
     }
 
     /// How many requests the catalog works on at once under `load` operations per second
-    /// (`None`: as many as arrive): one per 40 operations/s, so its capacity (100 requests/s
-    /// per worker) stays 2.5 times the load at any `--load`. A limited catalog queues the
+    /// (`None`: as many as arrive). Every upstream has a capacity, and a retry design that
+    /// looks fine against an unlimited one can overload a real one as it recovers: every
+    /// fault scenario's catalog has one, a little above the load ([`CAPACITY`] times it, with
+    /// the [service time](Self::service_time) that gives); the slowdowns' is 2.5 times the
+    /// load (one worker per 40 operations/s at 10 ms a request). A limited catalog queues the
     /// rest, and keeps working on a request whose client has given up, as a server that does
     /// not notice the client left does, unless the client said how long it would wait (design
-    /// B propagates it) and the catalog [honours it](Self::honours_deadline): the only fault
-    /// whose effect depends on timing, not on the seed alone.
+    /// B propagates it) and the catalog [honours it](Self::honours_deadline). Its fast faults
+    /// (503, 429) are answered at once, without a worker, as a server shedding at its door
+    /// does. The latency and lost-response scenarios keep an unlimited catalog: they are about
+    /// the tail and the writes, not about capacity.
     pub fn workers(self, load: f64) -> Option<usize> {
         match self {
             Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
                 Some(((load / 40.0).round() as usize).max(1))
             }
+            _ if self.capacity_limited() => {
+                Some(((CAPACITY * load / 100.0).ceil() as usize).max(1))
+            }
             _ => None,
+        }
+    }
+
+    /// What one request takes a worker under `load` (see [`workers`](Self::workers)): 10 ms
+    /// in the slowdowns; elsewhere what makes the workers' capacity [`CAPACITY`] times the load.
+    pub fn service_time(self, load: f64) -> Duration {
+        match (self.capacity_limited(), self.workers(load)) {
+            (true, Some(workers)) if load > 0.0 => {
+                Duration::from_secs_f64(workers as f64 / (CAPACITY * load))
+            }
+            _ => Duration::from_millis(10),
+        }
+    }
+
+    /// Whether the catalog's capacity is [`CAPACITY`] times the load (the fault scenarios).
+    const fn capacity_limited(self) -> bool {
+        matches!(
+            self,
+            Scenario::Always503
+                | Scenario::RateLimited429
+                | Scenario::Flaky503
+                | Scenario::Transient
+                | Scenario::LongOutage
+                | Scenario::TenantQuota
+                | Scenario::FleetTransient
+        )
+    }
+
+    /// Whether each design runs alone on the machine: the slowdowns, whose effect depends on
+    /// how fast a queue drains, so on timing, not on the seed alone.
+    pub const fn isolated(self) -> bool {
+        matches!(self, Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline)
+    }
+
+    /// How many replicas of the middle service (each with registries of its own) share the
+    /// load.
+    pub const fn middle_replicas(self) -> usize {
+        match self {
+            Scenario::FleetTransient => 10,
+            _ => 1,
         }
     }
 }
@@ -205,6 +276,16 @@ impl Scenario {
 /// How long a scenario whose fault clears runs after its fault span: recovery is measured
 /// over it.
 pub const AFTER_FAULT: Duration = Duration::from_secs(5);
+
+/// The capacity of a fault scenario's catalog, in times the load: a little above it, as a
+/// service sized for its traffic with some headroom is.
+pub const CAPACITY: f64 = 1.5;
+
+/// The tenant an operation belongs to, in `tenant-429`: three in four are tenant A's (as the
+/// adapter names it: [`OrderId::tenant`](crate::adapters::OrderId::tenant)).
+pub fn tenant_of(order: u64) -> &'static str {
+    crate::adapters::OrderId(order).tenant()
+}
 
 /// What a request takes on top of the catalog's service time during the slowdown.
 const SLOWDOWN_EXTRA: Duration = Duration::from_millis(490);
@@ -285,10 +366,12 @@ impl Scenario {
             Scenario::Always503 => Fault::Unavailable,
             Scenario::RateLimited429 if coin(0.5) => Fault::TooManyRequests,
             Scenario::Flaky503 if coin(0.5) => Fault::Unavailable,
-            Scenario::Transient | Scenario::LongOutage => match self.outage_window(duration) {
-                Some((from, until)) if elapsed >= from && elapsed < until => Fault::Unavailable,
-                _ => Fault::None,
-            },
+            Scenario::Transient | Scenario::LongOutage | Scenario::FleetTransient => {
+                match self.outage_window(duration) {
+                    Some((from, until)) if elapsed >= from && elapsed < until => Fault::Unavailable,
+                    _ => Fault::None,
+                }
+            }
             Scenario::Slowdown | Scenario::SlowdownIgnoresDeadline => {
                 match self.outage_window(duration) {
                     Some((from, until)) if elapsed >= from && elapsed < until => {
@@ -297,6 +380,14 @@ impl Scenario {
                     _ => Fault::None,
                 }
             }
+            Scenario::TenantQuota => match self.outage_window(duration) {
+                Some((from, until))
+                    if elapsed >= from && elapsed < until && tenant_of(order) == "tenant-a" =>
+                {
+                    Fault::TooManyRequests
+                }
+                _ => Fault::None,
+            },
             Scenario::Slow if coin(1.0 / 3.0) => Fault::Slow(SLOW),
             Scenario::SlowTail if coin(0.02) => Fault::Slow(SLOW),
             Scenario::ResetKeyed | Scenario::ResetUnkeyed | Scenario::ResetReconciled
@@ -369,13 +460,13 @@ mod tests {
         );
         assert_eq!(Scenario::Slowdown.workers(40.0), Some(1));
         assert_eq!(Scenario::Slowdown.workers(2000.0), Some(50));
+        assert_eq!(Scenario::ALL.iter().filter(|s| s.isolated()).count(), 2);
+        assert_eq!(Scenario::Transient.workers(40.0), Some(1));
         assert_eq!(
-            Scenario::ALL
-                .iter()
-                .filter(|s| s.workers(40.0).is_some())
-                .count(),
-            2
+            Scenario::Transient.service_time(40.0),
+            Duration::from_secs_f64(1.0 / 60.0)
         );
+        assert_eq!(Scenario::Slow.workers(40.0), None);
         assert!(Scenario::Slowdown.honours_deadline());
         assert!(!Scenario::SlowdownIgnoresDeadline.honours_deadline());
     }
