@@ -1,15 +1,17 @@
 //! One store, two dialects: [`SqlStore`] implements [`DurableStore`] once, over any sqlx
 //! database that has a [`Dialect`].
 //!
-//! The semantics live in the SQL text shared here; a dialect only says how its database spells
-//! the few things that differ (parameters, a JSON array as rows, hex decoding, row locks, how a
-//! write transaction begins, where idempotency keys are kept, its migrations) and how another
-//! process's hand-off wakes a worker.
-//! Claims are one `WITH due AS MATERIALIZED (SELECT … LIMIT n {lock}) UPDATE … WHERE task_id
-//! IN (due) RETURNING` statement on both: on PostgreSQL `{lock}` is `FOR UPDATE SKIP LOCKED`, so
-//! concurrent claimers skip each other's rows; SQLite has no row locks but runs every write
-//! under its single writer lock, so two claimers can never take the same row. Completions are
-//! batched: one fenced `UPDATE … FROM (rows of a JSON array)` completes many tasks.
+//! Each backend writes its statements out in full, in its own SQL (`sqlite/queries.rs`,
+//! `postgres/queries.rs`), so a reader sees every statement as the database runs it; what
+//! they share is said once here: the columns of a task row ([`task_columns!`]) and the
+//! parameters each statement takes ([`Statements`]). This file runs them: it binds the
+//! finished values the worker and the queue hand down, reads task rows, and runs migrations.
+//!
+//! A claim is one `UPDATE … WHERE task_id IN (due rows) RETURNING` statement on both: on
+//! PostgreSQL the due rows are picked `FOR UPDATE SKIP LOCKED`, so concurrent claimers skip
+//! each other's rows; SQLite has no row locks but runs every write under its single writer
+//! lock, so two claimers can never take the same row. Completions are batched: one fenced
+//! `UPDATE … FROM (rows of a JSON array)` completes many tasks.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,13 +26,11 @@ use crate::clock::Timestamp;
 use crate::error::DurableError;
 use crate::migrate::{self, MIGRATIONS_TABLE, Migration};
 use crate::store::{
-    Completion, DurableStore, StoreResult, WorkSignal, rescue_decision, rescue_error,
-    status_counts, transition_error,
+    Completion, DurableStore, Rescue, StoreResult, WorkSignal, status_counts, transition_error,
 };
-use retry_runtime::backoff::Backoff;
 use retry_runtime::durable::TaskId;
 
-use crate::task::{Enqueued, Fence, NewTask, RawTask, Rescued, StatusCounts, Task};
+use crate::task::{Enqueued, Fence, NewTask, RawTask, StatusCounts, Task};
 
 /// A database the store runs on: its SQL, written out in full in one file per backend
 /// (`sqlite/queries.rs`, `postgres/queries.rs`), and how another process's hand-off wakes a
@@ -79,8 +79,8 @@ pub(crate) fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
 }
 
 /// Every statement the store runs, in one database's SQL. Parameters are numbered (`?1` on
-/// SQLite, `$1` on PostgreSQL). Statements returning task rows return the columns
-/// [`COLUMNS`] names, in that order (the counts widened to `BIGINT`). A fenced statement
+/// SQLite, `$1` on PostgreSQL). Statements returning task rows return [`task_columns!`]
+/// (the columns [`COLUMNS`] names, in that order, the counts widened to `BIGINT`). A fenced statement
 /// matches a task only while it is `running` under the claim `(task, owner, attempt)` bound
 /// to parameters 1-3.
 #[derive(Debug)]
@@ -101,9 +101,10 @@ pub struct Statements {
     pub(crate) mark_failed: &'static str,
     /// Fenced: gives the task back unfinished, its attempt not counted; 4 now.
     pub(crate) release: &'static str,
-    /// Tasks whose lease expired before 1, at most 2.
+    /// Tasks whose lease expired before 1, at most 2, the oldest leases first.
     pub(crate) expired: &'static str,
-    /// Fenced: takes back one expired lease; 4 new status, 5 due at, 6 error, 7 now.
+    /// Fenced, and only while the lease is expired at 7: takes back one expired lease;
+    /// 4 new status, 5 due at, 6 error, 7 now.
     pub(crate) rescue: &'static str,
     /// Reserves up to 3 owed alerts until 1; 2 now.
     pub(crate) claim_alerts: &'static str,
@@ -349,7 +350,22 @@ where
     })
 }
 
-/// The columns of a task row, by position.
+/// The columns of a task row as every statement that returns tasks lists them: those
+/// [`COLUMNS`] names, in that order, with the counts widened to `BIGINT` so both databases
+/// hand them over as 64-bit integers. A macro, so each backend's statements can be
+/// `concat!`-ed into whole `&'static str`s.
+macro_rules! task_columns {
+    () => {
+        "task_id, operation, idempotency_key, payload, status, \
+         CAST(retry_count AS BIGINT) AS retry_count, \
+         CAST(max_attempts AS BIGINT) AS max_attempts, \
+         next_attempt_at, locked_by, locked_until, last_error, output, alerted_at, \
+         created_at, updated_at"
+    };
+}
+pub(crate) use task_columns;
+
+/// The columns of a task row, by position: [`task_columns!`] by name, for locating a bad value.
 pub(crate) const COLUMNS: [&str; 15] = [
     "task_id",
     "operation",
@@ -653,54 +669,45 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
             .await
     }
 
-    async fn rescue_expired(
-        &self,
-        batch: u32,
-        backoff: Backoff,
-        now: Timestamp,
-    ) -> StoreResult<Vec<Rescued>> {
+    async fn expired(&self, batch: u32, now: Timestamp) -> StoreResult<Vec<Task>> {
         if batch == 0 {
+            return Ok(Vec::new());
+        }
+        let args = [Arg::Int(now.as_unix_millis()), Arg::Int(i64::from(batch))];
+        self.tasks(Self::sql().expired, &args, false, "find expired leases")
+            .await
+    }
+
+    async fn rescue(&self, rescues: &[Rescue], now: Timestamp) -> StoreResult<Vec<TaskId>> {
+        if rescues.is_empty() {
             return Ok(Vec::new());
         }
         let _turn = self.turn().await;
         let mut tx = self
             .begin_write("lock the database to rescue leases")
             .await?;
-        let args = [Arg::Int(now.as_unix_millis()), Arg::Int(i64::from(batch))];
-        let rows = DB::fetch(&mut tx, Self::sql().expired, &args)
-            .await
-            .map_err(Self::db("find expired leases"))?;
-        let mut rescued = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let task = DB::task(DB::BACKEND, row)?;
-            let Some(fence) = task.fence() else { continue };
-            let (status, next) = rescue_decision(task.retry_count, task.max_attempts, backoff, now);
-            let error = rescue_error(&fence.owner, task.locked_until);
+        let mut rescued = Vec::with_capacity(rescues.len());
+        for r in rescues {
             let args = [
-                Arg::Int(fence.task_id.0),
-                Arg::Text(&fence.owner),
-                Arg::Int(count(fence.attempt)),
-                Arg::Text(status.as_str()),
-                Arg::Int(next.as_unix_millis()),
-                Arg::Text(&error),
+                Arg::Int(r.fence.task_id.0),
+                Arg::Text(&r.fence.owner),
+                Arg::Int(count(r.fence.attempt)),
+                Arg::Text(r.status.as_str()),
+                Arg::Int(r.next_attempt_at.as_unix_millis()),
+                Arg::Text(&r.error),
                 Arg::Int(now.as_unix_millis()),
             ];
             let done = DB::execute(&mut tx, Self::sql().rescue, &args)
                 .await
                 .map_err(Self::db("rescue an expired lease"))?;
             if done == 1 {
-                rescued.push(Rescued {
-                    task_id: fence.task_id,
-                    previous_owner: fence.owner,
-                    attempt: fence.attempt,
-                    new_status: status,
-                });
+                rescued.push(r.fence.task_id);
             }
         }
         tx.commit()
             .await
             .map_err(Self::db("commit lease rescues"))?;
-        rescued.sort_by_key(|r| r.task_id);
+        rescued.sort();
         Ok(rescued)
     }
 
@@ -794,6 +801,15 @@ impl<DB: Dialect> DurableStore for SqlStore<DB> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_column_list_names_the_columns_in_order() {
+        let listed: Vec<&str> = task_columns!()
+            .split(',')
+            .map(|c| c.split_whitespace().last().unwrap_or_default())
+            .collect();
+        assert_eq!(listed, COLUMNS);
+    }
 
     #[test]
     fn completions_carry_the_fence_and_hex_output() {

@@ -203,19 +203,6 @@ pub struct Enqueued {
     pub created: bool,
 }
 
-/// What a lease rescue did to one task whose worker stopped renewing it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rescued {
-    /// The task.
-    pub task_id: TaskId,
-    /// The worker presumed dead.
-    pub previous_owner: String,
-    /// The attempt that was abandoned.
-    pub attempt: u32,
-    /// `Pending` (retried after backoff) or `Failed` (attempts exhausted).
-    pub new_status: TaskStatus,
-}
-
 /// How many tasks are in each status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatusCounts {
