@@ -184,11 +184,19 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
 
 /// One successful attempt to record: its claim and its output.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Completion {
     /// The claim the attempt ran under.
     pub fence: Fence,
     /// The attempt's serialized result, if any.
     pub output: Option<Vec<u8>>,
+}
+
+impl Completion {
+    /// The success of the attempt claimed under `fence`, with its output.
+    pub fn new(fence: Fence, output: Option<Vec<u8>>) -> Self {
+        Completion { fence, output }
+    }
 }
 
 /// One expired lease to take back, as the rescuer decided it: the driver writes these values

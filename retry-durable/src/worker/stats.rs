@@ -2,6 +2,7 @@
 
 /// What a worker did (one [`Worker::tick`](crate::Worker::tick), or a whole [`Worker::run`](crate::Worker::run)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerStats {
     /// Expired leases taken back.
     pub rescued: u64,

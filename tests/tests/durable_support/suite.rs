@@ -1261,10 +1261,7 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     let batch: Vec<Completion> = fences
         .iter()
-        .map(|f| Completion {
-            fence: f.clone(),
-            output: Some(f.task_id.to_string().into_bytes()),
-        })
+        .map(|f| Completion::new(f.clone(), Some(f.task_id.to_string().into_bytes())))
         .collect();
     let mut written = store.complete_many(&batch, now).await.unwrap();
     written.sort();
@@ -1289,14 +1286,8 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     // The current claims complete in one batch too; repeating the batch changes nothing.
     let current = [
-        Completion {
-            fence: other[0].fence().unwrap(),
-            output: None,
-        },
-        Completion {
-            fence: again[0].fence().unwrap(),
-            output: Some(vec![0, 255]),
-        },
+        Completion::new(other[0].fence().unwrap(), None),
+        Completion::new(again[0].fence().unwrap(), Some(vec![0, 255])),
     ];
     assert_eq!(store.complete_many(&current, now).await.unwrap().len(), 2);
     assert!(store.complete_many(&current, now).await.unwrap().is_empty());
