@@ -167,8 +167,8 @@ pub use retry_runtime::durable::{
 pub use sql::{Dialect, SqlStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreOptions};
-pub use store::{Completion, DurableStore, StoreResult, WorkSignal};
-pub use task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task};
+pub use store::{Completion, DurableStore, Rescue, StoreResult, WorkSignal};
+pub use task::{Enqueued, Fence, NewTask, StatusCounts, Task};
 pub use worker::{DEFAULT_BACKOFF, Worker, WorkerBuilder, WorkerConfig, WorkerStats};
 
 /// The backoff and jitter types the queue shares with the in-memory loop.

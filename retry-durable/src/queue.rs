@@ -83,11 +83,7 @@ impl<S: DurableStore> DurableQueue<S> {
                 "duplicate hand-off; returning the existing task"
             );
         }
-        Ok(Deferred {
-            task_id: t.id,
-            created: enqueued.created,
-            status: t.status,
-        })
+        Ok(Deferred::new(t.id, enqueued.created, t.status))
     }
 
     /// One task by id: a deferred call's outcome. `succeeded` with the handler's

@@ -2,14 +2,16 @@
 //!
 //! The trait is small on purpose: each method is one or two SQL statements whose semantics are
 //! pinned by the shared conformance suite
-//! ([`tests/tests/durable_support/suite.rs`](https://github.com/retry-rs/retry/blob/main/tests/tests/durable_support/suite.rs)). Policy (backoff, attempt
-//! limits, what counts as permanent) stays in Rust and is passed in, so both backends behave
-//! identically. Every method takes `now` from the caller's [`Clock`](crate::Clock) so tests move
-//! time instead of sleeping.
+//! ([`tests/tests/durable_support/suite.rs`](https://github.com/retry-rs/retry/blob/main/tests/tests/durable_support/suite.rs)).
+//! Every decision (backoff and its jitter, attempt limits, what counts as permanent, what
+//! becomes of an expired lease) is taken above the store, by the worker, and handed down as
+//! finished values: a backend only runs statements, so every backend behaves identically and
+//! a seeded worker ([`WorkerConfig::with_jitter_seed`](crate::WorkerConfig::with_jitter_seed))
+//! makes the same decisions on any of them. Every method takes `now` from the caller's
+//! [`Clock`](crate::Clock) so tests move time instead of sleeping.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
@@ -17,10 +19,9 @@ use tokio::task::AbortHandle;
 
 use crate::clock::Timestamp;
 use crate::error::DurableError;
-use retry_runtime::backoff::Backoff;
 use retry_runtime::durable::{TaskId, TaskStatus};
 
-use crate::task::{Enqueued, Fence, NewTask, Rescued, StatusCounts, Task};
+use crate::task::{Enqueued, Fence, NewTask, StatusCounts, Task};
 
 /// Result alias for store calls.
 pub type StoreResult<T> = Result<T, DurableError>;
@@ -105,15 +106,23 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
-    /// Takes back up to `batch` tasks whose lease expired before `now`: `pending` after
-    /// `backoff`, or `failed` when the abandoned attempt was the last. Safe to run from every
-    /// instance at once: a task is rescued once.
-    fn rescue_expired(
+    /// Up to `batch` `running` tasks whose lease expired before `now` (the oldest leases), for
+    /// the rescuer to decide what becomes of each: see [`rescue`](Self::rescue).
+    fn expired(
         &self,
         batch: u32,
-        backoff: Backoff,
         now: Timestamp,
-    ) -> impl Future<Output = StoreResult<Vec<Rescued>>> + Send;
+    ) -> impl Future<Output = StoreResult<Vec<Task>>> + Send;
+
+    /// Takes back expired leases in one write, each as the rescuer decided: `pending` due at
+    /// its time, or `failed` with its alert owed. Each rescue is fenced on its claim and
+    /// applies only while the lease is still expired at `now`, so a task is rescued once
+    /// however many instances rescue at the same time. Returns the ids it changed.
+    fn rescue(
+        &self,
+        rescues: &[Rescue],
+        now: Timestamp,
+    ) -> impl Future<Output = StoreResult<Vec<TaskId>>> + Send;
 
     /// Reserves up to `batch` failed tasks whose alert is owed and not reserved by another
     /// dispatcher, until `lease_until`. Deliver each, then call
@@ -175,11 +184,57 @@ pub trait DurableStore: Clone + Send + Sync + 'static {
 
 /// One successful attempt to record: its claim and its output.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Completion {
     /// The claim the attempt ran under.
     pub fence: Fence,
     /// The attempt's serialized result, if any.
     pub output: Option<Vec<u8>>,
+}
+
+impl Completion {
+    /// The success of the attempt claimed under `fence`, with its output.
+    pub fn new(fence: Fence, output: Option<Vec<u8>>) -> Self {
+        Completion { fence, output }
+    }
+}
+
+/// One expired lease to take back, as the rescuer decided it: the driver writes these values
+/// as they are. Built by [`Rescue::retry`] or [`Rescue::fail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rescue {
+    /// The claim whose lease expired.
+    pub fence: Fence,
+    /// `Pending` (retried at `next_attempt_at`) or `Failed` (attempts exhausted; the alert is
+    /// owed).
+    pub status: TaskStatus,
+    /// When the task is due again (for a failed task, when it failed).
+    pub next_attempt_at: Timestamp,
+    /// The error recorded on the task.
+    pub error: String,
+}
+
+impl Rescue {
+    /// The task goes back to `pending`, due at `at`.
+    pub fn retry(fence: Fence, at: Timestamp, error: impl Into<String>) -> Self {
+        Rescue {
+            fence,
+            status: TaskStatus::Pending,
+            next_attempt_at: at,
+            error: error.into(),
+        }
+    }
+
+    /// The task fails at `now` (its abandoned attempt was its last); the alert becomes owed.
+    pub fn fail(fence: Fence, now: Timestamp, error: impl Into<String>) -> Self {
+        Rescue {
+            fence,
+            status: TaskStatus::Failed,
+            next_attempt_at: now,
+            error: error.into(),
+        }
+    }
 }
 
 /// Wakes a worker when new work may be due (see [`DurableStore::subscribe`]). Dropping it
@@ -208,38 +263,6 @@ impl Drop for WorkSignal {
         if let Some(listener) = &self.listener {
             listener.abort();
         }
-    }
-}
-
-/// The outcome of a lease rescue for one task, computed in Rust so worker and rescuer share
-/// the policy.
-pub(crate) fn rescue_decision(
-    retry_count: u32,
-    max_attempts: u32,
-    backoff: Backoff,
-    now: Timestamp,
-) -> (TaskStatus, Timestamp) {
-    if retry_count >= max_attempts {
-        (TaskStatus::Failed, now)
-    } else {
-        (
-            TaskStatus::Pending,
-            now.saturating_add(backoff.delay(
-                retry_count,
-                Duration::ZERO,
-                &mut fastrand::Rng::new(),
-            )),
-        )
-    }
-}
-
-/// The error text recorded on a rescued task.
-pub(crate) fn rescue_error(owner: &str, lease_until: Option<Timestamp>) -> String {
-    match lease_until {
-        Some(t) => {
-            format!("lease held by worker `{owner}` expired at {t} (unix ms); worker presumed dead")
-        }
-        None => format!("lease held by worker `{owner}` expired; worker presumed dead"),
     }
 }
 

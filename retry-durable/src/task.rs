@@ -136,6 +136,7 @@ impl Task {
 /// A worker whose lease expired and was rescued still holds its old fence; every write it makes
 /// with it matches no row, so it cannot overwrite the new attempt's result.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Fence {
     /// The task.
     pub task_id: TaskId,
@@ -147,6 +148,7 @@ pub struct Fence {
 
 /// A validated hand-off, as the store inserts it.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct NewTask<'a> {
     /// The operation name (non-empty).
     pub operation: &'a str,
@@ -195,6 +197,7 @@ impl<'a> NewTask<'a> {
 
 /// The answer to a hand-off.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Enqueued {
     /// The task now in the table: the new one, or the one an earlier hand-off with the same
     /// `(operation, idempotency_key)` created.
@@ -203,21 +206,16 @@ pub struct Enqueued {
     pub created: bool,
 }
 
-/// What a lease rescue did to one task whose worker stopped renewing it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rescued {
-    /// The task.
-    pub task_id: TaskId,
-    /// The worker presumed dead.
-    pub previous_owner: String,
-    /// The attempt that was abandoned.
-    pub attempt: u32,
-    /// `Pending` (retried after backoff) or `Failed` (attempts exhausted).
-    pub new_status: TaskStatus,
+impl Enqueued {
+    /// The answer to a hand-off: `task`, and whether this hand-off `created` it.
+    pub fn new(task: Task, created: bool) -> Self {
+        Enqueued { task, created }
+    }
 }
 
 /// How many tasks are in each status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatusCounts {
     /// Waiting.
     pub pending: u64,

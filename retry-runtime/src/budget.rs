@@ -105,6 +105,7 @@ impl BudgetConfig {
 
 /// A budget configuration out of range.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BudgetConfigError(pub String);
 
 impl fmt::Display for BudgetConfigError {

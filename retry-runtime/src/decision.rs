@@ -214,6 +214,7 @@ impl fmt::Display for Stop {
 /// The facts the engine decides from, copied out of a [`Classify`](crate::Classify) error so the error itself
 /// (and any response or connection it holds) can be dropped before a backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Failure {
     /// How far the attempt got.
     pub evidence: Evidence,

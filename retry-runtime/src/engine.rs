@@ -52,7 +52,11 @@ pub fn is_read(method: &http::Method) -> bool {
 }
 
 /// Everything the engine knows about the call, besides the failure itself.
+///
+/// Non-exhaustive, so a new fact is not a breaking change for custom engines: a test of one
+/// starts from [`Context::new`] and sets the public fields it needs.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Context<'a> {
     /// Attempts made so far, the failed one included (1 after the first attempt).
     pub attempt: u32,
@@ -83,8 +87,10 @@ pub struct Context<'a> {
 }
 
 /// What a hypothetical question keeps of a call (see
-/// [`EligibilityEngine::decide_with_room`]): what it is, not how far it got.
+/// [`EligibilityEngine::decide_with_room`]): what it is, not how far it got. Non-exhaustive:
+/// build it with [`CallFacts::new`] and set the public fields.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct CallFacts<'a> {
     /// Whether repeating the operation is harmless.
     pub safety: Safety,
@@ -96,6 +102,46 @@ pub struct CallFacts<'a> {
     pub transient_500: bool,
     /// The backoff schedule.
     pub backoff: &'a Backoff,
+}
+
+impl<'a> Context<'a> {
+    /// A call that has room to retry, scheduled by `backoff`: its first failed attempt of 2,
+    /// one retry left in the operation's allowance, a budget token, the in-memory window's
+    /// time to spare ([`MAX_IN_MEMORY_WINDOW`]) and no minimum per attempt, no shutdown, a
+    /// safe read with a replayable body, 500 not transient, no credentials refresh, and no
+    /// previous delay. The attempt loop fills every field from the call; a test of a custom
+    /// engine changes the ones it is about.
+    pub const fn new(backoff: &'a Backoff) -> Self {
+        Context {
+            attempt: 1,
+            max_attempts: 2,
+            operation_retries_left: 1,
+            budget_has_token: true,
+            replay: Replayability::Replayable,
+            draining: false,
+            remaining: MAX_IN_MEMORY_WINDOW,
+            min_attempt_budget: Duration::ZERO,
+            safety: Safety::Read,
+            transient_500: false,
+            can_refresh_auth: false,
+            backoff,
+            previous_delay: Duration::ZERO,
+        }
+    }
+}
+
+impl<'a> CallFacts<'a> {
+    /// A safe read with a replayable body, scheduled by `backoff`, with no minimum per attempt
+    /// and 500 not transient.
+    pub const fn new(backoff: &'a Backoff) -> Self {
+        CallFacts {
+            safety: Safety::Read,
+            replay: Replayability::Replayable,
+            min_attempt_budget: Duration::ZERO,
+            transient_500: false,
+            backoff,
+        }
+    }
 }
 
 /// Decides whether a failed attempt is retried. Implement it to replace the decision order;
@@ -112,19 +158,11 @@ pub trait EligibilityEngine: Send + Sync {
     /// rules retry when they can. The delay of a `Retry` answer means nothing here.
     fn decide_with_room(&self, failure: &Failure, facts: &CallFacts<'_>) -> Decision {
         let ctx = Context {
-            attempt: 1,
-            max_attempts: 2,
-            operation_retries_left: 1,
-            budget_has_token: true,
             replay: facts.replay,
-            draining: false,
-            remaining: MAX_IN_MEMORY_WINDOW,
             min_attempt_budget: facts.min_attempt_budget,
             safety: facts.safety,
             transient_500: facts.transient_500,
-            can_refresh_auth: false,
-            backoff: facts.backoff,
-            previous_delay: Duration::ZERO,
+            ..Context::new(facts.backoff)
         };
         // The delay is not used: any seed will do.
         self.decide(&ctx, failure, &mut fastrand::Rng::with_seed(0))

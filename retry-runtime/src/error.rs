@@ -18,6 +18,7 @@ use crate::upstream::RefreshError;
 /// plain failure would tell the caller the write did not happen, which may be false. Reconcile:
 /// query the upstream for the result, or replay with the same idempotency key.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Ambiguous {
     /// The upstream called.
     pub upstream: Arc<str>,

@@ -79,6 +79,7 @@ impl fmt::Display for TaskStatus {
 
 /// A `status` text that is not one of [`TaskStatus::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UnknownStatus(pub String);
 
 impl fmt::Display for UnknownStatus {
@@ -108,6 +109,7 @@ impl FromStr for TaskStatus {
 /// Return it (or a response built from it, such as `202 Accepted` with the task id) instead of
 /// the in-memory failure: the outcome is unknown now, not failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Deferred {
     /// The task that will carry the work.
     pub task_id: TaskId,
@@ -116,6 +118,18 @@ pub struct Deferred {
     pub created: bool,
     /// The task's status now (a duplicate hand-off may find it already `succeeded`).
     pub status: TaskStatus,
+}
+
+impl Deferred {
+    /// The answer of a hand-off that queued (or, `created` false, found) task `task_id`, now
+    /// in `status`.
+    pub const fn new(task_id: TaskId, created: bool, status: TaskStatus) -> Self {
+        Deferred {
+            task_id,
+            created,
+            status,
+        }
+    }
 }
 
 /// Options for one hand-off.

@@ -99,7 +99,7 @@
 //!   `connection_rotated` field of the attempt span, the retry reason `connection_rotated`.
 //!
 //! # The decision order
-//! The [`DefaultEngine`] evaluates, in order, and a later rule never re-enables an earlier
+//! The [`DefaultEngine`](engine::DefaultEngine) evaluates, in order, and a later rule never re-enables an earlier
 //! denial: attempts, budget, body replayability, response already delivered, draining,
 //! deadline, permanent failure, ambiguity of a sent write, then the status rules (408, 425,
 //! 429, 401, 500, 502-504, other 4xx).
@@ -157,7 +157,6 @@ pub use classify::Classify;
 pub use config::UpstreamConfig;
 pub use decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason, Stop};
 pub use drain::Drain;
-pub use engine::{DefaultEngine, EligibilityEngine};
 pub use error::{Ambiguous, Error};
 pub use evidence::Evidence;
 pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};

@@ -14,16 +14,20 @@ type Node = String;
 struct Crate {
     dir: &'static str,
     block: &'static str,
+    /// Files that still import their parent module (see [`RUNTIME_PARENT_IMPORTS`]).
+    parent_imports: &'static [(&'static str, &'static str)],
 }
 
 const RUNTIME: Crate = Crate {
     dir: "retry-runtime",
     block: "layers",
+    parent_imports: RUNTIME_PARENT_IMPORTS,
 };
 
 const DURABLE: Crate = Crate {
     dir: "retry-durable",
     block: "layers retry-durable",
+    parent_imports: &[],
 };
 
 impl Crate {
@@ -208,7 +212,6 @@ fn graph(krate: Crate) -> BTreeMap<Node, BTreeSet<Node>> {
         for path in paths(&code, node) {
             if let Some(dep) = resolve(&path, &files, &roots)
                 && &dep != node
-                && !node.starts_with(&format!("{dep}/"))
             {
                 deps.insert(dep);
             }
@@ -270,11 +273,46 @@ fn layers(krate: Crate, files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize
     out
 }
 
+/// Files that still import their parent module (`call/hedge` uses `Call` and `Step` from
+/// `call/mod.rs`): a parent sits above its children, so each of these points up. They are named
+/// one by one, so no new one goes unseen; the list only shrinks (an entry that no longer
+/// imports its parent fails the test until it is removed here).
+const RUNTIME_PARENT_IMPORTS: &[(&str, &str)] = &[
+    ("call/admission", "call"),
+    ("call/backoff", "call"),
+    ("call/drive", "call"),
+    ("call/ending", "call"),
+    ("call/events", "call"),
+    ("call/hedge", "call"),
+    ("call/pace", "call"),
+    ("call/quota", "call"),
+    ("call/refresh", "call"),
+    ("call/rotation", "call"),
+    ("call/start", "call"),
+    ("call/transient", "call"),
+    ("registry/builder", "registry"),
+    ("registry/durable", "registry"),
+    ("registry/reload", "registry"),
+    ("registry/verify", "registry"),
+];
+
 /// Fails naming every import of `krate` that does not point down its layers.
 fn assert_layered(krate: Crate) {
     let files = files(krate);
     let layers = layers(krate, &files);
-    let graph = graph(krate);
+    let mut graph = graph(krate);
+    let mut fixed = Vec::new();
+    for &(node, parent) in krate.parent_imports {
+        let still = graph.get_mut(node).is_some_and(|deps| deps.remove(parent));
+        if !still {
+            fixed.push(format!("{node} -> {parent}"));
+        }
+    }
+    assert!(
+        fixed.is_empty(),
+        "these files no longer import their parent: remove them from the crate's parent_imports: \
+         {fixed:?}"
+    );
     let missing: Vec<_> = files.keys().filter(|f| !layers.contains_key(*f)).collect();
     assert!(
         missing.is_empty(),

@@ -13,82 +13,8 @@ use retry_runtime::{
 };
 use tokio::time::Instant;
 
-/// A failure with chosen facts; records when it is dropped.
-#[derive(Debug)]
-struct Fail {
-    evidence: Evidence,
-    status: Option<u16>,
-    retry_after: Option<Duration>,
-    #[allow(dead_code)] // held for its Drop
-    dropped: Option<DropProbe>,
-    runtime: Option<Error>,
-}
-
-/// Records the instant it is dropped (stands in for a response body or a bulkhead permit).
-#[derive(Debug)]
-struct DropProbe(Arc<Mutex<Vec<Instant>>>);
-
-impl Drop for DropProbe {
-    fn drop(&mut self) {
-        self.0.lock().unwrap().push(Instant::now());
-    }
-}
-
-impl Fail {
-    fn new(evidence: Evidence) -> Self {
-        Fail {
-            evidence,
-            status: None,
-            retry_after: None,
-            dropped: None,
-            runtime: None,
-        }
-    }
-    fn status(status: u16) -> Self {
-        Fail {
-            status: Some(status),
-            ..Fail::new(Evidence::ResponseReceived)
-        }
-    }
-}
-
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.runtime {
-            Some(e) => e.fmt(f),
-            None => write!(f, "fail {} {:?}", self.evidence, self.status),
-        }
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail {
-            evidence: e.evidence(),
-            status: e.status(),
-            runtime: Some(e),
-            ..Fail::new(Evidence::NotSent)
-        }
-    }
-}
-
-impl Classify for Fail {
-    fn evidence(&self) -> Evidence {
-        self.evidence
-    }
-    fn status(&self) -> Option<u16> {
-        self.status
-    }
-    fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
-    }
-    fn permanent(&self) -> Option<retry_runtime::PermanentCategory> {
-        self.runtime.as_ref().and_then(|e| e.permanent())
-    }
-    fn already_retried(&self) -> bool {
-        self.runtime.as_ref().is_some_and(|e| e.already_retried())
-    }
-}
+mod common;
+use common::{DropProbe, Fail};
 
 fn registry(config: UpstreamConfig) -> Registry {
     // The throttle is tested on its own (`throttle` unit tests, `throttle_admission`); here
@@ -138,10 +64,10 @@ async fn full_jitter_delays_stay_within_the_exponential_ceiling() {
             .with_attempt_timeout(ms(500)),
     );
     for _ in 0..20 {
-        let (starts, result) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+        let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
         assert_eq!(starts.len(), 5);
         assert_eq!(
-            result.unwrap_err().status,
+            result.unwrap_err().status(),
             Some(503),
             "the last error is returned"
         );
@@ -169,7 +95,7 @@ async fn decorrelated_jitter_delays_stay_between_initial_and_cap() {
             .with_attempt_timeout(ms(500)),
     );
     for _ in 0..20 {
-        let (starts, _) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+        let (starts, _) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
         let gaps: Vec<_> = starts.windows(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(gaps.len(), 4);
         for (i, gap) in gaps.iter().enumerate() {
@@ -187,17 +113,16 @@ async fn same_seed_gives_the_same_schedule() {
         .with_max_attempts(4)
         .with_attempt_timeout(ms(300));
     let gaps = |starts: Vec<Instant>| starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
-    let (a, _) = starts_of_failing_call(&registry(config.clone()), || Fail::status(503)).await;
-    let (b, _) = starts_of_failing_call(&registry(config), || Fail::status(503)).await;
+    let (a, _) = starts_of_failing_call(&registry(config.clone()), || Fail::Status(503)).await;
+    let (b, _) = starts_of_failing_call(&registry(config), || Fail::Status(503)).await;
     assert_eq!(gaps(a), gaps(b));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_above_the_backoff_is_the_delay() {
     let reg = registry(UpstreamConfig::new());
-    let (starts, _) = starts_of_failing_call(&reg, || Fail {
-        retry_after: Some(Duration::from_secs(1)),
-        ..Fail::status(429)
+    let (starts, _) = starts_of_failing_call(&reg, || {
+        Fail::Status(429).with_retry_after(Duration::from_secs(1))
     })
     .await;
     assert_eq!(starts.len(), 3);
@@ -211,13 +136,12 @@ async fn a_retry_after_above_the_backoff_is_the_delay() {
 #[tokio::test(start_paused = true)]
 async fn retry_after_zero_still_waits_the_backoff() {
     let gaps = |starts: Vec<Instant>| starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
-    let (hinted, _) = starts_of_failing_call(&registry(UpstreamConfig::new()), || Fail {
-        retry_after: Some(Duration::ZERO),
-        ..Fail::status(429)
+    let (hinted, _) = starts_of_failing_call(&registry(UpstreamConfig::new()), || {
+        Fail::Status(429).with_retry_after(Duration::ZERO)
     })
     .await;
     let (plain, _) =
-        starts_of_failing_call(&registry(UpstreamConfig::new()), || Fail::status(429)).await;
+        starts_of_failing_call(&registry(UpstreamConfig::new()), || Fail::Status(429)).await;
     assert_eq!(hinted.len(), 3);
     let hinted = gaps(hinted);
     assert!(hinted.iter().all(|gap| !gap.is_zero()), "{hinted:?}");
@@ -228,14 +152,13 @@ async fn retry_after_zero_still_waits_the_backoff() {
 async fn retry_after_beyond_the_deadline_denies_instead_of_sleeping() {
     let reg = registry(UpstreamConfig::new());
     let t0 = Instant::now();
-    let (starts, result) = starts_of_failing_call(&reg, || Fail {
-        retry_after: Some(Duration::from_secs(60)),
-        ..Fail::status(503)
+    let (starts, result) = starts_of_failing_call(&reg, || {
+        Fail::Status(503).with_retry_after(Duration::from_secs(60))
     })
     .await;
     assert_eq!(starts.len(), 1);
     assert_eq!(Instant::now(), t0, "no sleep happened");
-    assert_eq!(result.unwrap_err().status, Some(503));
+    assert_eq!(result.unwrap_err().status(), Some(503));
 }
 
 #[tokio::test(start_paused = true)]
@@ -262,7 +185,7 @@ async fn the_deadline_cuts_the_loop() {
                     assert!(a.timeout() <= a.remaining());
                     async move {
                         tokio::time::sleep(ms(120)).await;
-                        Err(Fail::status(503))
+                        Err(Fail::Status(503))
                     }
                 }),
         )
@@ -271,7 +194,7 @@ async fn the_deadline_cuts_the_loop() {
     // and is cut exactly at the deadline; nothing is left for a third.
     let error = result.unwrap_err();
     assert!(
-        matches!(error.runtime, Some(Error::AttemptTimeout { attempt: 2, timeout, .. }) if timeout < ms(200)),
+        matches!(error.runtime(), Some(Error::AttemptTimeout { attempt: 2, timeout, .. }) if *timeout < ms(200)),
         "{error:?}"
     );
     assert_eq!(Instant::now() - t0, ms(300), "cut exactly at the deadline");
@@ -358,10 +281,7 @@ async fn nothing_from_a_failed_attempt_is_held_during_the_backoff() {
             async move {
                 tokio::time::sleep(ms(10)).await;
                 ends.lock().unwrap().push(Instant::now());
-                Err::<(), _>(Fail {
-                    dropped: Some(DropProbe(drops)),
-                    ..Fail::status(503)
-                })
+                Err::<(), _>(Fail::Status(503).holding(DropProbe(drops)))
             }
         })
         .await;
@@ -391,7 +311,7 @@ async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
             .method(Method::GET)
             .run(|_| {
                 calls.fetch_add(1, Ordering::SeqCst);
-                async { Err(Fail::status(503)) }
+                async { Err(Fail::Status(503)) }
             })
             .await;
     }
@@ -404,7 +324,7 @@ async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
     for _ in 0..50 {
         let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
             .method(Method::GET)
-            .run(|_| async { Err(Fail::status(404)) })
+            .run(|_| async { Err(Fail::Status(404)) })
             .await;
     }
     // ... and the 50 calls deposited 5 tokens.
@@ -415,7 +335,7 @@ async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
 async fn draining_stops_new_retries() {
     let reg = registry(UpstreamConfig::new());
     reg.drain().start();
-    let (starts, _) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+    let (starts, _) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
     assert_eq!(starts.len(), 1);
 }
 
@@ -479,8 +399,7 @@ async fn the_key_is_fixed_once_and_visible_to_every_attempt() {
     // is ambiguous, carrying the key to replay with, never a plain failure.
     let err = result.unwrap_err();
     let amb = err
-        .runtime
-        .as_ref()
+        .runtime()
         .and_then(Error::as_ambiguous)
         .expect("ambiguous");
     assert_eq!(amb.attempts, 3);
@@ -539,11 +458,11 @@ async fn a_one_shot_body_is_sent_once() {
         .body(Replayability::OneShot)
         .run(|_| {
             calls.fetch_add(1, Ordering::SeqCst);
-            async { Err(Fail::status(503)) }
+            async { Err(Fail::Status(503)) }
         })
         .await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    assert_eq!(result.unwrap_err().status, Some(503));
+    assert_eq!(result.unwrap_err().status(), Some(503));
 }
 
 async fn reconciled(answer: Reconciled<u32>) -> (u32, Result<u32, Error>) {
@@ -599,10 +518,10 @@ async fn a_401_refreshes_once_then_replays() {
         r.fetch_add(1, Ordering::SeqCst);
         async { Ok(()) }
     });
-    let (starts, result) = starts_of_failing_call(&reg, || Fail::status(401)).await;
+    let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(401)).await;
     assert_eq!(starts.len(), 2, "one refresh-and-replay, then denied");
     assert_eq!(refreshes.load(Ordering::SeqCst), 1);
-    assert_eq!(result.unwrap_err().status, Some(401));
+    assert_eq!(result.unwrap_err().status(), Some(401));
 }
 
 #[tokio::test(start_paused = true)]
@@ -617,10 +536,7 @@ async fn the_bulkhead_permit_is_released_before_the_backoff() {
             .push(upstream.in_flight());
         async {
             tokio::time::sleep(ms(10)).await;
-            Err::<(), _>(Fail {
-                retry_after: Some(Duration::from_secs(1)),
-                ..Fail::status(503)
-            })
+            Err::<(), _>(Fail::Status(503).with_retry_after(Duration::from_secs(1)))
         }
     });
     let probe = async {
@@ -758,7 +674,7 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
         Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
             calls.fetch_add(1, Ordering::SeqCst);
             let ok = healthy.load(Ordering::SeqCst);
-            async move { if ok { Ok(()) } else { Err(Fail::status(503)) } }
+            async move { if ok { Ok(()) } else { Err(Fail::Status(503)) } }
         })
     };
     for _ in 0..2 {
@@ -774,7 +690,7 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
         before,
         "no attempt reached the upstream"
     );
-    assert!(matches!(err.runtime, Some(Error::CircuitOpen { .. })));
+    assert!(matches!(err.runtime(), Some(Error::CircuitOpen { .. })));
     assert_eq!(Instant::now(), t, "failed fast: no backoff");
     tokio::time::advance(Duration::from_secs(5)).await;
     healthy.store(true, Ordering::SeqCst);
@@ -801,7 +717,7 @@ async fn the_breaker_judges_a_failure_against_every_earlier_success() {
     let call = |ok: bool| {
         Retry::in_registry(&reg, "up")
             .method(Method::GET)
-            .run(move |_| async move { if ok { Ok(()) } else { Err(Fail::status(503)) } })
+            .run(move |_| async move { if ok { Ok(()) } else { Err(Fail::Status(503)) } })
     };
     for _ in 0..10 {
         call(true).await.unwrap();
@@ -832,7 +748,7 @@ async fn a_burst_against_a_dead_upstream_is_bounded_by_the_budget() {
                 .method(Method::GET)
                 .run(|_| {
                     calls.fetch_add(1, Ordering::SeqCst);
-                    async { Err(Fail::status(503)) }
+                    async { Err(Fail::Status(503)) }
                 })
                 .await;
         });
@@ -878,9 +794,9 @@ async fn a_write_stopped_by_any_gate_after_an_unanswered_attempt_is_ambiguous_an
     // A response that settles the write is a plain failure even for a write.
     let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
         .method(Method::POST)
-        .run(|_| async { Err(Fail::status(409)) })
+        .run(|_| async { Err(Fail::Status(409)) })
         .await;
-    assert_eq!(result.unwrap_err().status, Some(409));
+    assert_eq!(result.unwrap_err().status(), Some(409));
 }
 
 /// The attempt's timer is created only when the attempt first waits; an attempt that keeps
@@ -952,7 +868,7 @@ async fn a_refresh_hook_that_hangs_is_cut_at_the_deadline() {
         Ok(())
     });
     let start = Instant::now();
-    let (starts, result) = starts_of_failing_call(&reg, || Fail::status(401)).await;
+    let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(401)).await;
     assert_eq!(
         starts.len(),
         1,
@@ -965,7 +881,7 @@ async fn a_refresh_hook_that_hangs_is_cut_at_the_deadline() {
     );
     let error = result.unwrap_err();
     assert!(
-        matches!(error.runtime, Some(Error::DeadlineExceeded { .. })),
+        matches!(error.runtime(), Some(Error::DeadlineExceeded { .. })),
         "{error:?}"
     );
 }
@@ -991,14 +907,14 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
         reg.drain().start();
     };
     let ((starts, result), ()) = tokio::join!(
-        starts_of_failing_call(&reg, || Fail::status(503)),
+        starts_of_failing_call(&reg, || Fail::Status(503)),
         drain_soon
     );
     assert_eq!(starts.len(), 1, "the scheduled attempt is never sent");
     assert_eq!(start.elapsed(), ms(300), "woken when draining started");
     let error = result.unwrap_err();
     assert!(
-        matches!(&error.runtime, Some(Error::Draining { attempts: 1, last_error, .. }) if last_error.contains("503")),
+        matches!(error.runtime(), Some(Error::Draining { attempts: 1, last_error, .. }) if last_error.contains("503")),
         "{error:?}"
     );
 
@@ -1020,7 +936,7 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
     };
     let (read, ()) = tokio::join!(read, drain_soon);
     assert!(
-        matches!(read.unwrap_err().runtime, Some(Error::Draining { .. })),
+        matches!(read.unwrap_err().runtime(), Some(Error::Draining { .. })),
         "a read is a plain failure"
     );
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
@@ -1036,7 +952,7 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
     let write = Retry::in_registry(&reg, "up")
         .method(Method::POST)
         .idempotency("order-7:pay")
-        .run(|_| async { Err::<(), _>(Fail::status(503)) });
+        .run(|_| async { Err::<(), _>(Fail::Status(503)) });
     let drain_soon = async {
         tokio::time::sleep(ms(300)).await;
         reg.drain().start();
@@ -1044,8 +960,7 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
     let (written, ()) = tokio::join!(write, drain_soon);
     let error = written.unwrap_err();
     let ambiguous = error
-        .runtime
-        .as_ref()
+        .runtime()
         .and_then(Error::as_ambiguous)
         .unwrap_or_else(|| panic!("ambiguous: {error:?}"));
     assert_eq!(ambiguous.reason, AmbiguityReason::Status(503));
@@ -1077,12 +992,12 @@ async fn a_deadline_after_a_retry_keeps_what_the_last_attempt_got() {
             .with_min_attempt_budget(Duration::ZERO)
             .with_dedups_idempotency_key(true),
     );
-    let (starts, result) = starts_of_failing_call(&reg, || Fail::status(503)).await;
+    let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
     assert_eq!(starts.len(), 1);
     let error = result.unwrap_err();
     assert!(
         matches!(
-            error.runtime,
+            error.runtime(),
             Some(Error::DeadlineExceeded {
                 attempts: 1,
                 last_status: Some(503),
@@ -1104,8 +1019,7 @@ async fn a_deadline_after_a_retry_keeps_what_the_last_attempt_got() {
         .await;
     let error = write.unwrap_err();
     let ambiguous = error
-        .runtime
-        .as_ref()
+        .runtime()
         .and_then(Error::as_ambiguous)
         .unwrap_or_else(|| panic!("ambiguous: {error:?}"));
     assert_eq!(ambiguous.reason, AmbiguityReason::SentNoResponse);

@@ -328,7 +328,7 @@ async fn one_tenant_over_quota(partitioned: bool) -> (Vec<(bool, Ended)>, usize,
                     async move {
                         tokio::time::sleep(ms(10)).await;
                         match over {
-                            true => Err(Fail::TooMany(Duration::from_secs(1))),
+                            true => Err(Fail::Status(429).with_retry_after(Duration::from_secs(1))),
                             false => Ok(()),
                         }
                     }

@@ -9,64 +9,20 @@ use std::time::Duration;
 
 use retry_runtime::breaker::{BreakerConfig, BreakerState};
 use retry_runtime::budget::BudgetConfig;
-use retry_runtime::{Classify, Error, Evidence, Method, Registry, Retry, UpstreamConfig};
+use retry_runtime::{Error, Evidence, Method, Registry, Retry, UpstreamConfig};
 use tokio::time::Instant;
 
-/// A failed attempt with chosen evidence, rotated or not.
-#[derive(Debug)]
-struct Fail {
-    evidence: Evidence,
-    rotated: bool,
-    runtime: Option<Error>,
+mod common;
+use common::Fail;
+
+/// A GOAWAY with `NO_ERROR`: sent, maybe processed, rotation.
+fn goaway() -> Fail {
+    Fail::new(Evidence::SentNoResponse).rotated()
 }
 
-impl Fail {
-    /// A GOAWAY with `NO_ERROR`: sent, maybe processed, rotation.
-    fn goaway() -> Self {
-        Fail {
-            evidence: Evidence::SentNoResponse,
-            rotated: true,
-            runtime: None,
-        }
-    }
-    /// A reset after the request was sent: not rotation.
-    fn reset() -> Self {
-        Fail {
-            rotated: false,
-            ..Fail::goaway()
-        }
-    }
-}
-
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.runtime {
-            Some(e) => e.fmt(f),
-            None => write!(f, "fail {} rotated={}", self.evidence, self.rotated),
-        }
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail {
-            evidence: e.evidence(),
-            rotated: false,
-            runtime: Some(e),
-        }
-    }
-}
-
-impl Classify for Fail {
-    fn via(&self) -> Option<&dyn Classify> {
-        self.runtime.as_ref().map(|e| e as &dyn Classify)
-    }
-    fn evidence(&self) -> Evidence {
-        self.evidence
-    }
-    fn connection_rotated(&self) -> bool {
-        self.rotated
-    }
+/// A reset after the request was sent: not rotation.
+fn reset() -> Fail {
+    Fail::new(Evidence::SentNoResponse)
 }
 
 fn registry(config: UpstreamConfig) -> Registry {
@@ -116,7 +72,7 @@ async fn while_the_upstream_makes_progress_rotation_retries_are_immediate_and_fr
         // Someone else's request succeeds on each connection.
         progress.budget().record_progress();
         match n {
-            1..=40 => Err(Fail::goaway()),
+            1..=40 => Err(goaway()),
             _ => Ok(()),
         }
     })
@@ -138,7 +94,7 @@ async fn without_progress_a_rotation_storm_is_an_ordinary_retry_and_the_budget_s
     // rotation retries, each is an ordinary retry: backoff, a budget token, the attempt limit.
     let reg = registry(UpstreamConfig::new());
     let start = Instant::now();
-    let (result, attempts) = call(&reg, Method::GET, false, |_| Err(Fail::goaway())).await;
+    let (result, attempts) = call(&reg, Method::GET, false, |_| Err(goaway())).await;
     assert!(result.is_err());
     assert_eq!(
         attempts,
@@ -159,11 +115,7 @@ async fn without_progress_a_rotation_storm_is_an_ordinary_retry_and_the_budget_s
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..calls {
         let reg = reg.clone();
-        tasks.spawn(async move {
-            call(&reg, Method::GET, false, |_| Err(Fail::goaway()))
-                .await
-                .1
-        });
+        tasks.spawn(async move { call(&reg, Method::GET, false, |_| Err(goaway())).await.1 });
     }
     let mut total = 0;
     while let Some(a) = tasks.join_next().await {
@@ -186,11 +138,11 @@ async fn rotation_never_opens_the_breaker_but_resets_still_do() {
     let reg = registry(UpstreamConfig::new().with_breaker(Some(breaker)));
     let up = reg.upstream("up").unwrap();
     for _ in 0..20 {
-        let _ = call(&reg, Method::GET, false, |_| Err(Fail::goaway())).await;
+        let _ = call(&reg, Method::GET, false, |_| Err(goaway())).await;
     }
     assert_eq!(up.breaker().unwrap().state(), BreakerState::Closed);
     for _ in 0..5 {
-        let _ = call(&reg, Method::GET, false, |_| Err(Fail::reset())).await;
+        let _ = call(&reg, Method::GET, false, |_| Err(reset())).await;
     }
     assert_eq!(up.breaker().unwrap().state(), BreakerState::Open);
 }
@@ -198,10 +150,10 @@ async fn rotation_never_opens_the_breaker_but_resets_still_do() {
 #[tokio::test(start_paused = true)]
 async fn an_unkeyed_write_after_a_goaway_stays_ambiguous_a_keyed_one_is_retried() {
     let reg = registry(UpstreamConfig::new());
-    let (result, attempts) = call(&reg, Method::POST, false, |_| Err(Fail::goaway())).await;
+    let (result, attempts) = call(&reg, Method::POST, false, |_| Err(goaway())).await;
     let error = result.unwrap_err();
     assert!(
-        matches!(error.runtime, Some(Error::Ambiguous(_))),
+        matches!(error.runtime(), Some(Error::Ambiguous(_))),
         "{error}"
     );
     assert_eq!(attempts, 1);
@@ -209,10 +161,7 @@ async fn an_unkeyed_write_after_a_goaway_stays_ambiguous_a_keyed_one_is_retried(
     // Nothing sent (a request handed back, REFUSED_STREAM): retried at once, any method.
     let start = Instant::now();
     let (result, attempts) = call(&reg, Method::POST, false, |n| match n {
-        1 => Err(Fail {
-            evidence: Evidence::NotSent,
-            ..Fail::goaway()
-        }),
+        1 => Err(goaway().with_evidence(Evidence::NotSent)),
         _ => Ok(()),
     })
     .await;
@@ -220,7 +169,7 @@ async fn an_unkeyed_write_after_a_goaway_stays_ambiguous_a_keyed_one_is_retried(
     assert_eq!((attempts, start.elapsed()), (2, Duration::ZERO));
 
     let (result, attempts) = call(&reg, Method::POST, true, |n| match n {
-        1 => Err(Fail::goaway()),
+        1 => Err(goaway()),
         _ => Ok(()),
     })
     .await;

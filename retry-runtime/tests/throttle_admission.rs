@@ -8,76 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use retry_runtime::{
-    Classify, Error, Evidence, Method, Pushback, Registry, Retry, UpstreamConfig,
-    throttle::ThrottleConfig,
+    Error, Evidence, Method, Pushback, Registry, Retry, UpstreamConfig, throttle::ThrottleConfig,
 };
 
-/// A failure with chosen facts.
-#[derive(Debug)]
-struct Fail {
-    evidence: Evidence,
-    status: Option<u16>,
-    pushback: Option<Pushback>,
-    timed_out: bool,
-    runtime: Option<Error>,
-}
-
-impl Fail {
-    fn new(evidence: Evidence) -> Self {
-        Fail {
-            evidence,
-            status: None,
-            pushback: None,
-            timed_out: false,
-            runtime: None,
-        }
-    }
-    fn status(status: u16) -> Self {
-        Fail {
-            status: Some(status),
-            ..Fail::new(Evidence::ResponseReceived)
-        }
-    }
-    fn throttled(&self) -> bool {
-        matches!(self.runtime, Some(Error::Throttled { .. }))
-    }
-}
-
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.runtime {
-            Some(e) => e.fmt(f),
-            None => write!(f, "fail {} {:?}", self.evidence, self.status),
-        }
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail {
-            runtime: Some(e),
-            ..Fail::new(Evidence::NotSent)
-        }
-    }
-}
-
-impl Classify for Fail {
-    fn via(&self) -> Option<&dyn Classify> {
-        self.runtime.as_ref().map(|e| e as &dyn Classify)
-    }
-    fn evidence(&self) -> Evidence {
-        self.evidence
-    }
-    fn status(&self) -> Option<u16> {
-        self.status
-    }
-    fn pushback(&self) -> Option<Pushback> {
-        self.pushback
-    }
-    fn timed_out(&self) -> bool {
-        self.timed_out || self.via().is_some_and(Classify::timed_out)
-    }
-}
+mod common;
+use common::Fail;
 
 /// A registry whose one upstream keeps the library's defaults (the throttle on), with one
 /// attempt per call, so that each call is one first attempt the throttle judges, and refused
@@ -110,7 +45,7 @@ async fn calls(reg: &Registry, n: u32, fail: impl Fn() -> Fail) -> (u32, u32) {
                 async move { Err(failure) }
             })
             .await;
-        if result.unwrap_err().throttled() {
+        if result.unwrap_err().is_throttled() {
             refused += 1;
         }
     }
@@ -134,7 +69,7 @@ async fn connections_that_fail_with_no_answer_are_not_held_against_the_upstream(
 #[tokio::test(start_paused = true)]
 async fn failing_answers_lower_admission_and_refusals_never_reach_the_upstream() {
     let reg = registry();
-    let (reached, refused) = calls(&reg, 100, || Fail::status(503)).await;
+    let (reached, refused) = calls(&reg, 100, || Fail::Status(503)).await;
     // Every call either reached the upstream or was refused locally, and most were refused:
     // with nothing accepted, the window settles at about the square root of the calls.
     assert_eq!(reached + refused, 100);
@@ -145,7 +80,7 @@ async fn failing_answers_lower_admission_and_refusals_never_reach_the_upstream()
     // The window forgets: once it has passed, the next call goes through.
     tokio::time::advance(Duration::from_millis(600)).await;
     assert_eq!(throttle.refusal_probability(), 0.0);
-    let (reached, refused) = calls(&reg, 1, || Fail::status(503)).await;
+    let (reached, refused) = calls(&reg, 1, || Fail::Status(503)).await;
     assert_eq!((reached, refused), (1, 0));
 }
 
@@ -169,7 +104,7 @@ async fn attempts_that_time_out_are_not_accepted() {
     }
     while let Some(error) = tasks.join_next().await {
         assert!(matches!(
-            error.unwrap().runtime,
+            error.unwrap().runtime(),
             Some(Error::AttemptTimeout { .. })
         ));
     }
@@ -183,11 +118,8 @@ async fn attempts_that_time_out_are_not_accepted() {
 async fn an_answer_with_a_pushback_counts_as_accepted() {
     let reg = registry();
     for pushback in [Pushback::RetriesSpent, Pushback::Overloaded] {
-        let (reached, refused) = calls(&reg, 100, || Fail {
-            pushback: Some(pushback),
-            ..Fail::status(503)
-        })
-        .await;
+        let (reached, refused) =
+            calls(&reg, 100, || Fail::Status(503).with_pushback(pushback)).await;
         assert_eq!((reached, refused), (100, 0), "{pushback:?}");
     }
 }
@@ -196,9 +128,8 @@ async fn an_answer_with_a_pushback_counts_as_accepted() {
 async fn a_timeout_the_error_reports_is_not_accepted() {
     // The adapter's own client gave up waiting (no status, the request may have been sent).
     let reg = registry();
-    let (reached, refused) = calls(&reg, 100, || Fail {
-        timed_out: true,
-        ..Fail::new(Evidence::SentNoResponse)
+    let (reached, refused) = calls(&reg, 100, || {
+        Fail::new(Evidence::SentNoResponse).with_timed_out()
     })
     .await;
     assert_eq!(reached + refused, 100);
@@ -208,13 +139,12 @@ async fn a_timeout_the_error_reports_is_not_accepted() {
     );
     // The same through the runtime's own error, passed on by an adapter.
     let reg = registry();
-    let (reached, _) = calls(&reg, 100, || Fail {
-        runtime: Some(Error::AttemptTimeout {
+    let (reached, _) = calls(&reg, 100, || {
+        Fail::new(Evidence::SentNoResponse).passing_on(Error::AttemptTimeout {
             upstream: "up".into(),
             attempt: 1,
             timeout: Duration::from_secs(1),
-        }),
-        ..Fail::new(Evidence::SentNoResponse)
+        })
     })
     .await;
     assert!(reached <= 20, "{reached} of 100");

@@ -1,19 +1,21 @@
 //! Every statement of the PostgreSQL store, in PostgreSQL's SQL (parameters `$1`, `$2`, …).
-//! Claims, rescues and alert reservations pick their rows with `FOR UPDATE SKIP LOCKED`
-//! inside the statement that changes them, so concurrent claimers skip each other's rows and
-//! the locks commit with the change. Idempotency keys live in `retry_durable_key` (migration
+//! Claims and alert reservations pick their rows with `FOR UPDATE SKIP LOCKED` inside the
+//! statement that changes them, so concurrent claimers skip each other's rows and the locks
+//! commit with the change. A rescue reads expired leases plainly; its fenced update applies
+//! once, whichever instance gets there first. Idempotency keys live in `retry_durable_key` (migration
 //! 4 says why). Lists are one JSONB parameter, so each statement is prepared once; a batch's
 //! ids are matched with `= ANY(ARRAY(…))`, which uses the primary key where a join could
 //! make the planner hash the whole table.
 
 use crate::migrate;
-use crate::sql::Statements;
+use crate::sql::{Statements, task_columns};
 
 /// Serialises migrations across instances (an arbitrary key: "retry_du" in ASCII).
 pub(super) const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(8243122727982949493)";
 
 pub(super) static STATEMENTS: Statements = Statements {
-    enqueue: r#"
+    enqueue: concat!(
+        r#"
         WITH k AS (
             INSERT INTO retry_durable_key (operation, idempotency_key, task_id)
             VALUES ($1, $2,
@@ -25,13 +27,11 @@ pub(super) static STATEMENTS: Statements = Statements {
                 created_at, updated_at)
         OVERRIDING SYSTEM VALUE
         SELECT k.task_id, $1, $2, $3, 'pending', 0, $4, $5, $6, $6 FROM k
-        RETURNING task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at
-    "#,
-    claim: r#"
+        RETURNING "#,
+        task_columns!()
+    ),
+    claim: concat!(
+        r#"
         WITH due AS MATERIALIZED (
             SELECT task_id AS due_id FROM retry_durable_task
             WHERE status = 'pending' AND next_attempt_at <= $3
@@ -42,12 +42,9 @@ pub(super) static STATEMENTS: Statements = Statements {
         SET status = 'running', locked_by = $1, locked_until = $2,
             retry_count = retry_count + 1, updated_at = $3
         WHERE task_id = ANY(ARRAY(SELECT due_id FROM due))
-        RETURNING task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at
-    "#,
+        RETURNING "#,
+        task_columns!()
+    ),
     complete: r#"
         UPDATE retry_durable_task
         SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
@@ -79,23 +76,25 @@ pub(super) static STATEMENTS: Statements = Statements {
             retry_count = retry_count - 1, next_attempt_at = $4, updated_at = $4
         WHERE task_id = $1 AND status = 'running' AND locked_by = $2 AND retry_count = $3
     "#,
-    expired: r#"
-        SELECT task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at FROM retry_durable_task
+    expired: concat!(
+        r#"
+        SELECT "#,
+        task_columns!(),
+        r#" FROM retry_durable_task
         WHERE status = 'running' AND locked_until < $1
-        ORDER BY locked_until, task_id LIMIT $2 FOR UPDATE SKIP LOCKED
-    "#,
+        ORDER BY locked_until, task_id LIMIT $2
+    "#
+    ),
     rescue: r#"
         UPDATE retry_durable_task
         SET status = $4, next_attempt_at = $5, last_error = $6,
             locked_by = NULL, locked_until = NULL,
             alerted_at = NULL, alert_lease_until = NULL, updated_at = $7
         WHERE task_id = $1 AND status = 'running' AND locked_by = $2 AND retry_count = $3
+          AND locked_until < $7
     "#,
-    claim_alerts: r#"
+    claim_alerts: concat!(
+        r#"
         WITH owed AS MATERIALIZED (
             SELECT task_id AS owed_id FROM retry_durable_task
             WHERE status = 'failed' AND alerted_at IS NULL
@@ -103,64 +102,57 @@ pub(super) static STATEMENTS: Statements = Statements {
             ORDER BY updated_at, task_id LIMIT $3 FOR UPDATE SKIP LOCKED)
         UPDATE retry_durable_task SET alert_lease_until = $1
         WHERE task_id = ANY(ARRAY(SELECT owed_id FROM owed))
-        RETURNING task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at
-    "#,
+        RETURNING "#,
+        task_columns!()
+    ),
     ack_alert: r#"
         UPDATE retry_durable_task SET alerted_at = $2, alert_lease_until = NULL
         WHERE task_id = $1 AND status = 'failed' AND alerted_at IS NULL
     "#,
-    get: r#"
-        SELECT task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at FROM retry_durable_task WHERE task_id = $1
-    "#,
-    find: r#"
-        SELECT task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at FROM retry_durable_task
+    get: concat!(
+        r#"
+        SELECT "#,
+        task_columns!(),
+        r#" FROM retry_durable_task WHERE task_id = $1
+    "#
+    ),
+    find: concat!(
+        r#"
+        SELECT "#,
+        task_columns!(),
+        r#" FROM retry_durable_task
         WHERE task_id = (SELECT task_id FROM retry_durable_key
             WHERE operation = $1 AND idempotency_key = $2)
-    "#,
+    "#
+    ),
     counts: r#"
         SELECT status, COUNT(*) FROM retry_durable_task GROUP BY status
     "#,
-    failed: r#"
-        SELECT task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at FROM retry_durable_task WHERE status = 'failed'
+    failed: concat!(
+        r#"
+        SELECT "#,
+        task_columns!(),
+        r#" FROM retry_durable_task WHERE status = 'failed'
         ORDER BY updated_at DESC, task_id DESC LIMIT $1
-    "#,
-    requeue: r#"
+    "#
+    ),
+    requeue: concat!(
+        r#"
         UPDATE retry_durable_task
         SET status = 'pending', retry_count = 0, next_attempt_at = $2,
             alerted_at = NULL, alert_lease_until = NULL, updated_at = $2
         WHERE task_id = $1 AND status IN ('failed', 'cancelled')
-        RETURNING task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at
-    "#,
-    cancel: r#"
+        RETURNING "#,
+        task_columns!()
+    ),
+    cancel: concat!(
+        r#"
         UPDATE retry_durable_task
         SET status = 'cancelled', alert_lease_until = NULL, updated_at = $2
         WHERE task_id = $1 AND status IN ('pending', 'failed')
-        RETURNING task_id, operation, idempotency_key, payload, status,
-            CAST(retry_count AS BIGINT) AS retry_count,
-            CAST(max_attempts AS BIGINT) AS max_attempts,
-            next_attempt_at, locked_by, locked_until, last_error, output, alerted_at,
-            created_at, updated_at
-    "#,
+        RETURNING "#,
+        task_columns!()
+    ),
     applied: r#"
         SELECT version, checksum FROM retry_durable_migrations ORDER BY version
     "#,

@@ -84,6 +84,7 @@ pub mod classify;
 mod client;
 pub(crate) mod error;
 pub mod headers;
+mod sealed;
 mod send;
 
 pub use body::ResponseExt;
@@ -94,9 +95,3 @@ pub use send::RequestBuilderExt;
 /// The reqwest this integration is built on (0.13), re-exported so an application can use the
 /// very version [`RequestBuilderExt`] and [`ResponseExt`] are implemented for.
 pub use ::reqwest;
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for reqwest::RequestBuilder {}
-    impl Sealed for reqwest::Response {}
-}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use super::{BoxError, ReplayBody};
+use super::body::ReplayBody;
 use crate::call::{Attempts, Call, CallSpec, drive, no_reconcile};
 use crate::category::Pushback;
 use crate::classify::Classify;
@@ -17,6 +17,9 @@ use crate::key::IdempotencyKey;
 use crate::partition::Partition;
 use crate::propagation;
 use crate::registry::Registry;
+
+/// A boxed error, as tower services commonly return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Which registry a layer uses.
 #[derive(Clone)]

@@ -19,8 +19,5 @@ mod client;
 mod server;
 
 pub use body::{OneShot, ReplayBody};
-pub use client::{PartitionOf, RetryLayer, RetryService, TowerError};
+pub use client::{BoxError, PartitionOf, RetryLayer, RetryService, TowerError};
 pub use server::{InboundLimits, ScopeLayer, ScopeService, operation_name};
-
-/// A boxed error, as tower services commonly return.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

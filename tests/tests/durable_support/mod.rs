@@ -128,6 +128,7 @@ macro_rules! conformance_suite {
             failing_alert_hook_is_retried_until_delivered,
             expired_lease_is_rescued_and_completed,
             rescue_of_last_attempt_fails_and_alerts,
+            rescue_timing_is_deterministic_under_a_seed,
             operator_requeue_and_cancel,
             counts_by_status,
             attempt_timeout_is_a_transient_failure,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use retry_durable::{
     AlertError, AttemptError, Clock, Completion, DEFAULT_BACKOFF, DurableError, DurableQueue,
-    DurableStore, EnqueueOptions, Fence, Jitter, Lease, ManualClock, Task, TaskContext, TaskId,
-    TaskStatus, Timestamp, Worker, WorkerConfig,
+    DurableStore, EnqueueOptions, Fence, Jitter, Lease, ManualClock, Rescue, Task, TaskContext,
+    TaskId, TaskStatus, Timestamp, Worker, WorkerConfig,
 };
 use tokio::sync::Notify;
 
@@ -264,22 +264,28 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
     let stale_fence = stale[0].fence().unwrap();
 
     clock.advance(LEASE + Duration::from_millis(1));
-    let backoff = DEFAULT_BACKOFF;
-    let rescued = store
-        .rescue_expired(10, backoff, clock.now())
-        .await
-        .unwrap();
-    assert_eq!(rescued.len(), 1);
-    assert_eq!(rescued[0].previous_owner, "slow");
-    assert_eq!(rescued[0].new_status, TaskStatus::Pending);
+    let expired = store.expired(10, clock.now()).await.unwrap();
+    assert_eq!(expired.iter().map(|t| t.id).collect::<Vec<_>>(), vec![id]);
+    assert_eq!(expired[0].locked_by.as_deref(), Some("slow"));
+    // Two instances rescue the same expired lease at once: it is taken back once.
+    let decided = [Rescue::retry(
+        stale_fence.clone(),
+        clock.now().saturating_add(Duration::from_secs(2)),
+        "presumed dead",
+    )];
+    assert_eq!(store.rescue(&decided, clock.now()).await.unwrap(), vec![id]);
     assert!(
         store
-            .rescue_expired(10, backoff, clock.now())
+            .rescue(&decided, clock.now())
             .await
             .unwrap()
             .is_empty(),
         "rescued once"
     );
+    let t = get(&store, id).await;
+    assert_eq!(t.status, TaskStatus::Pending);
+    assert_eq!(t.last_error.as_deref(), Some("presumed dead"));
+    assert!(store.expired(10, clock.now()).await.unwrap().is_empty());
 
     clock.advance(Duration::from_secs(2));
     let now = clock.now();
@@ -289,6 +295,14 @@ pub async fn fenced_writes_from_a_rescued_worker_are_ignored<S: DurableStore>(st
         .unwrap();
     assert_eq!(fresh[0].retry_count, 2);
     let fresh_fence = fresh[0].fence().unwrap();
+    assert!(
+        store
+            .rescue(&[Rescue::retry(fresh_fence.clone(), now, "early")], now)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a lease that has not expired is not rescued"
+    );
 
     assert!(
         !store.complete(&stale_fence, None, now).await.unwrap(),
@@ -588,6 +602,54 @@ pub async fn expired_lease_is_rescued_and_completed<S: DurableStore>(store: S) {
     assert_eq!((stats.claimed, stats.succeeded), (1, 1));
     let t = get(&store, id).await;
     assert_eq!((t.status, t.retry_count), (TaskStatus::Succeeded, 2));
+}
+
+/// The rescuer draws its jitter from the worker's randomness, so a seeded worker rescues at the
+/// same times on every run: two rounds, each three abandoned first attempts rescued by a fresh
+/// worker with the same seed, come due again after the same waits.
+pub async fn rescue_timing_is_deterministic_under_a_seed<S: DurableStore>(store: S) {
+    let clock = clock();
+    let q = DurableQueue::new(store.clone()).with_clock(clock.clone());
+    let mut rounds = Vec::new();
+    for round in 0..2 {
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            ids.push(enqueue(&q, &format!("r{round}-{i}"), EnqueueOptions::new()).await);
+        }
+        let now = clock.now();
+        let claimed = store
+            .claim("dead", &ops(), 3, now.saturating_add(LEASE), now)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 3);
+        clock.advance(LEASE + Duration::from_millis(1));
+        // No handler for the operation: the worker rescues and claims nothing.
+        let rescuer = Worker::builder(store.clone())
+            .handler("elsewhere", |_t: TaskContext| async { Ok(()) })
+            .clock(clock.clone())
+            .config(config("rescuer").with_jitter_seed(42))
+            .build()
+            .unwrap();
+        let stats = rescuer.tick().await.unwrap();
+        assert_eq!((stats.rescued, stats.claimed), (3, 0), "{stats:?}");
+        let mut waits = Vec::new();
+        for id in ids {
+            let t = get(&store, id).await;
+            assert_eq!(t.status, TaskStatus::Pending);
+            waits.push(t.next_attempt_at.since(clock.now()));
+        }
+        // The clock stays: the first round's tasks are not due yet, so the second round's
+        // claim takes only its own.
+        rounds.push(waits);
+    }
+    assert_eq!(rounds[0], rounds[1], "same seed, same rescue times");
+    // Still the schedule's jitter: the step after attempt 1 is 2 s, each wait in its upper half.
+    for wait in &rounds[0] {
+        assert!(
+            *wait >= Duration::from_secs(1) && *wait < Duration::from_secs(2),
+            "{wait:?}"
+        );
+    }
 }
 
 pub async fn rescue_of_last_attempt_fails_and_alerts<S: DurableStore>(store: S) {
@@ -1176,13 +1238,17 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     // The leases on all four expire; a and b go back to the queue. a is re-claimed by
     // another worker, b by the same worker again (a newer attempt under the same owner).
-    // Unjittered, so a and b come due again in their order.
+    // Both due again at once, so they are claimed in their order.
     clock.advance(LEASE + Duration::from_millis(1));
-    let rescued = store
-        .rescue_expired(2, DEFAULT_BACKOFF.with_jitter(Jitter::None), clock.now())
+    let now = clock.now();
+    let decided: Vec<Rescue> = store
+        .expired(2, now)
         .await
-        .unwrap();
-    let rescued: Vec<TaskId> = rescued.iter().map(|r| r.task_id).collect();
+        .unwrap()
+        .iter()
+        .map(|t| Rescue::retry(t.fence().unwrap(), now, "presumed dead"))
+        .collect();
+    let rescued = store.rescue(&decided, now).await.unwrap();
     assert_eq!(rescued, vec![ids[0], ids[1]], "the two oldest leases");
     clock.advance(Duration::from_secs(3_600));
     let now = clock.now();
@@ -1195,10 +1261,7 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     let batch: Vec<Completion> = fences
         .iter()
-        .map(|f| Completion {
-            fence: f.clone(),
-            output: Some(f.task_id.to_string().into_bytes()),
-        })
+        .map(|f| Completion::new(f.clone(), Some(f.task_id.to_string().into_bytes())))
         .collect();
     let mut written = store.complete_many(&batch, now).await.unwrap();
     written.sort();
@@ -1223,14 +1286,8 @@ pub async fn batched_completions_keep_the_fence<S: DurableStore>(store: S) {
 
     // The current claims complete in one batch too; repeating the batch changes nothing.
     let current = [
-        Completion {
-            fence: other[0].fence().unwrap(),
-            output: None,
-        },
-        Completion {
-            fence: again[0].fence().unwrap(),
-            output: Some(vec![0, 255]),
-        },
+        Completion::new(other[0].fence().unwrap(), None),
+        Completion::new(again[0].fence().unwrap(), Some(vec![0, 255])),
     ];
     assert_eq!(store.complete_many(&current, now).await.unwrap().len(), 2);
     assert!(store.complete_many(&current, now).await.unwrap().is_empty());
