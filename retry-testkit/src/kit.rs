@@ -266,8 +266,9 @@ impl Kit {
         &self.registry
     }
 
-    /// Runs `calls` (any future: one adapter call, or several) and returns its output with the
-    /// trace of every retrying call it made and the requests `upstream` received meanwhile.
+    /// Runs `calls` (any future: one adapter call, or several) against a scripted `upstream`
+    /// and returns a [`Run`]: its output, the trace of every retrying call it made and the
+    /// requests `upstream` received meanwhile. Every assertion on [`Run`] applies.
     ///
     /// The trace is collected by a `tracing` subscriber that is the current one while `calls`
     /// is polled, and only then: a subscriber the test installed sees everything else, but not
@@ -276,27 +277,45 @@ impl Kit {
     /// take turns: two at once would share one trace.
     pub async fn run<F: Future>(&self, upstream: &Upstream, calls: F) -> Run<F::Output> {
         let before = upstream.requests().len();
-        let (output, trace) = self.trace(calls).await;
+        let (output, trace) = self.capture(calls).await;
         let mut requests = upstream.requests();
         requests.drain(..before.min(requests.len()));
         Run {
             output,
             trace,
             requests,
+            recorded: true,
             registry: self.registry.clone(),
         }
     }
 
-    /// Runs `calls` and returns its output with the trace, for calls to an upstream that is not
-    /// a scripted one (a [`FaultLayer`](crate::fault::FaultLayer) in front of a real service).
-    pub async fn trace<F: Future>(&self, calls: F) -> (F::Output, Trace) {
+    /// Runs `calls` against a service the kit does not script (your own service behind a
+    /// [`FaultLayer`](crate::fault::FaultLayer), a container) and returns a [`Run`] like
+    /// [`run`](Self::run)'s, traced the same way. The kit has not seen the requests, so
+    /// [`Run::requests`] is empty and the assertions about them
+    /// ([`assert_requests`](Run::assert_requests), [`assert_one_key`](Run::assert_one_key),
+    /// [`assert_no_unkeyed_write_twice`](Run::assert_no_unkeyed_write_twice)) fail saying so,
+    /// rather than pass on nothing; every assertion on the trace applies.
+    pub async fn trace<F: Future>(&self, calls: F) -> Run<F::Output> {
+        let (output, trace) = self.capture(calls).await;
+        Run {
+            output,
+            trace,
+            requests: Vec::new(),
+            recorded: false,
+            registry: self.registry.clone(),
+        }
+    }
+
+    async fn capture<F: Future>(&self, calls: F) -> (F::Output, Trace) {
         self.capture.take();
         let output = calls.with_subscriber(self.dispatch.clone()).await;
         (output, self.capture.take())
     }
 }
 
-/// What a [`Kit::run`] saw: the calls' output, the decision trace and the requests received.
+/// What a [`Kit::run`] or a [`Kit::trace`] saw: the calls' output, the decision trace and the
+/// requests received (for a scripted upstream).
 ///
 /// Its `Display` (the trace, then the requests) is what every assertion prints when it fails.
 pub struct Run<T> {
@@ -304,9 +323,26 @@ pub struct Run<T> {
     pub output: T,
     /// What the runtime decided.
     pub trace: Trace,
-    /// What the upstream received during the run, in arrival order.
+    /// What the upstream received during the run, in arrival order; empty for a
+    /// [`Kit::trace`], whose upstream the kit does not see.
     pub requests: Vec<Request>,
+    /// Whether `requests` was recorded (a scripted upstream's run).
+    pub(crate) recorded: bool,
     pub(crate) registry: Arc<Registry>,
+}
+
+impl<T> Run<T> {
+    /// Panics, naming `assertion`, when the run has no request log.
+    #[track_caller]
+    pub(crate) fn require_requests(&self, assertion: &str) {
+        assert!(
+            self.recorded,
+            "{assertion} needs the requests the upstream received, and this run has none: it \
+             was made with Kit::trace, against a service the kit does not script; use Kit::run \
+             with a scripted Upstream, or assert on the trace (assert_attempts, assert_denied, \
+             assert_ambiguous, assert_delays_within_backoff)\n{self}"
+        );
+    }
 }
 
 impl<T: fmt::Debug> fmt::Debug for Run<T> {
@@ -324,6 +360,12 @@ impl<T> fmt::Display for Run<T> {
         writeln!(f, "decision trace:")?;
         for line in self.trace.to_string().lines() {
             writeln!(f, "  {line}")?;
+        }
+        if !self.recorded {
+            return writeln!(
+                f,
+                "requests: not recorded (Kit::trace: the upstream is not scripted)"
+            );
         }
         writeln!(
             f,
