@@ -290,7 +290,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
     });
 
     let injected = spec.registry.as_ref().map(|expr| {
-        let text = expr.to_token_stream().to_string();
+        let text = compact(expr.to_token_stream());
         quote_spanned!(mixed=> .with_registry(#text))
     });
     let durable_registration = spec
@@ -403,6 +403,48 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
     }
 }
 
+/// `tokens` as a person writes them, for messages: a space between two words (identifiers,
+/// keywords, literals) and after a comma, none elsewhere: `&self.registry`, not the
+/// token-spaced `& self . registry` that `to_string` gives.
+pub(crate) fn compact(tokens: TokenStream) -> String {
+    fn write(tokens: TokenStream, out: &mut String, word_before: &mut bool) {
+        for token in tokens {
+            match token {
+                TokenTree::Ident(_) | TokenTree::Literal(_) => {
+                    if *word_before {
+                        out.push(' ');
+                    }
+                    out.push_str(&token.to_string());
+                    *word_before = true;
+                }
+                TokenTree::Punct(punct) => {
+                    out.push(punct.as_char());
+                    if punct.as_char() == ',' {
+                        out.push(' ');
+                    }
+                    *word_before = false;
+                }
+                TokenTree::Group(group) => {
+                    let (open, close) = match group.delimiter() {
+                        Delimiter::Parenthesis => ("(", ")"),
+                        Delimiter::Brace => ("{ ", " }"),
+                        Delimiter::Bracket => ("[", "]"),
+                        Delimiter::None => ("", ""),
+                    };
+                    out.push_str(open);
+                    *word_before = false;
+                    write(group.stream(), out, word_before);
+                    out.push_str(close);
+                    *word_before = group.delimiter() == Delimiter::None && *word_before;
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    write(tokens, &mut out, &mut false);
+    out
+}
+
 /// The value an attempt (or the reconcile check) gets for an argument bound as `name`.
 fn fresh(private: &TokenStream, pass: Pass, name: TokenStream, err_span: Span) -> TokenStream {
     let mixed = Span::mixed_site();
@@ -502,5 +544,20 @@ impl VisitMut for EraseImplTrait {
             return;
         }
         visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compact;
+    use quote::quote;
+
+    #[test]
+    fn an_expression_reads_as_written() {
+        assert_eq!(compact(quote!(&self.registry)), "&self.registry");
+        assert_eq!(compact(quote!(Registry::global())), "Registry::global()");
+        assert_eq!(compact(quote!(&*REGISTRY)), "&*REGISTRY");
+        assert_eq!(compact(quote!(&mut regs[0])), "&mut regs[0]");
+        assert_eq!(compact(quote!(pick(a, b))), "pick(a, b)");
     }
 }

@@ -7,14 +7,40 @@
 //! last step before its attempt begins (after a credentials refresh, or a wait for a bulkhead
 //! slot), so no retry begins after [`Drain::start`] returns.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A switch that, once flipped, denies new retries. Cheap to clone; clones share the switch.
 ///
-/// Each [`Registry`](crate::Registry) carries one; the global registry's is
-/// [`Drain::global`], so flipping it affects every call that uses the global registry.
-#[derive(Debug, Clone, Default)]
+/// Each [`Registry`](crate::Registry) carries one: the global registry's is [`Drain::global`];
+/// every other registry's is made with [`Drain::new`].
+///
+/// # One signal drains every registry
+/// Every switch made with [`Drain::new`] (so every [`Registry`](crate::Registry) a process
+/// builds, with [`Registry::new`](crate::Registry::new), [`Registry::from_file`](crate::Registry::from_file)
+/// or [`Registry::builder`](crate::Registry::builder)) also follows the process-wide switch,
+/// [`Drain::global`]: starting the global one drains them all, so the one line a service adds
+/// at start-up, `tokio::spawn(Drain::global().clone().on_shutdown_signal())`, reaches every
+/// registry it builds, injected ones included. Starting a registry's own switch drains that
+/// registry alone, which is what a test that drains one registry wants: the other tests of
+/// the process keep retrying.
+///
+/// ```standalone_crate
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use retry_runtime::{Drain, Registry, UpstreamConfig};
+///
+/// let registry = Registry::builder().upstream("sber", UpstreamConfig::new()).build().unwrap();
+/// let other = Registry::new();
+/// registry.drain().start(); // this registry only
+/// assert!(registry.drain().is_draining() && !other.drain().is_draining());
+///
+/// Drain::global().start(); // what `on_shutdown_signal` does on SIGTERM: every registry
+/// assert!(other.drain().is_draining());
+/// other.drain().started().await; // completes at once
+/// # }
+/// ```
+#[derive(Debug, Clone)]
 pub struct Drain {
     inner: Arc<Inner>,
 }
@@ -24,22 +50,42 @@ struct Inner {
     flag: AtomicBool,
     /// Wakes calls waiting out a backoff, so they end at once instead of sending another attempt.
     started: tokio::sync::Notify,
+    /// The process-wide switch this one follows; `None` for the process-wide switch itself.
+    parent: Option<Drain>,
+}
+
+impl Default for Drain {
+    /// [`Drain::new`].
+    fn default() -> Self {
+        Drain::new()
+    }
 }
 
 impl Drain {
-    /// A new switch, not draining.
+    /// A new switch, not draining, that also drains when [`Drain::global`] does.
     pub fn new() -> Self {
-        Drain::default()
+        Drain::with_parent(Some(Drain::global().clone()))
     }
 
-    /// The process-wide switch used by the global registry.
+    fn with_parent(parent: Option<Drain>) -> Self {
+        Drain {
+            inner: Arc::new(Inner {
+                parent,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// The process-wide switch: the global registry's, and the one every other switch
+    /// follows. Starting it drains every registry of the process.
     pub fn global() -> &'static Drain {
         static GLOBAL: std::sync::OnceLock<Drain> = std::sync::OnceLock::new();
-        GLOBAL.get_or_init(Drain::new)
+        GLOBAL.get_or_init(|| Drain::with_parent(None))
     }
 
     /// Starts draining: every later retry decision is denied, and no retry that has not begun
-    /// its attempt by the time this returns begins it.
+    /// its attempt by the time this returns begins it. On [`Drain::global`], every switch of
+    /// the process drains.
     pub fn start(&self) {
         if !self.inner.flag.swap(true, Ordering::AcqRel) {
             self.inner.started.notify_waiters();
@@ -47,52 +93,121 @@ impl Drain {
         }
     }
 
-    /// `true` once [`start`](Drain::start) was called.
+    /// `true` once [`start`](Drain::start) was called on this switch or on [`Drain::global`].
     pub fn is_draining(&self) -> bool {
         self.inner.flag.load(Ordering::Acquire)
+            || self
+                .inner
+                .parent
+                .as_ref()
+                .is_some_and(|parent| parent.inner.flag.load(Ordering::Acquire))
     }
 
-    /// Completes once draining has started (at once if it has).
+    /// Completes once draining has started (at once if it has), on this switch or on
+    /// [`Drain::global`].
     pub async fn started(&self) {
         // Made before the check: a `Notified` receives every `notify_waiters` from its
         // creation on, polled or not, so a `start` between the two still wakes it.
-        let notified = self.inner.started.notified();
+        let own = self.inner.started.notified();
+        let Some(parent) = &self.inner.parent else {
+            if self.is_draining() {
+                return;
+            }
+            return own.await;
+        };
+        let global = parent.inner.started.notified();
         if self.is_draining() {
             return;
         }
-        notified.await;
+        tokio::select! {
+            () = own => {}
+            () = global => {}
+        }
     }
 
     /// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM, then starts draining. Spawn it at
-    /// start-up next to your server's own graceful shutdown:
+    /// start-up next to your server's own graceful shutdown; on [`Drain::global`] it drains
+    /// every registry of the process:
     ///
     /// ```no_run
     /// # async fn start() {
     /// tokio::spawn(retry_runtime::Drain::global().clone().on_shutdown_signal());
     /// # }
     /// ```
-    pub async fn on_shutdown_signal(self) {
-        let ctrl_c = tokio::signal::ctrl_c();
+    ///
+    /// Called inside a tokio runtime (as above), it listens for the signals before it returns,
+    /// so a signal that arrives before the spawned task first runs drains instead of ending the
+    /// process with the signal's default action. Outside one, it starts listening when first
+    /// polled.
+    pub fn on_shutdown_signal(self) -> impl Future<Output = ()> + Send + 'static {
+        let listening = tokio::runtime::Handle::try_current()
+            .is_ok()
+            .then(Signals::listen);
+        async move {
+            let signals = match listening {
+                Some(signals) => signals,
+                None => Signals::listen(),
+            };
+            signals.recv().await;
+            self.start();
+        }
+    }
+}
+
+/// The shutdown signals, listened for from creation on.
+struct Signals {
+    #[cfg(unix)]
+    interrupt: std::io::Result<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: std::io::Result<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn listen() -> Signals {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = ctrl_c => {}
-                        _ = term.recv() => {}
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(target: "retry_runtime::drain", %error, "cannot listen for SIGTERM; draining on Ctrl-C only");
-                    let _ = ctrl_c.await;
-                }
+            Signals {
+                interrupt: signal(SignalKind::interrupt()),
+                terminate: signal(SignalKind::terminate()),
             }
         }
         #[cfg(not(unix))]
-        let _ = ctrl_c.await;
-        self.start();
+        Signals {}
     }
+
+    /// Completes on the first signal (or never, when none can be listened for).
+    async fn recv(self) {
+        #[cfg(unix)]
+        {
+            let Signals {
+                interrupt,
+                terminate,
+            } = self;
+            for (name, result) in [("SIGINT", &interrupt), ("SIGTERM", &terminate)] {
+                if let Err(error) = result {
+                    tracing::warn!(target: "retry_runtime::drain", %error, "cannot listen for {name}; draining on the other signal only");
+                }
+            }
+            let mut interrupt = interrupt.ok();
+            let mut terminate = terminate.ok();
+            tokio::select! {
+                Some(_) = recv(&mut interrupt) => {}
+                Some(_) = recv(&mut terminate) => {}
+                else => std::future::pending::<()>().await,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// The next signal of `signal`, or `None` at once when it could not be listened for.
+#[cfg(unix)]
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    signal.as_mut()?.recv().await
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ impl<T> Run<T> {
     /// Asserts that the upstream received `n` requests.
     #[track_caller]
     pub fn assert_requests(&self, n: usize) -> &Self {
+        self.require_requests("assert_requests");
         let received = self.requests.len();
         assert!(
             received == n,
@@ -40,6 +41,7 @@ impl<T> Run<T> {
     /// and returns it.
     #[track_caller]
     pub fn assert_one_key(&self) -> String {
+        self.require_requests("assert_one_key");
         let keys: Vec<Option<&str>> = self.requests.iter().map(|r| r.key()).collect();
         match keys.first() {
             None => panic!("expected requests with one idempotency key, none arrived\n{self}"),
@@ -66,6 +68,7 @@ impl<T> Run<T> {
     /// [`Step::RefuseBeforeRead`]: crate::Step::RefuseBeforeRead
     #[track_caller]
     pub fn assert_no_unkeyed_write_twice(&self) -> &Self {
+        self.require_requests("assert_no_unkeyed_write_twice");
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
         for request in self
             .requests

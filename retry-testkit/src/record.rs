@@ -79,6 +79,8 @@ pub(crate) struct Log {
     started: Instant,
     connections: AtomicUsize,
     requests: Mutex<Vec<Request>>,
+    /// Wakes [`Log::received`] as each request is recorded.
+    arrived: tokio::sync::Notify,
 }
 
 impl Log {
@@ -87,6 +89,7 @@ impl Log {
             started: Instant::now(),
             connections: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
+            arrived: tokio::sync::Notify::new(),
         }
     }
 
@@ -105,6 +108,20 @@ impl Log {
 
     pub(crate) fn push(&self, request: Request) {
         self.lock().push(request);
+        self.arrived.notify_waiters();
+    }
+
+    /// Completes once `n` requests are recorded.
+    pub(crate) async fn received(&self, n: usize) {
+        loop {
+            // Made before the check: a `Notified` sees every `notify_waiters` from its creation
+            // on, so a request recorded between the two still wakes it.
+            let arrived = self.arrived.notified();
+            if self.lock().len() >= n {
+                return;
+            }
+            arrived.await;
+        }
     }
 
     pub(crate) fn requests(&self) -> Vec<Request> {

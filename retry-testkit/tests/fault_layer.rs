@@ -44,7 +44,7 @@ fn get(path: &str) -> http::Request<()> {
 
 /// Sends `n` GETs to `path`; the statuses.
 async fn statuses(faults: &Faults, path: &str, n: usize) -> Vec<u16> {
-    let mut service = faults.layer().layer(Counting::default());
+    let mut service = faults.client_layer().layer(Counting::default());
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let status = match service.call(get(path)).await {
@@ -87,7 +87,7 @@ async fn the_same_seed_injects_into_the_same_requests() {
 async fn off_nothing_is_injected_and_switching_takes_effect_at_the_next_request() {
     let faults = Faults::new(1);
     let inner = Counting::default();
-    let mut service = faults.layer().layer(inner.clone());
+    let mut service = faults.client_layer().layer(inner.clone());
     for _ in 0..100 {
         assert_eq!(service.call(get("/")).await.unwrap().status(), 200);
     }
@@ -133,7 +133,7 @@ async fn rules_apply_per_route_and_method() {
         [200; 3],
         "GET is not POST"
     );
-    let mut service = faults.layer().layer(Counting::default());
+    let mut service = faults.client_layer().layer(Counting::default());
     let post = http::Request::post("/refunds/1").body(()).unwrap();
     let error = service.call(post).await.unwrap_err();
     assert_eq!(
@@ -147,7 +147,7 @@ async fn latency_delays_the_answer_by_the_configured_time() {
     // No socket here, so the paused clock measures the delay exactly.
     let faults = Faults::new(1);
     faults.set(FaultPlan::new().rule("/", Fault::Latency(Duration::from_millis(250)), 1.0));
-    let mut service = faults.layer().layer(Counting::default());
+    let mut service = faults.client_layer().layer(Counting::default());
     let started = tokio::time::Instant::now();
     assert_eq!(service.call(get("/")).await.unwrap().status(), 200);
     assert_eq!(started.elapsed(), Duration::from_millis(250));
@@ -169,14 +169,16 @@ async fn client_side(
     faults.set(FaultPlan::new().rule("/", fault, 1.0).at_most(1));
     let upstream = Counting::default();
     let mut client = RetryLayer::with_registry(kit.registry().clone(), "up")
-        .layer(faults.layer().layer(upstream.clone()));
+        .layer(faults.client_layer().layer(upstream.clone()));
     let request = http::Request::builder()
         .method(method)
         .uri("http://upstream.test/pay")
         .body(Bytes::new())
         .unwrap();
-    let (result, trace) = kit.trace(client.call(request)).await;
-    let result = result
+    let run = kit.trace(client.call(request)).await;
+    let trace = run.trace;
+    let result = run
+        .output
         .map(|r| r.status().as_u16())
         .map_err(|e| e.to_string());
     (result, trace, upstream.0.load(Ordering::Relaxed))

@@ -421,6 +421,7 @@ fn verify_names_every_missing_upstream_and_its_functions() {
             "macro-once",
             "macro-onse",
             "macro-reconcile",
+            "only-injected",
         ]
     );
     let builder = &missing.missing[7];
@@ -430,8 +431,11 @@ fn verify_names_every_missing_upstream_and_its_functions() {
     assert_eq!(reconcile.functions.len(), 1);
     assert_eq!(reconcile.functions[0].function(), "macro_runtime::pay");
     assert!(reconcile.functions[0].file().ends_with("macro_runtime.rs"));
+    // A function given its registry is checked too, and says which registry it names.
+    let injected = &missing.missing[9].functions[0];
+    assert_eq!(injected.registry(), Some("&self.registry"));
     let text = missing.to_string();
-    assert!(text.contains("9 upstream(s)"), "{text}");
+    assert!(text.contains("10 upstream(s)"), "{text}");
     assert!(
         text.contains("`macro-onse`, used by a builder call in macro_runtime"),
         "{text}"
@@ -440,33 +444,37 @@ fn verify_names_every_missing_upstream_and_its_functions() {
         text.contains("`macro-once`, used by macro_runtime::put"),
         "{text}"
     );
+    assert!(
+        text.contains("macro_runtime::read (") && text.contains(", registry = &self.registry)"),
+        "{text}"
+    );
+    assert!(text.contains("Registry::verify_where"), "{text}");
 
     setup();
-    // Every `#[retry]` function's upstream is installed; the builder site's typo is caught,
-    // with the name it was meant to be.
-    let typo = Registry::global().verify().unwrap_err();
-    assert_eq!(typo.missing.len(), 1, "{typo}");
+    // Every global `#[retry]` function's upstream is installed; the builder site's typo and
+    // the injected adapter's upstream (configured in its own registry only) are caught, the
+    // typo with the name it was meant to be.
+    let global = Registry::global().verify().unwrap_err();
+    let names: Vec<_> = global.missing.iter().map(|m| m.upstream).collect();
+    assert_eq!(names, ["macro-onse", "only-injected"], "{global}");
     assert!(
-        typo.to_string()
+        global
+            .to_string()
             .contains("`macro-onse` (did you mean `macro-once`?)"),
-        "{typo}"
+        "{global}"
     );
-    // A function with an injected registry is checked against that registry.
+    // In a process with several registries, each is verified on the functions that use it.
     let injected = Registry::builder()
         .upstream("only-injected", UpstreamConfig::new())
         .build()
         .unwrap();
-    let select = |r: &retry_runtime::registry::Registration| r.registry().is_some();
     injected
-        .verify_where(select)
+        .verify_where(|r| r.registry() == Some("&self.registry"))
         .expect("the injected registry has it");
-    assert!(
-        Registry::builder()
-            .build()
-            .unwrap()
-            .verify_where(select)
-            .is_err()
-    );
+    let typo = Registry::global()
+        .verify_where(|r| r.registry().is_none())
+        .unwrap_err();
+    assert_eq!(typo.missing.len(), 1, "{typo}");
 }
 
 /// Every shape of annotated function, compiled under clippy (`cargo clippy --all-targets`) and

@@ -13,7 +13,8 @@ use crate::engine::{DefaultEngine, EligibilityEngine};
 /// # Default
 /// - no upstreams
 /// - [`DefaultEngine`]
-/// - a drain switch of its own (not the global one)
+/// - a drain switch of its own ([`Drain::new`]): it drains when [`Drain::global`] does, or
+///   when the registry's own [`drain`](Registry::drain) is started
 /// - jitter from the thread's random generator (no seed)
 #[derive(Default)]
 #[must_use]
@@ -46,7 +47,7 @@ impl RegistryBuilder {
         self
     }
 
-    /// Uses `drain` as the drain switch (e.g. [`Drain::global`]).
+    /// Uses `drain` as the drain switch (e.g. one shared by several registries).
     pub fn drain(mut self, drain: Drain) -> Self {
         self.drain = Some(drain);
         self

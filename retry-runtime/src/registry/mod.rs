@@ -246,7 +246,9 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// An empty registry with its own drain switch.
+    /// An empty registry with its own drain switch ([`Drain::new`]): it drains when
+    /// [`Drain::global`] does (a shutdown signal, through [`Drain::on_shutdown_signal`]), or
+    /// when its own [`drain`](Registry::drain) is started.
     pub fn new() -> Self {
         Registry {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
@@ -336,7 +338,8 @@ impl Registry {
         }
     }
 
-    /// This registry's drain switch.
+    /// This registry's drain switch. It follows [`Drain::global`], so the process-wide
+    /// shutdown signal drains this registry too; starting it drains this registry alone.
     pub fn drain(&self) -> &Drain {
         &self.drain
     }

@@ -21,7 +21,8 @@ pub struct Registration {
     function: &'static str,
     file: &'static str,
     line: u32,
-    /// The `registry = ...` expression, when the function does not use the global registry.
+    /// The `registry = ...` expression as written (`&self.registry`), when the function does
+    /// not use the global registry.
     registry: Option<&'static str>,
     /// A builder call site (`Retry::upstream(upstream!(..))`), not a `#[retry]` function.
     builder: bool,
@@ -77,8 +78,8 @@ impl Registration {
         self
     }
 
-    /// The `registry = ...` expression of the function, or `None` when it uses the global
-    /// registry.
+    /// The `registry = ...` expression of the function as written (`Some("&self.registry")`),
+    /// or `None` when it uses the global registry.
     pub fn registry(&self) -> Option<&'static str> {
         self.registry
     }
@@ -109,7 +110,11 @@ impl fmt::Display for Registration {
         if self.builder {
             f.write_str("a builder call in ")?;
         }
-        write!(f, "{} ({}:{})", self.function, self.file, self.line)
+        write!(f, "{} ({}:{}", self.function, self.file, self.line)?;
+        if let Some(registry) = self.registry {
+            write!(f, ", registry = {registry}")?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -217,6 +222,18 @@ impl fmt::Display for MissingUpstreams {
                 write!(f, "{r}")?;
             }
         }
+        let injected = self
+            .missing
+            .iter()
+            .flat_map(|m| &m.functions)
+            .any(|r| r.registry.is_some());
+        if injected {
+            f.write_str(
+                "\nA function given its registry (`registry = ...`) is checked against the registry \
+                 verified; if it runs on another one, verify each registry on the functions that \
+                 use it with `Registry::verify_where`",
+            )?;
+        }
         Ok(())
     }
 }
@@ -241,22 +258,47 @@ impl Registry {
         all
     }
 
-    /// Checks that every upstream named by a `#[retry]` function of the binary that uses the
-    /// global registry (no `registry = ...`), or by a builder call site through
-    /// [`upstream!`](crate::upstream!), is configured here. Call it on
-    /// [`Registry::global()`] at start-up, after loading the configuration: it reports every
+    /// Checks that every upstream named in the binary, by a `#[retry]` function or by a builder
+    /// call site through [`upstream!`](crate::upstream!), is configured here, whichever
+    /// registry the function names: the global one, or an injected one
+    /// (`#[retry(registry = &self.registry)]`). Call it at start-up on the registry the
+    /// service runs on, after loading the configuration: [`Registry::global()`], or the
+    /// registry it builds and hands to its adapters ([`Registry::from_file`]). It reports every
     /// missing upstream at once, with the functions that name it, and every
     /// `#[retry(durable = ...)]` function when no durable queue is registered
-    /// ([`set_durable_queue`](Registry::set_durable_queue), feature `durable`). Functions with an injected
-    /// registry are checked with [`verify_where`](Registry::verify_where).
+    /// ([`set_durable_queue`](Registry::set_durable_queue), feature `durable`).
     ///
     /// ```standalone_crate
-    /// use retry_runtime::{Registry, UpstreamConfig};
+    /// use std::sync::Arc;
+    /// use retry_runtime::{Registry, UpstreamConfig, retry};
     ///
-    /// let registry = Registry::builder().upstream("sber", UpstreamConfig::new()).build().unwrap();
-    /// // No `#[retry]` function in this doctest, so nothing is missing.
+    /// struct Inventory {
+    ///     registry: Arc<Registry>,
+    /// }
+    ///
+    /// impl Inventory {
+    ///     #[retry(upstream = "inventory", method = GET, registry = &self.registry)]
+    ///     async fn stock(&self, sku: &str) -> Result<u32, retry_runtime::Error> {
+    ///         Ok(sku.len() as u32)
+    ///     }
+    /// }
+    ///
+    /// // The service's own registry (usually `Registry::from_file("upstreams.toml")?`),
+    /// // missing the upstream the adapter names:
+    /// let registry = Registry::builder().upstream("payments", UpstreamConfig::new()).build().unwrap();
+    /// let missing = registry.verify().unwrap_err();
+    /// assert_eq!(missing.missing[0].upstream, "inventory");
+    /// assert!(missing.to_string().contains("registry = &self.registry"), "{missing}");
+    ///
+    /// // Configured, it passes.
+    /// let registry = Registry::builder().upstream("inventory", UpstreamConfig::new()).build().unwrap();
     /// registry.verify().unwrap();
+    /// # let _ = Inventory { registry: Arc::new(registry) };
     /// ```
+    ///
+    /// # Several registries
+    /// A process whose registries hold different upstreams (one per tenant, say) verifies each
+    /// on the functions that use it, with [`verify_where`](Registry::verify_where).
     ///
     /// # Durable functions
     /// A `#[retry(durable = ...)]` function without a queue fails its call only when the
@@ -266,7 +308,7 @@ impl Registry {
     /// sharing the adapter crate) checks with
     /// [`verify_without_durable`](Registry::verify_without_durable) instead.
     pub fn verify(&self) -> Result<(), MissingUpstreams> {
-        self.verify_where(|r| r.registry().is_none())
+        self.check(|_| true, true)
     }
 
     /// Like [`verify`](Registry::verify), without the durable queue check: for a binary that
@@ -274,13 +316,20 @@ impl Registry {
     /// checked; a durable call made anyway fails with
     /// [`Error::NoDurableQueue`](crate::Error::NoDurableQueue).
     pub fn verify_without_durable(&self) -> Result<(), MissingUpstreams> {
-        self.check(|r| r.registry().is_none(), false)
+        self.check(|_| true, false)
     }
 
-    /// Like [`verify`](Registry::verify), for the `#[retry]` functions `select` picks, e.g. those
-    /// whose injected registry is this one:
-    /// `registry.verify_where(|r| r.registry() == Some("& self.registry"))` (the expression as
-    /// tokens, spaced).
+    /// Like [`verify`](Registry::verify), for the functions (and builder call sites) `select`
+    /// picks: in a process with several registries, those that use this one. A function's
+    /// `registry = ...` expression reads as written:
+    ///
+    /// ```
+    /// # let registry = retry_runtime::Registry::new();
+    /// // The adapters given `registry = &self.registry`:
+    /// let result = registry.verify_where(|r| r.registry() == Some("&self.registry"));
+    /// // Everything that uses the global registry:
+    /// let result = registry.verify_where(|r| r.registry().is_none());
+    /// ```
     pub fn verify_where(
         &self,
         select: impl Fn(&Registration) -> bool,

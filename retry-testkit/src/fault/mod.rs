@@ -2,13 +2,16 @@
 //! a status, resets, or refuses a share of the requests, per route, at a seeded rate, switched
 //! on and off at run time.
 //!
-//! The same [`FaultLayer`] goes on either side of a service:
+//! A [`FaultLayer`] goes on either side of a service:
 //!
-//! - **client side**, below the runtime's [`RetryLayer`](retry_runtime::tower::RetryLayer):
+//! - **client side** ([`Faults::client_layer`]), below the runtime's
+//!   [`RetryLayer`](retry_runtime::tower::RetryLayer):
 //!   the retries see the faults as they would see the upstream's, so a drill shows what the
 //!   budget, the breaker and the evidence rules do with them;
-//! - **server side**, in front of your own service (outside the router, where its errors
-//!   reach hyper): every caller sees the faults, whatever its client.
+//! - **server side**, in front of your own service ([`Faults::layer`]; an axum app mounts it
+//!   with `Router::layer`): every caller sees the faults, whatever its client. The layer keeps
+//!   the service's error type (`Infallible` for a `Router`), and a reset or a refusal drops the
+//!   connection before any response byte.
 //!
 //! # Switching at run time
 //! A [`Faults`] handle holds the plan; every layer made from it (and every clone of those)
@@ -80,7 +83,7 @@
 //! );
 //! let faults = Faults::new(7);
 //! let mut client = RetryLayer::with_registry(registry, "catalog")
-//!     .layer(faults.layer().layer(Network));
+//!     .layer(faults.client_layer().layer(Network));
 //!
 //! // One refusal: the request was provably not processed, so even a write without a key is
 //! // sent again, and the caller sees the second attempt's answer.
@@ -97,7 +100,9 @@ mod layer;
 mod plan;
 
 pub use body::FaultBody;
-pub use layer::{FaultFuture, FaultLayer, FaultService, InjectedFault};
+pub use layer::{
+    ClientSide, FaultFuture, FaultLayer, FaultService, InjectedFault, ServerSide, Side,
+};
 pub use plan::{Fault, FaultPlan, Rule};
 
 use std::fmt;
@@ -146,10 +151,38 @@ impl Faults {
         }
     }
 
-    /// A layer reading this switch.
-    pub fn layer(&self) -> FaultLayer {
+    /// A layer reading this switch, for the server side: in front of your own service, where
+    /// it keeps the service's error type, so it mounts where a server wants `Infallible`
+    /// errors (an axum `Router`, `axum::serve`). A reset or a refusal drops the connection
+    /// before any response byte.
+    ///
+    /// ```
+    /// use axum::Router;
+    /// use axum::routing::get;
+    /// use retry_testkit::fault::Faults;
+    ///
+    /// let faults = Faults::new(42);
+    /// let app: Router = Router::new()
+    ///     .route("/items/{id}", get(|| async { "item" }))
+    ///     .layer(faults.layer());
+    /// # let _ = app;
+    /// ```
+    pub fn layer(&self) -> FaultLayer<ServerSide> {
         FaultLayer {
             shared: self.shared.clone(),
+            side: std::marker::PhantomData,
+        }
+    }
+
+    /// A layer reading this switch, for the client side: below the runtime's
+    /// [`RetryLayer`](retry_runtime::tower::RetryLayer), over the service that sends requests.
+    /// Its errors are [`BoxError`](retry_runtime::tower::BoxError); a reset or a refusal is an
+    /// [`InjectedFault`] error carrying the I/O error a real one would, so a refusal counts as
+    /// not sent and a reset as sent without a response.
+    pub fn client_layer(&self) -> FaultLayer<ClientSide> {
+        FaultLayer {
+            shared: self.shared.clone(),
+            side: std::marker::PhantomData,
         }
     }
 

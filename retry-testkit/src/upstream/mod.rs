@@ -155,6 +155,27 @@ impl Upstream {
         self.log.requests()
     }
 
+    /// Completes once the upstream has received `n` requests (at once if it has): the event a
+    /// test waits on to act while a call is in flight (flip a switch, send a signal) without
+    /// sleeping. Each request is recorded before its step acts, so the step (the answer, the
+    /// reset) has not reached the client yet when this completes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use retry_testkit::Upstream;
+    ///
+    /// let upstream = Upstream::http1([503.into()]).await;
+    /// let client = upstream.client();
+    /// let call = tokio::spawn(client.get(upstream.url("/a")).send());
+    /// upstream.received(1).await;
+    /// assert_eq!(upstream.requests()[0].path, "/a");
+    /// assert_eq!(call.await.unwrap().unwrap().status(), 503);
+    /// # }
+    /// ```
+    pub async fn received(&self, n: usize) {
+        self.log.received(n).await;
+    }
+
     /// Connections accepted so far.
     pub fn connections(&self) -> usize {
         self.log.connections()
