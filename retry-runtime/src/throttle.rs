@@ -1,146 +1,126 @@
-//! Adaptive admission: send an upstream about what it accepts, refuse the rest locally.
+//! Adaptive admission: send an upstream about what it accepts, hold the rest briefly, let it go
+//! at the pace the upstream shows it can take.
 //!
 //! A retry layer's worst moment is an upstream that slows down or fails: every caller's
 //! attempts fail, every caller wants to retry, and the upstream gets more work exactly when it
 //! can do least. A retry budget caps retries over its window, not at the moment of overload,
-//! and a circuit breaker is all or nothing: opened by a brief slowdown, it refuses calls one
-//! attempt would have completed for as long as it stays open.
+//! and a circuit breaker is all or nothing. The throttle follows what the upstream
+//! **accepts**, in proportion, per upstream, shared by every call.
 //!
-//! The throttle follows what the upstream **accepts**, in proportion, per upstream, shared by
-//! every call. Over a short sliding window it counts the attempts the upstream answered or let
-//! time out, and those it accepted: every answer but an overload or failure signal (a 5xx,
-//! 408 or 429; see [`is_upstream_failure`](crate::breaker::is_upstream_failure)); an attempt
-//! that timed out was not accepted (the loop's attempt timeout, or a timeout the error
-//! reports: [`Classify::timed_out`](crate::classify::Classify::timed_out)). A connection that
-//! failed with no answer (refused, reset, closed early) is not counted either way: a server closing connections under load (a
-//! graceful reload, a `keepalive_requests` limit, a restart) fails attempts that way while it
-//! accepts every request it reads, and a refused connection is no work to shed (an opt-in
-//! [circuit breaker](crate::breaker) stops calls to a host that is down).
+//! # What is counted
+//! Over a short sliding window ([`ThrottleConfig::window`], 500 ms) the throttle counts the
+//! attempts that ended, and of them those the upstream accepted: every answer but an overload
+//! or failure signal (a 5xx or 408; see [`is_upstream_failure`](crate::breaker::is_upstream_failure)).
+//! An attempt that timed out was not accepted, and marks the upstream as slow. Not counted
+//! either way: an attempt that failed to connect (a server closing connections under load
+//! fails attempts that way while it accepts every request it reads, and a refused connection
+//! is no work to shed; the opt-in [breaker](crate::breaker) stops calls to a host that is
+//! down), one lost to connection rotation, and a cancelled one. A **429 counts as accepted**:
+//! it says one caller is over its quota, not that the upstream is overloaded, so it never
+//! refuses another caller's calls; the quota is honoured where it belongs, by the call or by
+//! its [partition](crate::partition). So is an answer carrying the callee's
+//! [pushback](crate::Pushback): the layer next to the failing dependency throttles it.
 //!
+//! # Who is refused
 //! A call's **first attempt** goes while the upstream accepts at least `1 / K` of what it is
-//! sent (`sent <= K x accepted`), `K` = [`ThrottleConfig::multiplier`] (3). Below that it is
+//! sent (`sent <= K x accepted`, `K` = [`ThrottleConfig::multiplier`], 3); below that it is
 //! refused locally, before anything is sent, with probability
 //!
 //! ```text
 //! p = (requests - K x accepted) / (requests + 1),  requests = sent + refused
 //! ```
 //!
-//! the client-side adaptive throttling of Google's SRE book ("Handling Overload"): `requests`
-//! counts every attempt the client wanted to make, the refused ones (first attempts and
-//! hedges) included. So an upstream that accepts a fraction `a < 1 / K` of what it is sent
-//! gets about `K x accepted + 1` attempts per window, whatever is offered (at most `K x
-//! accepted` plus 4 per window at 20 to 2,000 calls a second: property test), and one that
-//! accepts nothing about one probe per window; a capacity-bound upstream, which accepts more as
-//! it is sent less, settles at about what it can take. Once the upstream accepts its share of
-//! what is sent again (`sent <= K x accepted`), nothing is refused, whatever was refused
-//! before: the refusals do not slow the recovery.
+//! the client-side adaptive throttling of Google's SRE book ("Handling Overload"). An upstream
+//! that accepts nothing gets about one first attempt a window from each client, whatever is
+//! offered; once it accepts its share again, nothing is refused, whatever was refused before.
 //!
 //! A **retry or a hedge** is extra work, judged on what the *other* calls met (its own call's
-//! failures are what it is for):
+//! failures are what it is for), passing in the proportion the upstream accepts them
+//! (`K_r` = [`ThrottleConfig::retry_multiplier`], 1):
 //!
 //! ```text
 //! p = max(0, (others - K_r x accepted) / others),  others = sent - the call's own attempts
 //! ```
 //!
-//! with `K_r` = [`ThrottleConfig::retry_multiplier`] (1): extra work passes in the proportion
-//! the upstream accepts the others' attempts, so a healthy upstream's retries all pass, a flaky
-//! one's in proportion, and one that accepts nothing gets none (first attempts keep probing
-//! it); a lone call (no other attempt in the window) is never refused a retry.
+//! The call's own attempts are those the window counted (not those that failed to connect, nor
+//! those it has forgotten). With no other call in the window, a retry is judged on the call's
+//! own attempts: into an upstream that accepted none of them it waits (below) instead of going
+//! at once, so a client calling one call at a time sends a dead upstream no more than its
+//! calls. A retry whose attempt failed while the upstream failed every other call since, and
+//! accepted none, waits too, whatever the window still holds of the time before.
 //!
-//! - **Proportional, not all or nothing.** A brief slowdown lowers admission while it lasts;
-//!   calls one attempt would complete still go through in proportion.
-//! - **It recovers as soon as the upstream accepts again.** While the upstream fails
-//!   everything, the window holds only the few attempts that went through, so the first
-//!   answers after recovery outweigh them, and the refusals counted beside them are ignored
-//!   once `sent <= K x accepted`: admission returns to 95 % of the offered calls within half a
-//!   second at 20 to 2,000 calls a second (property test; 0.2-0.3 s measured).
-//! - **Refusals are local and honest.** A refused attempt sends nothing, spends no retry
-//!   budget and is not counted against the upstream. It waits for the upstream to accept again
-//!   (below); a call that does not get in before its deadline fails with
-//!   [`Error::Throttled`](crate::Error::Throttled) (evidence `NotSent`, reason `throttled`),
-//!   counted in the `retry.rejections` metric with `reason = "throttled"` (a retry: the last
-//!   failure, with the denial reason `throttled` in `retry.denials`).
+//! # Holding
+//! A refused call does not fail at once: while a dependency is down for a moment, failing it
+//! makes retries useless in exactly the outage they exist for. It **waits**, sending nothing,
+//! asking again at each step of its backoff ([`ThrottleConfig::wait`]), but only while waiting
+//! can help:
 //!
-//! # Waiting for admission
-//! Failing a refused call at once makes retries useless in exactly the outage they exist for:
-//! while a dependency is down for a second or two, each call's retries are refused, and so are
-//! most first attempts. Sending them anyway is the retry storm. So a refused call **waits**
-//! ([`ThrottleConfig::wait`], on by default): it sends nothing, asks again after each step of
-//! its backoff, and goes once the upstream **accepts again**: it accepted attempts in the
-//! window, and all that first attempts may reach (`0 < accepted`, `sent <= K x accepted`).
-//! A waiting call does not draw its odds again: the first attempts of new calls are what
-//! probes the upstream, and every waiting call drawing at every step would multiply the probes
-//! (in the outage lab's dead catalog, 0.39 catalog calls per operation against 0.28, measured
-//! when refusals counted at most three per attempt sent). Nothing is spent while waiting: a
-//! retry spends the operation's allowance and its budget token when it goes. Without time for
-//! another step and an attempt after it
-//! ([`min_attempt_budget`](crate::UpstreamConfig::min_attempt_budget)) before the deadline, the
-//! call fails as above; shutdown ends the wait at once. Each step is a `paced` decision event
-//! (at `DEBUG`).
+//! - at most [`ThrottleConfig::max_waiting`] calls wait per upstream (256); a further refused
+//!   call fails at once;
+//! - only until the upstream has failed every answered attempt for [`ThrottleConfig::hold`]
+//!   (750 ms, counted from its first failure since it last accepted one; a timeout does not
+//!   start the count, since a slow upstream may be serving every request it gets): then every
+//!   waiting call fails, and refused calls fail at once, so the callers of a dead dependency
+//!   learn it within a second rather than at their deadlines, and do not pile up (writes that
+//!   must outlast an outage go to the [durable queue](crate::durable));
+//! - never past the deadline: each wait is cut to the time left for an attempt
+//!   ([`min_attempt_budget`](crate::UpstreamConfig::min_attempt_budget)) and the call fails
+//!   only once none is left; shutdown ends the wait at once.
 //!
-//! **A slow upstream's backlog goes at the pace of its answers.** An upstream that answers its
-//! failures at once (a 503 while it restarts, a 429) was turning work away, not queueing it:
-//! once it accepts again, the calls waiting for it go. One whose attempts time out is slow:
-//! every attempt joins its queue, and a backlog let go together when it speeds up queues
-//! behind itself and slows it down again, the metastable failure of "Metastable Failures in
-//! the Wild" (OSDI 2022): in the outage lab, a slowed catalog that ignores deadlines took
-//! 1.5-5.5 s to recover instead of 0.75 s when its waiting calls went together. So a call that
-//! has seen the upstream slow (more than half the window's failures are timeouts) waits in its
-//! backlog, and goes only while the calls let go in the window stay within `retry_multiplier`
-//! times the answers the upstream accepted from the others: each accepted answer lets about
-//! one waiting call go, so the upstream's own answers clock the backlog out, as
-//! acknowledgements clock out TCP's packets (Jacobson, "Congestion Avoidance and Control",
-//! 1988), and the backlog at most doubles what the upstream currently accepts. With no other
-//! call left to answer, the backlog goes one call at a time on its own answers: a call goes
-//! when every call let go in the window has been answered and accepted (two per accepted
-//! answer, as TCP's slow start grows, let the slowed upstream of the loop test queue 22 deep
-//! against 3). In the same
-//! slowdown, B at its defaults then succeeds 98 % against 81 % without retry, the catalog
-//! holds fewer requests at its peak than without retry (19 against 22), and recovers sooner
-//! (0-0.25 s against 0.75-1 s). Waiting rather than failing is the AWS SDKs' adaptive retry
-//! mode's choice too (a request waits for the client-side rate limiter).
+//! A call that cannot wait, or whose wait ends without being let go, fails with
+//! [`Error::Throttled`](crate::Error::Throttled) (evidence `NotSent`, reason `throttled`), or
+//! [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded) with the last attempt's facts
+//! when its time ran out. A waiting retry holds nothing of its failed attempt but its facts
+//! (the error, and the response or connection in it, is dropped before the wait), and has
+//! already spent its retry (the operation's allowance and a budget token), given back if it is
+//! never let go. Each step is a `paced` decision event at `DEBUG`.
 //!
-//! **"Again" means after the refusal.** The window holds half a second of history, so an
-//! upstream that dies after a healthy spell still shows its accepted answers for up to half a
-//! second: by the window alone, the first failures' retries would go, and a waiting call would
-//! be let go, into an upstream that accepts nothing. So a call keeps a mark of what the
-//! upstream had answered when its attempt was admitted (two counts that never forget, one
-//! relaxed load each): a retry whose attempt failed while the upstream failed other calls'
-//! attempts too and accepted none waits (a lone call's retry still goes), and a waiting call
-//! goes only once the upstream has accepted an attempt since it was refused. In the outage
-//! lab's dead catalog, met warm, the library's designs then send 0.22-0.26 catalog calls per
-//! operation, against 0.26-0.32 on the window alone (0.25-0.27 with the probes below, which
-//! the calls still waiting send once the lab's load stops).
+//! # Letting go
+//! A waiting call goes once the upstream has **accepted an attempt since the call was
+//! refused**, and then only while the calls let go in the window stay within
+//! [`ThrottleConfig::release_ratio`] (0.5) times the answers it accepted from the other calls,
+//! less one per attempt of the window that timed out:
 //!
-//! **Somebody asks.** Waiting calls learn from the answers to other calls' attempts, so when
-//! every call waits and no new call comes (a burst at start-up, a batch job, a lull) nobody
-//! would ask the upstream anything, and the calls would wait out their deadlines against an
-//! upstream that may be healthy again. So when the window holds nothing (no attempt ended in
-//! it, none refused, no waiting call let go), a waiting call goes as the upstream's probe,
-//! about one a window, the rate at which first attempts probe an upstream that accepts
-//! nothing; its accepted answer lets the others go as above. While new calls come, their first
-//! attempts are the probes (refused or not, they fill the window), and no waiting call adds
-//! one. A call let go from waiting, as the probe or from a slow upstream's backlog, whose
-//! attempt fails waits again for its retry, behind the calls that waited with it: it went to
-//! learn whether the upstream accepts, and it does not (retrying at once as a lone call
-//! would, it sent a dead upstream a third more requests in the loop test). In a burst of 200 writes over h2c to nginx with `keepalive_requests 3`, a few requests
-//! hang in a closing connection until their attempt timeout; their retries are refused, since
-//! the window then holds only those timeouts, and without a probe they waited out their
-//! deadlines and failed.
+//! ```text
+//! released + 1 <= r x (accepted - released) - timed_out
+//! ```
+//!
+//! or, with no other call left, one at a time on its own answers (every call let go in the
+//! window was answered and accepted). So new and released calls together stay near `1 + r`
+//! times what the upstream currently accepts: the backlog drains at the pace of its answers,
+//! as acknowledgements clock out TCP's packets (Jacobson, "Congestion Avoidance and Control",
+//! 1988), never as a burst into an upstream that has just come back, and it slows as soon as
+//! the upstream's attempts start to time out. A backlog let go together queues behind itself
+//! and takes the upstream down again: the metastable failure of "Metastable Failures in the
+//! Wild" (OSDI 2022).
+//!
+//! **Somebody asks.** Waiting calls learn from the answers to other calls' attempts. When no
+//! attempt has been answered and no call let go for a tenth of the window (a refused attempt
+//! asks nothing), a waiting call goes as the upstream's **probe**: one at a time, at most four
+//! that fail a window, and only during the hold. Without it, calls that all wait (new calls
+//! refused, or none coming) would learn nothing until their hold ends, and a lone call waiting
+//! for its retry would wait for a window instead of its backoff. A call let go whose attempt
+//! fails waits again for its retry, behind the others. Each let-go is a `let_go` decision event
+//! at `DEBUG` (`how` = `backlog` or `probe`).
+//!
+//! # Fleets and low traffic
+//! Nothing in these rules adds requests per client beyond its own calls: a retry waits unless
+//! the upstream accepts, a probe is a waiting call's own attempt, and once the upstream has
+//! failed everything for the hold, nothing waits or probes. Twenty replicas at a few calls a
+//! second each send a dead upstream at most their calls, as no retry would. What stays per
+//! client is the first attempts' floor of the SRE formula, about one a window, which each
+//! client needs to see the upstream come back.
 //!
 //! Counting is lock-free: the window counters the budget and the breaker use (one
-//! compare-and-swap per count, one load per read).
+//! compare-and-swap per count, one load per read), and a few relaxed atomics.
 //!
 //! # An attempt that cannot finish
 //! The throttle does not skip an attempt because the upstream's recent latency exceeds the
-//! time the call has left. That needs a latency window kept for every upstream on every call,
-//! and against a tail (most answers fast, a few slow) a percentile refuses the attempt the
-//! common answer would complete. Work for nobody is kept short otherwise: an attempt that
-//! times out is not accepted, so a slowing upstream's admission falls while attempts stop
-//! finishing (in the outage lab's slowdown of a catalog that ignores deadlines, the peak of
-//! requests in flight at the catalog stays below no retry's); no attempt starts with less than
-//! [`min_attempt_budget`](crate::UpstreamConfig::min_attempt_budget) left
-//! ([`DenyReason::Deadline`](crate::DenyReason::Deadline)); and with `propagate` on, the
+//! time the call has left: against a tail, a percentile refuses the attempt the common answer
+//! would complete. Work for nobody is kept short otherwise: an attempt that times out is not
+//! accepted, so a slowing upstream's admission falls while attempts stop finishing; no attempt
+//! starts with less than [`min_attempt_budget`](crate::UpstreamConfig::min_attempt_budget)
+//! left ([`DenyReason::Deadline`](crate::DenyReason::Deadline)); and with `propagate` on, the
 //! deadline travels with the request, so one's own services skip queued work whose caller has
 //! stopped waiting.
 
@@ -161,20 +141,16 @@ use crate::window::{Clock, Counter, SLOTS, Tick};
 /// - `multiplier`: 3.0 (the first attempts of an upstream that accepts a third or more of what
 ///   it gets all pass; the SRE book suggests 2, but at 2 an upstream failing half its requests
 ///   at random sits on the edge, and the noise of a short window then refuses calls one
-///   attempt would complete: the outage lab measured 41 % success against 53 % without retry
-///   for such writes at 2, 51 % at 3. A flaky upstream is the budget's to protect; the throttle
-///   is for one that stops accepting)
+///   attempt would complete. A flaky upstream is the budget's to protect; the throttle is for
+///   one that stops accepting)
 /// - `window`: 500 ms (what "currently" means: the throttle reacts within it to an upstream
 ///   that stops accepting, and forgets a burst of failures within it once the upstream accepts
-///   again; in the outage lab a 2 s window kept a recovered catalog throttled for 2 s after a
-///   0.8 s slowdown, 500 ms let it recover with no retry at all)
+///   again; a longer window keeps a recovered upstream throttled for as long)
 /// - `retry_multiplier`: 1.0 (a retry is extra work: it goes through in the proportion the
-///   upstream accepts, so an overloaded upstream gets none; a slow upstream's backlog of
-///   waiting calls goes at this many per answer it accepts from the others)
-/// - `wait`: true (a refused call waits, within its deadline, for the upstream to accept
-///   again, instead of failing at once: without it no retry helps through an outage of a
-///   second or two; see [waiting for admission](self#waiting-for-admission). `false` fails
-///   refused calls at once)
+///   upstream accepts, so an overloaded upstream gets none)
+/// - `wait`: true (a refused call waits, within its deadline and the hold, to be let go,
+///   instead of failing at once: without it no retry helps through an outage of a moment; see
+///   [holding](self#holding). `false` fails refused calls at once)
 /// - `hold`: 750 ms (a refused call waits only until the upstream has answered every attempt
 ///   with a failure for this long: one that has accepted nothing for most of a second is
 ///   more likely down than restarting, and holding its callers to their deadlines passes the
@@ -197,7 +173,7 @@ pub struct ThrottleConfig {
     /// How long an attempt counts (500 ms to 600 s).
     pub window: Duration,
     /// Whether a refused call waits for the upstream to accept again (see
-    /// [waiting for admission](self#waiting-for-admission)), or fails at once.
+    /// [holding](self#holding)), or fails at once.
     pub wait: bool,
     /// How recently the upstream must have accepted an attempt for a refused call to wait
     /// (100 ms to 60 s).

@@ -25,10 +25,10 @@
 //!    [`SERVED_TENANT`] of its operations during the other tenant's 429s (pooled over seeds):
 //!    one tenant's quota does not refuse another's calls;
 //! 10. B, B-tuned and B-hedged in `always-503`, an outage longer than any deadline: the
-//!    operations that fail end within [`FAIL_FAST`] (p99, seed by seed), and over the second
-//!    half of the run no more than [`IN_FLIGHT`] times as many operations are in flight as
-//!    without retry (C, the same seed; at least one): callers learn of a dead dependency at
-//!    once, and do not pile up. Binned times: asserted only on a lab that kept its schedule.
+//!     operations that fail end within [`FAIL_FAST`] (p99, seed by seed), and over the second
+//!     half of the run no more than [`IN_FLIGHT`] times as many operations are in flight as
+//!     without retry (C, the same seed; at least one): callers learn of a dead dependency at
+//!     once, and do not pile up. Binned times: asserted only on a lab that kept its schedule.
 //!
 //! 4. B and B-tuned in `long-outage`: no keyed write is lost: none the user was told was
 //!    deferred stays unexecuted (the durable tier took what the in-memory retries could not

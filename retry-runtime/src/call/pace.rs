@@ -1,7 +1,7 @@
 //! Waiting for admission: an attempt the throttle refuses waits, within the deadline and the
 //! throttle's hold, to be let go at the pace of the upstream's answers, instead of ending the
 //! call. The rules and their reasons:
-//! [`throttle`](crate::throttle#waiting-for-admission).
+//! [`throttle`](crate::throttle#holding).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -635,3 +635,38 @@ fn a_mark_tells_what_the_upstream_answered_since() {
     assert!(throttle.accepted_since(mark));
     assert!(!throttle.failing_all_since(mark, 1), "one accepted since");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A call's own attempts in the window are exactly those the throttle counted whose count
+    /// the window still holds: attempts it never counted (failed to connect, rotated,
+    /// cancelled) and attempts older than the window are not its own any more, so a busy
+    /// upstream's other calls are never undercounted.
+    #[test]
+    fn a_calls_own_attempts_are_exactly_its_counted_attempts_in_the_window(
+        attempts in proptest::collection::vec((0u64..3_000, any::<bool>()), 0..4),
+        asked in 0u64..4_000,
+    ) {
+        let origin = Instant::now();
+        let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
+        let at = |ms: u64| Tick::at(origin, origin + Duration::from_millis(ms));
+        let mut ended: Vec<(u64, bool)> = attempts.clone();
+        ended.sort();
+        let mut own = Own::default();
+        for (ms, counted) in &ended {
+            if *counted {
+                own.counted(at(*ms));
+            }
+        }
+        // 50 ms slots: a count made in slot e is in the window of slot n while n - e < 10.
+        let slot = |ms: u64| ms / 50;
+        let expected = ended
+            .iter()
+            .filter(|(ms, counted)| {
+                *counted && slot(*ms) <= slot(asked) && slot(asked) - slot(*ms) < 10
+            })
+            .count() as u32;
+        prop_assert_eq!(own.in_window(&throttle, at(asked)), expected);
+    }
+}
