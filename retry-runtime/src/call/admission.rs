@@ -151,6 +151,9 @@ impl AttemptEnd {
 pub(super) enum LetGo {
     /// The call's attempt was not let go that way.
     No,
+    /// The call is held work (a durable queue's replay): its first attempt goes only when the
+    /// throttle lets it go at the pace of the upstream's answers (`pace`).
+    Held,
     /// Its attempt is under way; it was let go at this tick of the throttle's window.
     Sent(Tick),
     /// Its attempt failed: its retry waits again.
@@ -395,7 +398,7 @@ impl Call<'_> {
             tick: (at == self.created).then_some(self.created_tick),
             deadline: self.deadline,
             own,
-            let_go: false,
+            let_go: kind == AttemptKind::First && matches!(self.let_go, LetGo::Sent(_)),
         }
     }
 

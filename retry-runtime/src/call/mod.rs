@@ -125,8 +125,14 @@ impl Call<'_> {
             Ok(attempt) => attempt,
             Err(error) => return Err(E::from(error)),
         };
-        // 2. A partition over its quota holds the attempt; then admission (written out: with a
-        // free bulkhead slot no waiting future is built).
+        // 2. Held work (a replay) goes at the pace of the upstream's answers, and a partition
+        // over its quota holds the attempt; then admission (written out: with a free bulkhead
+        // slot no waiting future is built).
+        if matches!(self.let_go, LetGo::Held)
+            && let Err(error) = self.wait_for_release(&mut attempt).await
+        {
+            return Err(E::from(error));
+        }
         if let Some(partition) = self.partition
             && let Err(error) = self.wait_for_quota(partition, &mut attempt).await
         {

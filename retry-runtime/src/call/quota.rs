@@ -29,6 +29,7 @@ impl Call<'_> {
             .unwrap_or(self.deadline);
         // Asked again after each wait: a call of the partition let go meanwhile may have met
         // the quota again and pushed it further.
+        let mut held = false;
         while let Some(left) = self
             .upstream
             .quotas()
@@ -41,6 +42,7 @@ impl Call<'_> {
             // about as they came, not together the instant it ends.
             let registry = self.registry;
             let spread = left.mul_f64(self.rng.get_or_insert_with(|| registry.rng()).f64());
+            held = true;
             let go_at = attempt.started
                 + (left + spread).min(latest.saturating_duration_since(attempt.started));
             self.on_paced(go_at - attempt.started);
@@ -60,6 +62,11 @@ impl Call<'_> {
                     break;
                 }
             }
+        }
+        // Held calls go at the pace of the upstream's answers, not together when the pushback
+        // ends.
+        if held {
+            return self.wait_for_release(attempt).await;
         }
         Ok(())
     }

@@ -40,6 +40,9 @@ pub struct CallSpec<'r> {
     pub(crate) reserve: Duration,
     /// The part of the upstream's traffic the call belongs to, for its quotas (`partition`).
     pub(crate) partition: Option<Partition>,
+    /// Whether the call is held work (a durable queue's replay), let go at the pace of the
+    /// upstream's answers.
+    pub(crate) held: bool,
 }
 
 impl<'r> CallSpec<'r> {
@@ -59,7 +62,17 @@ impl<'r> CallSpec<'r> {
             operation: Some(Cow::Borrowed(site.operation)),
             reserve: site.reserve,
             partition: None,
+            held: false,
         })
+    }
+
+    /// The call is held work when `held` (a durable queue's replay of it, which the
+    /// `#[retry(durable = ...)]` expansion says): its first attempt goes only when the
+    /// upstream's throttle lets it go at the pace of the upstream's answers, as a call held
+    /// through an outage does ([`throttle`](crate::throttle#letting-go)).
+    pub fn held(mut self, held: bool) -> Self {
+        self.held = held;
+        self
     }
 
     /// The call belongs to `partition` (a tenant, an API key) for the upstream's quotas: a 429
@@ -136,7 +149,10 @@ impl<'r> Call<'r> {
             auth_refresh_used: false,
             retried_mark: 0,
             answers_mark: Answers::default(),
-            let_go: LetGo::No,
+            let_go: match spec.held {
+                true => LetGo::Held,
+                false => LetGo::No,
+            },
             own: Own::default(),
             partition: spec.partition,
             rng: None,
