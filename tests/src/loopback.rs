@@ -1,6 +1,7 @@
 //! Real hyper 1 HTTP/1.1 servers on 127.0.0.1 for the cross-process ownership tests and the
 //! `middle` binary: any `tower::Service` (a `ScopeLayer`-wrapped handler included) served through
-//! `hyper_util::service::TowerToHyperService`, with keep-alive and a count of open connections.
+//! `hyper_util::service::TowerToHyperService`, with keep-alive and counts of open connections
+//! (now, and the most at once).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -50,6 +51,7 @@ where
 pub struct Server {
     addr: SocketAddr,
     open: Arc<AtomicUsize>,
+    most_open: Arc<AtomicUsize>,
     accepted: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
@@ -68,6 +70,11 @@ impl Server {
     /// Connections open now (accepted and not yet closed by either side).
     pub fn open_connections(&self) -> usize {
         self.open.load(Ordering::SeqCst)
+    }
+
+    /// The most connections that were open at once since the start.
+    pub fn most_open_connections(&self) -> usize {
+        self.most_open.load(Ordering::SeqCst)
     }
 
     /// Connections accepted since the start.
@@ -102,8 +109,9 @@ where
 {
     let addr = listener.local_addr()?;
     let open = Arc::new(AtomicUsize::new(0));
+    let most_open = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(AtomicUsize::new(0));
-    let (o, a) = (open.clone(), accepted.clone());
+    let (o, m, a) = (open.clone(), most_open.clone(), accepted.clone());
     let task = tokio::spawn(async move {
         // Dropped with the accept task when the server is dropped: aborts every connection.
         let mut connections = JoinSet::new();
@@ -113,7 +121,8 @@ where
             };
             let _ = stream.set_nodelay(true);
             a.fetch_add(1, Ordering::SeqCst);
-            o.fetch_add(1, Ordering::SeqCst);
+            let now_open = o.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now_open, Ordering::SeqCst);
             let guard = OpenGuard(o.clone());
             let service = TowerToHyperService::new(service.clone());
             connections.spawn(async move {
@@ -129,6 +138,7 @@ where
     Ok(Server {
         addr,
         open,
+        most_open,
         accepted,
         task,
     })
