@@ -312,6 +312,11 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
         .durable
         .as_ref()
         .map(|_| quote_spanned!(mixed=> .durable()));
+    // A durable queue's replay is work held through an outage: let go at the upstream's pace.
+    let held = spec
+        .durable
+        .as_ref()
+        .map(|_| quote_spanned!(mixed=> .held(#private::durable::in_replay())));
     // A durable call ends through `durable::defer`: a transient failure is queued.
     let (require_durable, ending, replay_fn) = match &spec.durable {
         None => (
@@ -385,7 +390,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
             )#durable_site;
             let mut __retry_call = #private::Call::new(
                 match #private::CallSpec::at(#registry, &__RETRY_SITE, #key_value) {
-                    ::core::result::Result::Ok(spec) => spec #partition,
+                    ::core::result::Result::Ok(spec) => spec #partition #held,
                     ::core::result::Result::Err(error) => {
                         return ::core::result::Result::Err(::core::convert::From::from(error));
                     }

@@ -251,7 +251,7 @@ pub mod __private {
     #[cfg(feature = "durable")]
     pub mod durable {
         pub use crate::durable::replay::{
-            ArgCodec, ArgsWriter, arg_codec, read_arg, read_args, write_arg,
+            ArgCodec, ArgsWriter, arg_codec, in_replay, read_arg, read_args, write_arg,
         };
         pub use crate::durable::{
             Durable, DurableReturn, Replay, StoredArg, TaskContext, defer, replay_key, replaying,

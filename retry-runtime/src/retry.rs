@@ -176,6 +176,7 @@ impl<'r> RetryCall<'r> {
             operation: self.operation,
             reserve: Duration::ZERO,
             partition: self.partition,
+            held: false,
         })
     }
 

@@ -58,7 +58,7 @@
 //! - at most [`ThrottleConfig::max_waiting`] calls wait per upstream (256); a further refused
 //!   call fails at once;
 //! - only until the upstream has failed every answered attempt for [`ThrottleConfig::hold`]
-//!   (750 ms, counted from its first failure since it last accepted one; a timeout does not
+//!   (600 ms, counted from its first failure since it last accepted one; a timeout does not
 //!   start the count, since a slow upstream may be serving every request it gets): then every
 //!   waiting call fails, and refused calls fail at once, so the callers of a dead dependency
 //!   learn it within a second rather than at their deadlines, and do not pile up (writes that
@@ -78,7 +78,7 @@
 //! # Letting go
 //! A waiting call goes once the upstream has **accepted an attempt since the call was
 //! refused**, and then only while the calls let go in the window stay within
-//! [`ThrottleConfig::release_ratio`] (0.5) times the answers it accepted from the other calls,
+//! [`ThrottleConfig::release_ratio`] (0.25) times the answers it accepted from the other calls,
 //! less one per attempt of the window that timed out:
 //!
 //! ```text
@@ -151,17 +151,20 @@ use crate::window::{Clock, Counter, SLOTS, Tick};
 /// - `wait`: true (a refused call waits, within its deadline and the hold, to be let go,
 ///   instead of failing at once: without it no retry helps through an outage of a moment; see
 ///   [holding](self#holding). `false` fails refused calls at once)
-/// - `hold`: 750 ms (a refused call waits only until the upstream has answered every attempt
-///   with a failure for this long: one that has accepted nothing for most of a second is
-///   more likely down than restarting, and holding its callers to their deadlines passes the
-///   outage up to theirs, so they learn it within a second instead. Writes that must outlast
-///   an outage go to the durable queue instead)
+/// - `hold`: 600 ms (a refused call waits only until the upstream has answered every attempt
+///   with a failure for this long: one that has accepted nothing for more than half a second
+///   is more likely down than restarting, and holding its callers to their deadlines passes
+///   the outage up to theirs, so they learn it within a second instead, a hop and an attempt
+///   included. Writes that must outlast an outage go to the durable queue instead)
 /// - `max_waiting`: 256 (calls waiting for one upstream at once; a further refused call fails
 ///   at once. The backlog drains at the pace of the upstream's answers, so a longer one mostly
 ///   waits out its callers' deadlines while holding their memory and their callers)
-/// - `release_ratio`: 0.5 (waiting calls go at up to this many per answer the upstream
+/// - `release_ratio`: 0.25 (waiting calls go at up to this many per answer the upstream
 ///   accepts from the other calls, less one per timeout: with the new calls they stay within
-///   1.5 times what it currently accepts, a little above the healthy load, never a burst)
+///   1.25 times what it currently accepts, under the headroom a service sized for its traffic
+///   usually has, never a burst. The calls the backlog holds failed an attempt in the fault,
+///   as they would have without retry: a slower drain costs nothing against no retry, a
+///   faster one risks the upstream's recovery)
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct ThrottleConfig {
@@ -198,9 +201,9 @@ impl ThrottleConfig {
             retry_multiplier: 1.0,
             window: Duration::from_millis(500),
             wait: true,
-            hold: Duration::from_millis(750),
+            hold: Duration::from_millis(600),
             max_waiting: 256,
-            release_ratio: 0.5,
+            release_ratio: 0.25,
         }
     }
 
@@ -281,7 +284,7 @@ impl ThrottleConfig {
             v.push((
                 "throttle.hold",
                 format!(
-                    "throttle hold {:?} is outside 100ms..=60s: use 750ms (refused calls wait \
+                    "throttle hold {:?} is outside 100ms..=60s: use 600ms (refused calls wait \
                      only until the upstream has failed everything for this long)",
                     self.hold
                 ),
@@ -301,7 +304,7 @@ impl ThrottleConfig {
             v.push((
                 "throttle.release_ratio",
                 format!(
-                    "throttle release_ratio {} is outside 0.1..=10: use 0.5",
+                    "throttle release_ratio {} is outside 0.1..=10: use 0.25",
                     self.release_ratio
                 ),
             ));

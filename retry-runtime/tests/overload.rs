@@ -143,13 +143,13 @@ async fn fast_fault(throttle: ThrottleConfig, fault: Duration) -> (usize, usize,
 /// A fault that fails fast: the calls it refused wait, and once the upstream accepts again
 /// they go at the pace of its answers, a little above the load, never a burst: the upstream
 /// gets at most twice its healthy busiest 250 ms, its queue stays short, and every call started
-/// half a second after the fault succeeds. Through a fault shorter than the hold (750 ms) the
+/// half a second after the fault succeeds. Through a fault shorter than the hold (600 ms) the
 /// calls it met mostly succeed after it; through a longer one they fail once it has failed
 /// everything for the hold, not at their deadlines. Released together (a release ratio of 10:
 /// the rule switched off), they arrive as a burst.
 #[tokio::test(start_paused = true)]
 async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
-    for fault in [ms(300), ms(600), ms(1500)] {
+    for fault in [ms(300), ms(450), ms(1500)] {
         let (healthy, after, ended) = fast_fault(ThrottleConfig::new(), fault).await;
         let report = format!("{fault:?}: healthy busiest {healthy}, after {after}");
         assert!(after <= 2 * healthy, "{report}");
@@ -166,14 +166,14 @@ async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
             })
             .collect();
         let ok = during.iter().filter(|e| e.ok).count();
-        if fault < ms(750) {
+        if fault < ms(600) {
             assert!(
                 ok * 10 >= during.len() * 8,
                 "{report}: {ok} of {} in the fault",
                 during.len()
             );
         } else {
-            // Held at most about the hold (750 ms from the upstream's first failure, a step
+            // Held at most about the hold (600 ms from the upstream's first failure, a step
             // more for the last ones refused): within a second.
             let held = during
                 .iter()
@@ -185,7 +185,7 @@ async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
         }
     }
     let (healthy, after, _) =
-        fast_fault(ThrottleConfig::new().with_release_ratio(10.0), ms(600)).await;
+        fast_fault(ThrottleConfig::new().with_release_ratio(10.0), ms(550)).await;
     assert!(
         after > 2 * healthy,
         "released together: {after} against {healthy}"

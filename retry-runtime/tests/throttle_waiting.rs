@@ -106,8 +106,8 @@ fn assert_refused_at_once(ended: &[Ended]) {
     assert!(refused.iter().all(|e| e.ended == e.started), "at once");
 }
 
-/// The end of [`outage`]: shorter than the throttle's hold (750 ms) by more than a window, so
-/// refused calls wait it out and the first attempts that probe it find it back in time.
+/// The end of [`outage`]: shorter than the throttle's hold (600 ms), so refused calls wait it
+/// out and the attempts that probe it find it back in time.
 const OUTAGE: Duration = Duration::from_millis(400);
 
 /// Down for the first 400 ms, then up.

@@ -420,6 +420,7 @@ fn verify_names_every_missing_upstream_and_its_functions() {
             "macro-instrumented",
             "macro-once",
             "macro-onse",
+            "macro-partition",
             "macro-reconcile",
             "only-injected",
         ]
@@ -427,15 +428,15 @@ fn verify_names_every_missing_upstream_and_its_functions() {
     let builder = &missing.missing[7];
     assert!(builder.functions[0].is_builder_site());
     assert_eq!(builder.functions[0].function(), "macro_runtime");
-    let reconcile = &missing.missing[8];
+    let reconcile = &missing.missing[9];
     assert_eq!(reconcile.functions.len(), 1);
     assert_eq!(reconcile.functions[0].function(), "macro_runtime::pay");
     assert!(reconcile.functions[0].file().ends_with("macro_runtime.rs"));
     // A function given its registry is checked too, and says which registry it names.
-    let injected = &missing.missing[9].functions[0];
+    let injected = &missing.missing[10].functions[0];
     assert_eq!(injected.registry(), Some("&self.registry"));
     let text = missing.to_string();
-    assert!(text.contains("10 upstream(s)"), "{text}");
+    assert!(text.contains("11 upstream(s)"), "{text}");
     assert!(
         text.contains("`macro-onse`, used by a builder call in macro_runtime"),
         "{text}"

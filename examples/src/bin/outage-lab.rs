@@ -30,7 +30,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Scenarios: always-503, 429-retry-after, 503-no-retry-after, transient-outage,
 /// brief-slowdown, brief-slowdown-ignores-deadline, slow-catalog, slow-tail, reset-write-keyed,
 /// reset-write-unkeyed, reset-write-reconciled, long-outage (twice --duration, 503 for three
-/// quarters of it: `--scenario long-outage --duration 20` is a 30 s outage).
+/// quarters of it: `--scenario long-outage --duration 20` is a 30 s outage), tenant-429 (one
+/// tenant over its quota), fleet-transient-outage (the middle as ten replicas). The fault
+/// scenarios' catalogs serve 1.5 times the load.
 ///
 /// Prints a table and a ranking, writes outage-lab.json and outage-lab.html (charts) under
 /// --out. With --quick, runs every scenario briefly and exits non-zero if an asserted headline

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::admission::{self, Admitted, Ask, AttemptKind, Permit, Refused, admit};
 use super::events;
 use super::outcome::Local;
+use super::pacing::LetGo;
 use super::state::Call;
 use crate::attempt::Attempt;
 use crate::budget::Moment;
@@ -87,7 +88,7 @@ impl Call<'_> {
             tick: self.timing.known_tick(at),
             deadline: self.timing.deadline(),
             own,
-            let_go: false,
+            let_go: kind == AttemptKind::First && matches!(self.pacing.let_go(), LetGo::Sent(_)),
         }
     }
 

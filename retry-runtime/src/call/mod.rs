@@ -119,8 +119,14 @@ impl Call<'_> {
     {
         // 1. The next attempt, if time is left for one.
         let mut attempt = self.next_attempt().map_err(E::from)?;
-        // 2. A partition over its quota holds the attempt (written out: a call without one
-        // builds no waiting future).
+        // 2. Held work (a replay) goes at the pace of the upstream's answers, and a partition
+        // over its quota holds the attempt (written out: a call that is neither builds no
+        // waiting future).
+        if matches!(self.pacing.let_go(), LetGo::Held)
+            && let Err(error) = self.wait_for_release(&mut attempt).await
+        {
+            return Err(E::from(error));
+        }
         if let Some(partition) = self.pacing.partition()
             && let Err(error) = self.wait_for_quota(partition, &mut attempt).await
         {

@@ -154,6 +154,50 @@ impl Call<'_> {
         }
     }
 
+    /// Held work (a durable replay, the calls a partition's pushback held) goes only when the
+    /// throttle lets it go, as a waiting call does: at the pace of the upstream's answers, or as
+    /// its probe when nobody has had an answer for a while; it asks again every tenth of the
+    /// window, and is refused, sending nothing, when no time is left for an attempt (a replay
+    /// then waits for its durable backoff). Work held through an outage that goes together
+    /// when the upstream comes back is a stampede into an upstream that has just recovered.
+    pub(super) async fn wait_for_release(&mut self, attempt: &mut Attempt) -> Result<(), Error> {
+        let upstream = Arc::clone(&self.upstream);
+        let Some(throttle) = upstream.throttle() else {
+            self.pacing.set_let_go(LetGo::Ordinary);
+            return Ok(());
+        };
+        let step = (throttle.config().window / 10).max(SHORTEST_WAIT);
+        let mut asked = throttle.asked(None, upstream.tick(attempt.started));
+        loop {
+            let tick = upstream.tick(attempt.started);
+            let how = if throttle.lets_go_at(tick) {
+                Some(LetGoHow::Backlog)
+            } else if throttle.probes_since(asked, tick) {
+                Some(LetGoHow::Probe)
+            } else {
+                None
+            };
+            if let Some(how) = how {
+                self.pacing.set_let_go(LetGo::Sent(tick));
+                self.on_let_go(how.as_str());
+                return Ok(());
+            }
+            asked = throttle.asked(Some(asked), tick);
+            if !self.has_time_at(attempt.started + step) {
+                self.pacing.set_let_go(LetGo::Ordinary);
+                return Err(self.refused(Rejection::Throttled));
+            }
+            self.on_paced(step);
+            if self.back_off(attempt.started, step).await.is_err() {
+                self.pacing.set_let_go(LetGo::Ordinary);
+                return Err(self.refused(Rejection::Throttled));
+            }
+            let now = Instant::now();
+            attempt.started = now;
+            attempt.ends = self.attempt_ends(now);
+        }
+    }
+
     /// The attempt of a call [let go](crate::throttle::Throttle::lets_go_at) at `let_go` ended
     /// (`end`): an accepted answer counts toward letting the next waiting call go; after a
     /// failure, the call's retry waits again ([`grant_retry`](Self::grant_retry)). An attempt

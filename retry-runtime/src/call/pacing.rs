@@ -13,6 +13,9 @@ use crate::window::Tick;
 pub(super) enum LetGo {
     /// Its attempt went the ordinary way: admitted, not let go after waiting.
     Ordinary,
+    /// The call is held work (a durable queue's replay): its first attempt goes only when the
+    /// throttle lets it go at the pace of the upstream's answers (`pace`).
+    Held,
     /// Its attempt is under way; it was let go at this tick of the throttle's window.
     Sent(Tick),
     /// Its attempt failed: its retry waits again.
@@ -56,13 +59,17 @@ pub(super) struct Pacing {
 }
 
 impl Pacing {
-    /// A call of `partition` that has sent nothing yet.
-    pub(super) fn new(partition: Option<Partition>) -> Self {
+    /// A call of `partition` that has sent nothing yet, `held` work (a durable queue's replay)
+    /// or not.
+    pub(super) fn new(partition: Option<Partition>, held: bool) -> Self {
         Pacing {
             answers_mark: Answers::default(),
             own: Own::default(),
             partition,
-            let_go: LetGo::Ordinary,
+            let_go: match held {
+                true => LetGo::Held,
+                false => LetGo::Ordinary,
+            },
         }
     }
 
@@ -129,7 +136,7 @@ mod tests {
 
     #[test]
     fn a_failed_let_go_is_taken_once() {
-        let mut pacing = Pacing::new(None);
+        let mut pacing = Pacing::new(None, false);
         assert!(!pacing.take_failed_let_go());
         pacing.set_let_go(LetGo::Failed);
         assert!(pacing.take_failed_let_go());
@@ -139,7 +146,7 @@ mod tests {
 
     #[test]
     fn without_a_throttle_nothing_is_marked() {
-        let mut pacing = Pacing::new(None);
+        let mut pacing = Pacing::new(None, false);
         pacing.mark_answers(None);
         assert_eq!(pacing.answers_mark(), Answers::default());
         assert!(pacing.partition().is_none());

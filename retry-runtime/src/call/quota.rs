@@ -26,6 +26,7 @@ impl Call<'_> {
         let latest = self.latest_start();
         // Asked again after each wait: a call of the partition let go meanwhile may have met
         // the quota again and pushed it further.
+        let mut held = false;
         while let Some(left) = self
             .upstream
             .quotas()
@@ -37,6 +38,7 @@ impl Call<'_> {
             // Spread over as long again as the call waits: the calls the pushback held go
             // about as they came, not together the instant it ends.
             let spread = left.mul_f64(self.rng.f64(self.registry));
+            held = true;
             let go_at = attempt.started
                 + (left + spread).min(latest.saturating_duration_since(attempt.started));
             self.on_paced(go_at - attempt.started);
@@ -56,6 +58,11 @@ impl Call<'_> {
                     break;
                 }
             }
+        }
+        // Held calls go at the pace of the upstream's answers, not together when the pushback
+        // ends.
+        if held {
+            return self.wait_for_release(attempt).await;
         }
         Ok(())
     }

@@ -46,6 +46,9 @@ pub struct CallSpec<'r> {
     pub(crate) reserve: Duration,
     /// The part of the upstream's traffic the call belongs to, for its quotas (`partition`).
     pub(crate) partition: Option<Partition>,
+    /// Whether the call is held work (a durable queue's replay), let go at the pace of the
+    /// upstream's answers.
+    pub(crate) held: bool,
 }
 
 impl<'r> CallSpec<'r> {
@@ -65,7 +68,17 @@ impl<'r> CallSpec<'r> {
             operation: Some(Cow::Borrowed(site.operation)),
             reserve: site.reserve,
             partition: None,
+            held: false,
         })
+    }
+
+    /// The call is held work when `held` (a durable queue's replay of it, which the
+    /// `#[retry(durable = ...)]` expansion says): its first attempt goes only when the
+    /// upstream's throttle lets it go at the pace of the upstream's answers, as a call held
+    /// through an outage does ([`throttle`](crate::throttle#letting-go)).
+    pub fn held(mut self, held: bool) -> Self {
+        self.held = held;
+        self
     }
 
     /// The call belongs to `partition` (a tenant, an API key) for the upstream's quotas: a 429
@@ -130,7 +143,7 @@ impl<'r> Call<'r> {
             request: Request::new(spec.method, safety, spec.key, spec.replay),
             scope,
             timing: Timing::new(now, created_tick, deadline),
-            pacing: Pacing::new(spec.partition),
+            pacing: Pacing::new(spec.partition, spec.held),
             outcome: Outcome::new(),
             backoff: Backoff::default(),
             rng: LazyRng::default(),

@@ -39,6 +39,12 @@ tokio::task_local! {
     static REPLAY: Arc<ReplayContext>;
 }
 
+/// Whether the current task is replaying a durable call (the `#[retry(durable = ...)]`
+/// expansion marks the call held: see `CallSpec::held`).
+pub fn in_replay() -> bool {
+    REPLAY.try_with(|_| ()).is_ok()
+}
+
 impl ReplayContext {
     /// The replay of `operation` running in this task, if any.
     pub(crate) fn current(operation: &str) -> Option<Arc<ReplayContext>> {

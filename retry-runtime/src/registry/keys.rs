@@ -124,9 +124,9 @@ pub(crate) const THROTTLE_KEYS: &[KeySpec] = &[
     key("retry_multiplier", "throttle.retry_multiplier", Kind::Number, "1.0"),
     key("window",     "throttle.window",     Kind::Duration, "500ms"),
     key("wait",       "throttle.wait",       Kind::Flag,     "true"),
-    key("hold",       "throttle.hold",       Kind::Duration, "750ms"),
+    key("hold",       "throttle.hold",       Kind::Duration, "600ms"),
     key("max_waiting", "throttle.max_waiting", Kind::Count,  "256"),
-    key("release_ratio", "throttle.release_ratio", Kind::Number, "0.5"),
+    key("release_ratio", "throttle.release_ratio", Kind::Number, "0.25"),
 ];
 
 /// The keys of `[upstreams.<name>.breaker]`.

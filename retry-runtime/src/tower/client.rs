@@ -339,6 +339,7 @@ where
         operation: None,
         reserve: Duration::ZERO,
         partition: layer.partition.as_ref().and_then(|of| of(&parts)),
+        held: false,
     };
     let attempts = Sends {
         inner: &mut inner,
