@@ -28,8 +28,6 @@
 
 use tokio::time::Instant;
 
-use super::{Call, Local};
-use crate::attempt::Attempt;
 use crate::breaker::{self, Admission};
 use crate::budget::Moment;
 use crate::bulkhead::Slot;
@@ -103,7 +101,7 @@ pub(crate) enum AttemptEnd {
     Unjudged,
     /// Failed, with the callee's pushback ([`throttle::accepted_anyway`]): a failure to the
     /// breaker, accepted work to the throttle (it answered at once and asked not to be retried).
-    FailedBelow,
+    FailedWithPushback,
     /// Refused with 429: this caller is over its quota, the upstream is working. Accepted to
     /// every upstream-wide gate, so one caller's quota never refuses another's calls; the call
     /// honours its `Retry-After`, and its partition's other calls do too (`partition`).
@@ -119,7 +117,7 @@ impl AttemptEnd {
             AttemptEnd::Failed
                 | AttemptEnd::TimedOut
                 | AttemptEnd::ConnectionFailed
-                | AttemptEnd::FailedBelow
+                | AttemptEnd::FailedWithPushback
         )
     }
 
@@ -136,45 +134,11 @@ impl AttemptEnd {
             match (failure.status, throttle::accepted_anyway(failure)) {
                 (None, _) if timed_out() => AttemptEnd::TimedOut,
                 (None, _) => AttemptEnd::ConnectionFailed,
-                (Some(_), true) => AttemptEnd::FailedBelow,
+                (Some(_), true) => AttemptEnd::FailedWithPushback,
                 (Some(_), false) => AttemptEnd::Failed,
             }
         } else {
             AttemptEnd::Accepted
-        }
-    }
-}
-
-/// A call let go after waiting for admission (`pace`): from a slow upstream's backlog, or as
-/// its probe.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum LetGo {
-    /// The call's attempt was not let go that way.
-    No,
-    /// The call is held work (a durable queue's replay): its first attempt goes only when the
-    /// throttle lets it go at the pace of the upstream's answers (`pace`).
-    Held,
-    /// Its attempt is under way; it was let go at this tick of the throttle's window.
-    Sent(Tick),
-    /// Its attempt failed: its retry waits again.
-    Failed,
-}
-
-/// How the throttle let a waiting attempt go (the `let_go` event's `how`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LetGoHow {
-    /// The upstream accepts again, and the backlog let it go at the pace of its answers.
-    Backlog,
-    /// Nobody else asked the upstream anything: it went as the probe.
-    Probe,
-}
-
-impl LetGoHow {
-    /// The name the `let_go` event gives it.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            LetGoHow::Backlog => "backlog",
-            LetGoHow::Probe => "probe",
         }
     }
 }
@@ -351,7 +315,7 @@ impl Permit {
                 AttemptEnd::Failed
                 | AttemptEnd::TimedOut
                 | AttemptEnd::ConnectionFailed
-                | AttemptEnd::FailedBelow => breaker.record_on(admission, true, tick),
+                | AttemptEnd::FailedWithPushback => breaker.record_on(admission, true, tick),
                 AttemptEnd::Unjudged => drop(admission),
             }
         }
@@ -359,7 +323,7 @@ impl Permit {
             return false;
         };
         let verdict = match end {
-            AttemptEnd::Accepted | AttemptEnd::FailedBelow | AttemptEnd::OverQuota => {
+            AttemptEnd::Accepted | AttemptEnd::FailedWithPushback | AttemptEnd::OverQuota => {
                 Verdict::Accepted
             }
             AttemptEnd::Failed => Verdict::Failed,
@@ -379,115 +343,5 @@ pub(crate) fn refusal(rejection: Rejection, upstream: &Upstream) -> Error {
         Rejection::CircuitOpen => Error::CircuitOpen { upstream },
         Rejection::BulkheadFull => Error::BulkheadFull { upstream },
         Rejection::Throttled => Error::Throttled { upstream },
-    }
-}
-
-impl Call<'_> {
-    /// What the gates are asked about the call's next attempt of `kind`.
-    #[inline]
-    pub(super) fn ask(&self, kind: AttemptKind, at: Instant) -> Ask {
-        let own = match (kind, self.upstream.throttle()) {
-            (AttemptKind::Hedge, Some(throttle)) => {
-                self.own.in_window(throttle, self.upstream.tick(at))
-            }
-            _ => 0,
-        };
-        Ask {
-            kind,
-            at,
-            tick: (at == self.created).then_some(self.created_tick),
-            deadline: self.deadline,
-            own,
-            let_go: kind == AttemptKind::First && matches!(self.let_go, LetGo::Sent(_)),
-        }
-    }
-
-    /// Grants the retry the engine decided at `now`: the upstream's throttle lets it go (extra
-    /// work reaches the upstream only in the proportion it currently accepts, judged on what
-    /// the other calls met: this call's own attempts are what the retry is for; the odds are
-    /// drawn now, before the backoff, and the retry is counted as sent when its attempt
-    /// starts), then it is [spent](Self::spend).
-    pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<Moment, DenyReason> {
-        if let Some(throttle) = self.upstream.throttle() {
-            // A call let go after waiting (from a slow upstream's backlog, or as its probe)
-            // went to learn whether the upstream accepts again, and it does not: its retry
-            // waits again, behind the calls that waited with it, rather than going at once as
-            // a lone call's would.
-            if matches!(self.let_go, LetGo::Failed) {
-                self.let_go = LetGo::No;
-                return Err(DenyReason::Throttled);
-            }
-            // An upstream that failed every other call since this one's attempt started is
-            // failing now, whatever its window still holds from before: the retry waits.
-            if throttle.failing_all_since(self.answers_mark, 1) {
-                return Err(DenyReason::Throttled);
-            }
-            let tick = self.upstream.tick(now);
-            let own = self.own.in_window(throttle, tick);
-            let registry = self.registry;
-            let draw = self.rng.get_or_insert_with(|| registry.rng()).f64();
-            if !throttle.admits_extra(tick, draw, own) {
-                return Err(DenyReason::Throttled);
-            }
-        }
-        self.spend(at)
-    }
-
-    /// [`admit`] for the call's next attempt (not a hedge), starting `at` (when
-    /// [`next_attempt`](Self::next_attempt) read the clock for it). A refusal is not counted
-    /// yet: the attempt may still wait for admission
-    /// ([`refused_or_paced`](Self::refused_or_paced)).
-    #[inline]
-    pub(super) fn try_admit(
-        &mut self,
-        kind: AttemptKind,
-        at: Instant,
-    ) -> Result<Admitted, Refused> {
-        let ask = self.ask(kind, at);
-        let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
-        let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
-        let admitted = admit(upstream, ask, draw).map_err(|rejection| Refused { rejection, kind });
-        if let Some(throttle) = self.upstream.throttle() {
-            self.answers_mark = throttle.answers();
-        }
-        admitted
-    }
-
-    /// [`wait_for_slot`] for `attempt`, which then starts when admitted, with what is left of
-    /// the deadline.
-    pub(super) async fn wait_for_slot(
-        &mut self,
-        attempt: &mut Attempt,
-        queued: Permit,
-    ) -> Result<Permit, Error> {
-        let ask = self.ask(AttemptKind::after(attempt.number - 1), attempt.started);
-        match wait_for_slot(&self.upstream, queued, ask).await {
-            Ok(permit) => {
-                let now = Instant::now();
-                attempt.started = now;
-                attempt.ends = self.attempt_ends(now);
-                Ok(permit)
-            }
-            Err(rejection) => Err(self.refused(rejection)),
-        }
-    }
-
-    /// A gate refused the attempt: the loop's own fact, counted, and the caller's error.
-    #[cold]
-    pub(super) fn refused(&mut self, rejection: Rejection) -> Error {
-        self.local = Local::Refused(rejection);
-        self.on_refused(rejection);
-        refusal(rejection, &self.upstream)
-    }
-
-    /// [`spend`] for a retry or a hedge of this call.
-    #[inline]
-    pub(super) fn spend(&mut self, at: Moment) -> Result<Moment, DenyReason> {
-        spend(&mut self.scope, &self.upstream, at)
-    }
-
-    /// [`refund`] for a retry of this call that did not happen.
-    pub(super) fn refund(&mut self, spent: Moment) {
-        refund(&mut self.scope, &self.upstream, spent)
     }
 }

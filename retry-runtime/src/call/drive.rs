@@ -5,7 +5,10 @@
 
 use std::fmt::Display;
 
-use super::{Call, CallSpec, Reconciled, Step};
+use super::ending::Reconciled;
+use super::start::CallSpec;
+use super::state::Call;
+use super::step::Step;
 use crate::attempt::Attempt;
 use crate::classify::Classify;
 use crate::error::Error;

@@ -5,7 +5,9 @@ use std::fmt::Display;
 
 use tokio::time::Instant;
 
-use super::{Call, Local, Step};
+use super::outcome::Local;
+use super::state::Call;
+use super::step::Step;
 use crate::classify::Classify;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason, Stop};
 use crate::engine::Safety;
@@ -35,12 +37,13 @@ impl Call<'_> {
     where
         E: Classify + Display,
     {
-        if let Some(last) = self.last_failure {
+        if let Some(last) = self.outcome.last_failure() {
             return self.stop(DenyReason::Deadline, error, &last);
         }
-        self.stopped = Some((DenyReason::Deadline, Failure::new(Evidence::NotSent)));
+        self.outcome
+            .stop(DenyReason::Deadline, Failure::new(Evidence::NotSent));
         self.on_out_of_time();
-        self.on_finished(CallKind::of(false, self.attempt));
+        self.on_finished(CallKind::of(false, self.timing.attempts()));
         Step::Done(Err(error))
     }
 
@@ -57,9 +60,9 @@ impl Call<'_> {
     where
         E: Classify + Display,
     {
-        self.stopped = Some((reason, *failure));
+        self.outcome.stop(reason, *failure);
         let unknown = match (failure.evidence, failure.status) {
-            _ if self.safety == Safety::Read => None,
+            _ if self.request.safety() == Safety::Read => None,
             (Evidence::SentNoResponse, _) => Some(AmbiguityReason::SentNoResponse),
             (Evidence::PartialResponse, _) => Some(AmbiguityReason::PartialResponse),
             (Evidence::ResponseReceived, Some(s @ 502..=504)) => Some(AmbiguityReason::Status(s)),
@@ -80,8 +83,8 @@ impl Call<'_> {
 
     fn deny<T, E: Classify>(&mut self, reason: DenyReason, mut error: E) -> Step<T, E> {
         self.on_denied(reason, "not retrying");
-        error.stopped(Stop::new(self.attempt, reason));
-        if self.attempt > 1 {
+        error.stopped(Stop::new(self.timing.attempts(), reason));
+        if self.timing.attempts() > 1 {
             // Tell enclosing retrying calls that this failure was already retried here.
             self.scope.note_retried_failure();
         }
@@ -96,7 +99,7 @@ impl Call<'_> {
             // that retried the whole chain would only add calls the budget just refused.
             self.scope.note_overloaded();
         }
-        self.on_finished(CallKind::of(false, self.attempt));
+        self.on_finished(CallKind::of(false, self.timing.attempts()));
         Step::Done(Err(error))
     }
 
@@ -114,11 +117,11 @@ impl Call<'_> {
         let ambiguous = Ambiguous {
             upstream: self.upstream.name_arc().clone(),
             operation: self.scope.name(self.upstream.name()).to_owned(),
-            attempts: self.attempt,
+            attempts: self.timing.attempts(),
             evidence: failure.evidence,
             status: failure.status,
             reason,
-            idempotency_key: self.key.clone(),
+            idempotency_key: self.request.key().cloned(),
             last_error: error.to_string(),
         };
         Step::Ambiguous { error, ambiguous }
@@ -158,7 +161,7 @@ impl Call<'_> {
         match reason {
             DenyReason::Deadline => Error::DeadlineExceeded {
                 upstream,
-                attempts: self.attempt,
+                attempts: self.timing.attempts(),
                 last_status: failure.status,
                 last_evidence: Some(failure.evidence),
             },
@@ -171,7 +174,7 @@ impl Call<'_> {
     /// started, the retry does not begin ([`retry_not_begun`](Self::retry_not_begun)).
     #[inline]
     pub(super) fn draining_before_retry(&self) -> bool {
-        self.attempt > 1 && self.registry.drain().is_draining()
+        self.timing.attempts() > 1 && self.registry.drain().is_draining()
     }
 
     /// A retry that shutdown stopped before it began (what admitted it goes back as its permit
@@ -179,9 +182,9 @@ impl Call<'_> {
     /// ([`drained`](Self::drained)).
     #[cold]
     pub(super) fn retry_not_begun(&mut self) -> Error {
-        self.attempt -= 1;
-        self.local = Local::Draining;
-        self.draining_error(&self.last_failure.unwrap_or(Failure::new(Evidence::NotSent)))
+        self.timing.not_begun();
+        self.outcome.set_local(Local::Draining);
+        self.draining_error(&self.outcome.last_failure_or_unsent())
     }
 
     /// [`Error::Draining`], after the attempts made so far, the last failing with `failure`.
@@ -192,7 +195,7 @@ impl Call<'_> {
         };
         Error::Draining {
             upstream: self.upstream.name_arc().clone(),
-            attempts: self.attempt,
+            attempts: self.timing.attempts(),
             last_error,
         }
     }
@@ -221,14 +224,14 @@ impl Call<'_> {
     /// check's value (recorded as a success, with the attempts made).
     pub fn happened<T>(&mut self, value: T) -> T {
         self.on_reconciled();
-        self.on_finished(CallKind::of(true, self.attempt));
+        self.on_finished(CallKind::of(true, self.timing.attempts()));
         value
     }
 
     /// Reports an ambiguous outcome as the caller's error type.
     pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
         self.on_finished(CallKind::Ambiguous);
-        if self.attempt > 1 {
+        if self.timing.attempts() > 1 {
             self.scope.note_retried_failure();
         }
         E::from(Error::from(ambiguous))

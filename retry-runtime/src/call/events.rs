@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::Call;
+use super::state::Call;
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::{AmbiguityReason, DenyReason, Failure, RetryReason};
@@ -80,11 +80,11 @@ pub(super) fn on_fewer_retries(upstream: &Upstream, op: &Operation, allowed: u32
 impl Call<'_> {
     /// No time is left for the next attempt.
     pub(super) fn on_no_time(&self) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::info!(
                 target: DECISION,
                 reason = "deadline",
-                attempt = self.attempt + 1,
+                attempt = self.timing.attempts() + 1,
                 "no time left for an attempt"
             )
         });
@@ -97,17 +97,17 @@ impl Call<'_> {
 
     /// An attempt ended (`retry.attempt.duration`).
     pub(super) fn on_attempt_ended(&self, outcome: AttemptOutcome) {
-        observe::attempt_ended(self.upstream.name(), self.attempt_started, outcome);
+        observe::attempt_ended(self.upstream.name(), self.timing.last_started(), outcome);
     }
 
     /// The call succeeded (an event only after retrying).
     pub(super) fn on_succeeded(&self) {
-        if self.attempt > 1 {
-            self.span.in_scope(|| {
+        if self.timing.attempts() > 1 {
+            self.spans.call().in_scope(|| {
                 tracing::info!(
                     target: DECISION,
                     decision = "succeeded",
-                    attempts = self.attempt,
+                    attempts = self.timing.attempts(),
                     "succeeded after retrying"
                 )
             });
@@ -124,7 +124,7 @@ impl Call<'_> {
         {
             return;
         }
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::warn!(
                 target: DECISION,
                 error_type = std::any::type_name::<E>(),
@@ -139,35 +139,31 @@ impl Call<'_> {
     /// `error.type` (the status when there is one, else the evidence; the status code itself
     /// is recorded by the send path, once).
     pub(super) fn on_failure_settled(&self, failure: &Failure) {
-        if self.attempt_span.is_disabled() {
+        let span = self.spans.attempt();
+        if span.is_disabled() {
             return;
         }
-        self.attempt_span
-            .record("evidence", failure.evidence.as_str());
+        span.record("evidence", failure.evidence.as_str());
         match failure.status {
-            Some(status) => self
-                .attempt_span
-                .record("error.type", tracing::field::display(status)),
-            None => self
-                .attempt_span
-                .record("error.type", failure.evidence.as_str()),
+            Some(status) => span.record("error.type", tracing::field::display(status)),
+            None => span.record("error.type", failure.evidence.as_str()),
         };
     }
 
     /// An attempt was lost to connection rotation (`retry.rotations`).
     pub(super) fn on_rotated(&self) {
         observe::rotated(self.upstream.name());
-        self.attempt_span.record("connection_rotated", true);
+        self.spans.attempt().record("connection_rotated", true);
     }
 
     /// A free rotation retry, at once (`retry.rotation_retries`).
     pub(super) fn on_free_rotation(&self, failure: &Failure) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::info!(
                 target: DECISION,
                 decision = "retry",
                 reason = RetryReason::ConnectionRotated.as_str(),
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 evidence = failure.evidence.as_str(),
                 delay_ms = 0u64,
                 "retrying at once on another connection"
@@ -178,12 +174,12 @@ impl Call<'_> {
 
     /// A retry was granted and spent (`retry.retries`).
     pub(super) fn on_retry(&self, reason: RetryReason, failure: &Failure, delay: Duration) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::info!(
                 target: DECISION,
                 decision = "retry",
                 reason = %reason,
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 evidence = failure.evidence.as_str(),
                 status = failure.status,
                 delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
@@ -195,12 +191,12 @@ impl Call<'_> {
 
     /// An attempt the throttle refused waits `wait` to ask again (see `pace`).
     pub(super) fn on_paced(&self, wait: Duration) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::debug!(
                 target: DECISION,
                 decision = "paced",
                 reason = %DenyReason::Throttled,
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 "the upstream accepts too little of what it is sent: the attempt waits to ask again"
             )
@@ -209,12 +205,12 @@ impl Call<'_> {
 
     /// A waiting attempt goes, `how` the throttle let it (`accepts_again`, `backlog`, `probe`).
     pub(super) fn on_let_go(&self, how: &'static str) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::debug!(
                 target: DECISION,
                 decision = "let_go",
                 how,
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 "the throttle lets the waiting attempt go"
             )
         });
@@ -222,12 +218,12 @@ impl Call<'_> {
 
     /// A retry was denied (`retry.denials`), with the reason's name and `message`.
     pub(super) fn on_denied(&self, reason: DenyReason, message: &'static str) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::info!(
                 target: DECISION,
                 decision = "denied",
                 reason = %reason,
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 "{message}"
             )
         });
@@ -242,12 +238,12 @@ impl Call<'_> {
 
     /// A write's outcome is unknown.
     pub(super) fn on_ambiguous(&self, reason: AmbiguityReason, failure: &Failure) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::warn!(
                 target: DECISION,
                 decision = "ambiguous",
                 reason = %reason,
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 evidence = failure.evidence.as_str(),
                 status = failure.status,
                 "outcome unknown: not retrying a write that may have happened"
@@ -257,11 +253,11 @@ impl Call<'_> {
 
     /// The reconcile check found the write.
     pub(super) fn on_reconciled(&self) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::info!(
                 target: DECISION,
                 decision = "reconciled",
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 "the reconcile check found the write: returning its result"
             )
         });
@@ -270,12 +266,12 @@ impl Call<'_> {
     /// A hedge was sent (`retry.hedges`); its span says `reason = "hedge"`.
     pub(super) fn on_hedged(&self, hedge: &Attempt, in_flight: usize) {
         hedge.span.record("reason", "hedge");
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::info!(
                 target: DECISION,
                 decision = "hedge",
                 reason = "hedge",
-                attempt = self.attempt,
+                attempt = self.timing.attempts(),
                 in_flight,
                 "the request is slower than usual: sending another copy"
             )
@@ -285,7 +281,7 @@ impl Call<'_> {
 
     /// No hedge was sent, for `reason`.
     pub(super) fn on_no_hedge(&self, reason: &'static str, in_flight: usize) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::debug!(
                 target: DECISION,
                 decision = "no_hedge",
@@ -298,7 +294,7 @@ impl Call<'_> {
 
     /// A hedged copy failed while others are in flight: the call waits for them.
     pub(super) fn on_copy_set_aside(&self, attempt: u32, in_flight: usize) {
-        self.span.in_scope(|| {
+        self.spans.call().in_scope(|| {
             tracing::debug!(
                 target: DECISION,
                 attempt,
@@ -322,9 +318,9 @@ impl Call<'_> {
     /// The call ended, `kind` (`retry.calls`, and the breaker's state gauge).
     pub(super) fn on_finished(&self, kind: CallKind) {
         // A disabled span still looks each field up by name before doing nothing: skip it.
-        if !self.span.is_disabled() {
-            self.span.record("attempts", self.attempt);
-            self.span.record("outcome", kind.as_str());
+        if !self.spans.call().is_disabled() {
+            self.spans.call().record("attempts", self.timing.attempts());
+            self.spans.call().record("outcome", kind.as_str());
         }
         observe::call_finished(self.upstream.name(), kind);
         if let Some(breaker) = self.upstream.breaker() {

@@ -5,7 +5,7 @@
 //! integration of each copy finds its own attempt number. A further copy is an attempt like
 //! any other: it needs time, the admission of every local gate (without waiting for capacity)
 //! and a retry spent, through the same seam as a retry (`admission`). The loop's per-attempt
-//! fields (`attempt_started`, `attempt_span`, ...) describe the copy whose result is returned.
+//! state (the last attempt's timing, its span, ...) describes the copy whose result is returned.
 
 use std::pin::Pin;
 use std::task::Poll;
@@ -13,7 +13,8 @@ use std::task::Poll;
 use tokio::time::Instant;
 
 use super::admission::{self, Admitted, AttemptKind, Permit};
-use super::{Call, Local};
+use super::outcome::Local;
+use super::state::Call;
 use crate::ambient::Frame;
 use crate::attempt::Attempt;
 use crate::attempt_future::AttemptFuture;
@@ -22,7 +23,6 @@ use crate::classify::Classify;
 use crate::decision::{Decision, Failure};
 use crate::engine::Safety;
 use crate::error::Error;
-use crate::evidence::Evidence;
 use crate::hedge::HedgeConfig;
 use crate::replay::Replayability;
 
@@ -71,28 +71,11 @@ impl Call<'_> {
             return self.attempt_with(make).await;
         };
         // Every copy installs the call's scope: it must be one scope, opened now.
-        self.scope.open_now(self.upstream.name_arc(), self.deadline);
-        let kind = AttemptKind::after(self.attempt);
-        let mut attempt = match self.next_attempt() {
-            Ok(attempt) => attempt,
-            Err(error) => return Err(E::from(error)),
-        };
-        let permit = match self.try_admit(kind, attempt.started) {
-            Ok(Admitted::Now(permit)) => permit,
-            Ok(Admitted::Queue(held)) => match self.wait_for_slot(&mut attempt, held).await {
-                Ok(permit) => permit,
-                Err(error) => return Err(E::from(error)),
-            },
-            Err(refused) => match self.refused_or_paced(refused, &mut attempt).await {
-                Ok(permit) => permit,
-                Err(error) => return Err(E::from(error)),
-            },
-        };
-        // As in `attempt_with`: a retry does not begin once shutdown has started.
-        if self.draining_before_retry() {
-            drop(permit);
-            return Err(E::from(self.retry_not_begun()));
-        }
+        self.scope
+            .open_now(self.upstream.name_arc(), self.timing.deadline());
+        // As in `attempt_with`, without the quota's hold.
+        let mut attempt = self.next_attempt().map_err(E::from)?;
+        let permit = self.admit_next(&mut attempt).await.map_err(E::from)?;
         let max_copies = hedge.max_copies as usize;
         let mut copies = Vec::with_capacity(max_copies);
         let delay = self.upstream.hedge_delay(attempt.started);
@@ -122,9 +105,8 @@ impl Call<'_> {
                 continue;
             };
             let copy = copies.swap_remove(i);
-            self.attempt_started = copy.started;
-            self.attempt_ends = copy.ends;
-            self.local = Local::Nothing;
+            self.timing.run(copy.started, copy.ends);
+            self.outcome.set_local(Local::Untouched);
             if self.upstream.keeps_latency() {
                 let now = Instant::now();
                 self.upstream
@@ -149,7 +131,7 @@ impl Call<'_> {
     /// once.
     fn hedging(&self) -> Option<HedgeConfig> {
         let hedge = self.upstream.config().hedge?;
-        let safe = match self.safety {
+        let safe = match self.request.safety() {
             Safety::Read => true,
             Safety::KeyedWrite => hedge.dedups_in_flight,
             Safety::UnsafeWrite => false,
@@ -188,13 +170,13 @@ impl Call<'_> {
     /// permit drops).
     fn admit_hedge(&mut self, in_flight: usize) -> Option<(Attempt, Permit)> {
         let now = Instant::now();
-        let refused = if self.attempt - self.rotations.free >= self.upstream.config().max_attempts {
+        let refused = if self.counted_attempts() >= self.upstream.config().max_attempts {
             Some("max_attempts")
         } else if !self.has_time_at(now) {
             Some("deadline")
         } else if self.registry.drain().is_draining() {
             Some("draining")
-        } else if !self.replay.can_replay() {
+        } else if !self.request.replay().can_replay() {
             Some("body_not_replayable")
         } else {
             None
@@ -204,9 +186,8 @@ impl Call<'_> {
             return None;
         }
         let ask = self.ask(AttemptKind::Hedge, now);
-        let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
-        let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
-        let admitted = admission::admit(upstream, ask, draw);
+        let (rng, registry) = (&mut self.rng, self.registry);
+        let admitted = admission::admit(&self.upstream, ask, || rng.f64(registry));
         let permit = match admitted {
             Ok(Admitted::Now(permit)) => permit,
             // (Not answered to a hedge: the seam refuses it a slot it would have to wait for.)
@@ -220,7 +201,7 @@ impl Call<'_> {
             }
         };
         let at = self.upstream.budget().moment(now);
-        if let Err(reason) = self.spend(at) {
+        if let Err(reason) = admission::spend(&mut self.scope, &self.upstream, at) {
             self.on_no_hedge(reason.as_str(), in_flight);
             return None;
         }
@@ -234,9 +215,7 @@ impl Call<'_> {
     /// permanent failure, a status it does not retry) is the upstream's answer.
     fn is_final<E: Classify>(&self, error: &E) -> bool {
         let mut failure = Failure::of(error);
-        if self.local == Local::TimedOut {
-            failure.evidence = Evidence::SentNoResponse;
-        }
+        self.outcome.first_hand(&mut failure);
         let facts = self.facts(Replayability::Replayable, std::time::Duration::ZERO);
         !matches!(
             self.registry.engine().decide_with_room(&failure, &facts),

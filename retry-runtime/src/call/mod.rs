@@ -21,10 +21,14 @@
 //! its turns is the same [`Call::turn`].
 //!
 //! This file is the skeleton, read top to bottom; each piece it calls has a file of its own:
-//! `admission` (every local gate, behind one seam whose permit gives everything back when
-//! dropped), `hedge`, `rotation` (free retries on a rotated connection), `refresh` (the 401
-//! credentials refresh), `ending` (denied, ambiguous, reconciled, drained), `transient` (what
-//! a durable queue may replay later) and `events` (every trace event and metric).
+//! `gates` (the next attempt, admitted), `admission` (every local gate, behind one seam whose
+//! permit gives everything back when dropped), `pace` and `quota` (waiting for the throttle or
+//! a partition's pushback), `hedge`, `rotation` (free retries on a rotated connection),
+//! `refresh` (the 401 credentials refresh), `ending` (denied, ambiguous, reconciled, drained),
+//! `transient` (what a durable queue may replay later) and `events` (every trace event and
+//! metric). The call's state is a few small pieces, each changed through its own methods
+//! (`state` lists them): the request, the timing, the pacing, the last outcome, the backoff
+//! timer, the random source, the spans, the rotations.
 //! Every decision has a named reason: the engine's ([`Decision`]) or the loop's own.
 
 mod admission;
@@ -32,17 +36,25 @@ mod backoff;
 mod drive;
 mod ending;
 mod events;
+mod gates;
 mod hedge;
+mod outcome;
 mod pace;
+mod pacing;
 mod quota;
 mod refresh;
+mod request;
+mod rng;
 mod rotation;
+mod rotations;
+mod spans;
 mod start;
 mod state;
+mod step;
+mod timing;
 mod transient;
 
 use std::fmt::Display;
-use std::pin::Pin;
 
 use tokio::time::Instant;
 
@@ -52,13 +64,14 @@ use crate::attempt_future::{AttemptFuture, Ended, TimedOut};
 use crate::classify::Classify;
 use crate::decision::{Decision, DenyReason, Failure, RetryReason};
 use crate::engine::Context;
-use crate::error::{Ambiguous, Error};
-use crate::evidence::Evidence;
+use crate::error::Error;
 use crate::observe::{AttemptOutcome, CallKind};
 
-use admission::{Admitted, AttemptEnd, AttemptKind, LetGo, Permit};
-use pace::Unpaced;
-use state::{Local, Now};
+use admission::{AttemptEnd, Permit};
+use outcome::Local;
+use pace::NotLetGo;
+use pacing::LetGo;
+use state::Now;
 
 #[cfg(feature = "tower")]
 pub(crate) use drive::Attempts;
@@ -66,22 +79,7 @@ pub(crate) use drive::{Hedged, Plain, drive, no_reconcile};
 pub use ending::Reconciled;
 pub use start::CallSpec;
 pub use state::Call;
-
-/// What to do after an attempt.
-#[derive(Debug)]
-pub enum Step<T, E> {
-    /// Retry: the backoff has already been slept.
-    Retry,
-    /// The call is over.
-    Done(Result<T, E>),
-    /// The outcome is ambiguous: reconcile, or report it with [`Call::ambiguous`].
-    Ambiguous {
-        /// The last attempt's error.
-        error: E,
-        /// What is known.
-        ambiguous: Ambiguous,
-    },
-}
+pub use step::Step;
 
 impl Call<'_> {
     /// One turn of the loop: runs one attempt of `body` ([`attempt_with`](Self::attempt_with))
@@ -120,89 +118,32 @@ impl Call<'_> {
         E: Classify + From<Error>,
     {
         // 1. The next attempt, if time is left for one.
-        let kind = AttemptKind::after(self.attempt);
-        let mut attempt = match self.next_attempt() {
-            Ok(attempt) => attempt,
-            Err(error) => return Err(E::from(error)),
-        };
+        let mut attempt = self.next_attempt().map_err(E::from)?;
         // 2. Held work (a replay) goes at the pace of the upstream's answers, and a partition
-        // over its quota holds the attempt; then admission (written out: with a free bulkhead
-        // slot no waiting future is built).
-        if matches!(self.let_go, LetGo::Held)
+        // over its quota holds the attempt (written out: a call that is neither builds no
+        // waiting future).
+        if matches!(self.pacing.let_go(), LetGo::Held)
             && let Err(error) = self.wait_for_release(&mut attempt).await
         {
             return Err(E::from(error));
         }
-        if let Some(partition) = self.partition
+        if let Some(partition) = self.pacing.partition()
             && let Err(error) = self.wait_for_quota(partition, &mut attempt).await
         {
             return Err(E::from(error));
         }
-        let permit = match self.try_admit(kind, attempt.started) {
-            Ok(Admitted::Now(permit)) => permit,
-            Ok(Admitted::Queue(held)) => match self.wait_for_slot(&mut attempt, held).await {
-                Ok(permit) => permit,
-                Err(error) => return Err(E::from(error)),
-            },
-            Err(refused) => match self.refused_or_paced(refused, &mut attempt).await {
-                Ok(permit) => permit,
-                Err(error) => return Err(E::from(error)),
-            },
-        };
-        // 3. The last step before a retry begins: shutdown may have started since its decision.
-        if self.draining_before_retry() {
-            drop(permit);
-            return Err(E::from(self.retry_not_begun()));
-        }
+        // 3. Admission, and the last check before a retry begins: shutdown may have started
+        // since its decision.
+        let permit = self.admit_next(&mut attempt).await.map_err(E::from)?;
         // 4. Run the body.
         let body = make(&attempt);
-        self.attempt_started = attempt.started;
-        let ends = attempt.ends();
-        self.attempt_ends = ends;
+        let (number, ends) = (attempt.number, attempt.ends());
+        self.timing.run(attempt.started, ends);
         let scope = self.scope.for_attempt();
-        let lent = self.sleep.as_mut().map(Pin::as_mut);
+        let lent = self.backoff.lend();
         let ended = AttemptFuture::new(Frame::attempt(attempt, scope), ends, lent, body).await;
         // 5. Its end, told to the gates.
-        self.end_attempt(ended, permit, self.attempt)
-    }
-
-    /// The next attempt, if time is left for one.
-    fn next_attempt(&mut self) -> Result<Attempt, Error> {
-        let now = match self.attempt {
-            0 => self.created,
-            _ => Instant::now(),
-        };
-        if !self.has_time_at(now) {
-            self.on_no_time();
-            self.local = Local::NoTime;
-            return Err(Error::DeadlineExceeded {
-                upstream: self.upstream.name_arc().clone(),
-                attempts: self.attempt,
-                last_status: self.last_failure.and_then(|f| f.status),
-                last_evidence: self.last_failure.map(|f| f.evidence),
-            });
-        }
-        self.local = Local::Nothing;
-        Ok(self.begin_attempt(now))
-    }
-
-    /// Counts and describes an attempt starting at `now` (it has time, and, for a hedge,
-    /// everything else it needs).
-    #[inline]
-    fn begin_attempt(&mut self, now: Instant) -> Attempt {
-        self.attempt += 1;
-        self.retried_mark = self.scope.retried_failures();
-        Attempt {
-            upstream: self.upstream.clone(),
-            number: self.attempt,
-            method: self.method.clone(),
-            key: self.key.clone(),
-            deadline: self.deadline,
-            ends: self.attempt_ends(now),
-            started: now,
-            retries_left: self.scope.retries_left(),
-            span: events::attempt_span(&self.span, self.attempt, &self.method),
-        }
+        self.end_attempt(ended, permit, number)
     }
 
     /// Ends the attempt numbered `number`: gives the bulkhead slot back, adopts a scope the
@@ -218,25 +159,23 @@ impl Call<'_> {
         E: Classify + From<Error>,
     {
         permit.leave_bulkhead();
-        (self.failed_at, self.classified) = (None, None);
+        self.outcome.ended();
         let waited = ended.waited;
         self.scope.adopt(ended.opened);
-        self.replay = self.replay.min(ended.reported);
-        self.attempt_span = ended.span;
+        self.request.lower_replay(ended.reported);
+        self.spans.attempt_ended(ended.span);
         let result = match ended.output {
             Ok(result) => result,
             Err(TimedOut) => {
-                self.local = Local::TimedOut;
+                self.outcome.set_local(Local::TimedOut);
                 Err(E::from(Error::AttemptTimeout {
                     upstream: self.upstream.name_arc().clone(),
                     attempt: number,
-                    timeout: self
-                        .attempt_ends
-                        .saturating_duration_since(self.attempt_started),
+                    timeout: self.timing.last_timeout(),
                 }))
             }
         };
-        self.on_attempt_ended(match (&result, self.local) {
+        self.on_attempt_ended(match (&result, self.outcome.local()) {
             (Ok(_), _) => AttemptOutcome::Success,
             (Err(_), Local::TimedOut) => AttemptOutcome::Timeout,
             (Err(_), _) => AttemptOutcome::Failure,
@@ -249,19 +188,19 @@ impl Call<'_> {
         if permit.counts() {
             let end = match &result {
                 Ok(_) => AttemptEnd::Accepted,
-                Err(_) if self.local == Local::TimedOut => AttemptEnd::TimedOut,
+                Err(_) if self.outcome.local() == Local::TimedOut => AttemptEnd::TimedOut,
                 Err(e) => {
                     let failure = Failure::of(e);
                     // What the error reports, kept for `settle` (it gets this same error).
-                    self.classified = Some(failure);
+                    self.outcome.keep_classified(failure);
                     AttemptEnd::of_failure(&failure, || e.timed_out())
                 }
             };
             let tick = self.ended_at(waited, end);
             if permit.end(&self.upstream, end, tick) {
-                self.own.counted(tick);
+                self.pacing.counted(tick);
             }
-            if let LetGo::Sent(at) = self.let_go {
+            if let LetGo::Sent(at) = self.pacing.let_go() {
                 self.let_go_ended(end, at);
             }
         }
@@ -278,18 +217,16 @@ impl Call<'_> {
         let error = match result {
             Ok(value) => {
                 self.on_succeeded();
-                self.on_finished(CallKind::of(true, self.attempt));
+                self.on_finished(CallKind::of(true, self.timing.attempts()));
                 return Step::Done(Ok(value));
             }
             Err(error) => error,
         };
-        if self.local == Local::NoTime {
-            return self.out_of_time(error);
-        }
-        if self.local == Local::Draining {
+        match self.outcome.local() {
+            Local::NoTime => return self.out_of_time(error),
             // The granted retry did not begin: the call ends on the failure that led to it.
-            let last = self.last_failure.unwrap_or(Failure::new(Evidence::NotSent));
-            return self.drained(&last);
+            Local::Draining => return self.drained(&self.outcome.last_failure_or_unsent()),
+            _ => {}
         }
         let failure = self.classify(&error);
         // `max_attempts = 1` turns retries off, rotation retries included.
@@ -298,7 +235,7 @@ impl Call<'_> {
             && self.upstream.config().max_attempts > 1;
         // One clock read for the decision, the budget and the backoff's start: the one that
         // timed the failure for the breaker, if it did.
-        let now = self.failed_at.take().unwrap_or_else(Instant::now);
+        let now = self.outcome.take_failed_at().unwrap_or_else(Instant::now);
         self.note_quota(&failure, now);
         let at = self.now(now);
         let decision = self.decide(&failure, free_rotation, at);
@@ -309,20 +246,13 @@ impl Call<'_> {
     /// What the failed attempt's `error` reports, corrected by what the loop knows first-hand
     /// (its own refusals and timeout), and recorded on the attempt's span.
     fn classify<E: Classify>(&mut self, error: &E) -> Failure {
-        let mut failure = self.classified.take().unwrap_or_else(|| Failure::of(error));
+        let mut failure = self
+            .outcome
+            .take_classified()
+            .unwrap_or_else(|| Failure::of(error));
         self.on_status_missing::<E>(&failure);
-        match self.local {
-            Local::Refused(rejection) => failure.reject(rejection),
-            // Cut by our own timeout: the request may have been sent, whatever the error says.
-            Local::TimedOut => failure.evidence = Evidence::SentNoResponse,
-            Local::Nothing | Local::NoTime | Local::Draining => {}
-        }
-        if self.local != Local::Nothing {
-            failure.connection_rotated = false;
-        }
-        if self.scope.retried_failures() > self.retried_mark {
-            failure.already_retried = true;
-        }
+        self.outcome
+            .correct(&mut failure, self.scope.retried_failures());
         self.on_failure_settled(&failure);
         failure
     }
@@ -332,10 +262,13 @@ impl Call<'_> {
     /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
     /// applies as to any retry.
     fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Now) -> Decision {
-        let remaining = self.deadline.saturating_duration_since(now.instant);
+        let remaining = self
+            .timing
+            .deadline()
+            .saturating_duration_since(now.instant);
         let config = self.upstream.config();
         // Attempts that count: free rotation retries were not.
-        let mut attempt = self.attempt - self.rotations.free;
+        let mut attempt = self.counted_attempts();
         let mut operation_retries_left = self.scope.retries_left().unwrap_or(u32::MAX);
         let budget_has_token = match free_rotation {
             true => {
@@ -343,26 +276,27 @@ impl Call<'_> {
                 operation_retries_left = operation_retries_left.max(1);
                 true
             }
-            false => self.upstream.budget().has_token_in(now.budget),
+            false => self.upstream.budget().has_token_in(now.moment),
         };
         let ctx = Context {
             attempt,
             max_attempts: config.max_attempts,
             operation_retries_left,
             budget_has_token,
-            replay: self.replay,
+            replay: self.request.replay(),
             draining: self.registry.drain().is_draining(),
             remaining,
             min_attempt_budget: config.min_attempt_budget,
-            safety: self.safety,
+            safety: self.request.safety(),
             transient_500: config.transient_500,
             can_refresh_auth: !self.auth_refresh_used && self.upstream.refresh_hook().is_some(),
             backoff: &config.backoff,
-            previous_delay: self.previous_delay,
+            previous_delay: self.backoff.previous(),
         };
         let registry = self.registry;
-        let rng = self.rng.get_or_insert_with(|| registry.rng());
-        registry.engine().decide(&ctx, failure, rng)
+        registry
+            .engine()
+            .decide(&ctx, failure, self.rng.get(registry))
     }
 
     /// Carries the engine's decision out: a denial or an ambiguous outcome ends the call; a
@@ -392,26 +326,26 @@ impl Call<'_> {
         // that waits is one the budget already granted (refunded if it never goes), and it
         // holds nothing of the failed attempt while it waits: the error, and any response or
         // connection in it, is dropped; the facts in `failure` say what happened.
-        let paced = match self.grant_retry(now.instant, now.budget) {
+        let paced = match self.grant_retry(now.instant, now.moment) {
             Ok(_) => {
                 drop(error);
                 false
             }
             Err(DenyReason::Throttled) => {
-                let spent = match self.spend(now.budget) {
+                let spent = match admission::spend(&mut self.scope, &self.upstream, now.moment) {
                     Ok(spent) => spent,
                     Err(reason) => return self.stop(reason, error, failure),
                 };
                 drop(error);
-                self.attempt_span = tracing::Span::none();
-                if let Err(unpaced) = self.pace(now.instant, delay).await {
-                    self.refund(spent);
-                    return match unpaced {
-                        Unpaced::Denied(reason) => {
+                self.spans.attempt_over();
+                if let Err(not_let_go) = self.pace(now.instant, delay).await {
+                    admission::refund(&mut self.scope, &self.upstream, spent);
+                    return match not_let_go {
+                        NotLetGo::Denied(reason) => {
                             let error = E::from(self.not_let_go(reason, failure));
                             self.stop(reason, error, failure)
                         }
-                        Unpaced::Drained => self.drained_unspent(failure),
+                        NotLetGo::Drained => self.drained_unspent(failure),
                     };
                 }
                 true
@@ -419,20 +353,20 @@ impl Call<'_> {
             Err(reason) => return self.stop(reason, error, failure),
         };
         // The attempt's span ends here: the wait is not part of the attempt.
-        self.attempt_span = tracing::Span::none();
-        self.rotations.granted_free = false;
-        self.last_failure = Some(*failure);
+        self.spans.attempt_over();
+        self.retry_paid();
+        self.outcome.retrying_after(*failure);
         self.on_retry(reason, failure, delay);
         if reason == RetryReason::RefreshAuth
             && let Err(error) = self.refresh_credentials(failure).await
         {
-            self.on_finished(CallKind::of(false, self.attempt));
+            self.on_finished(CallKind::of(false, self.timing.attempts()));
             return Step::Done(Err(E::from(error)));
         }
         if !paced && !delay.is_zero() && self.back_off(now.instant, delay).await.is_err() {
             return self.drained(failure);
         }
-        self.previous_delay = delay;
+        self.backoff.retried_after(delay);
         // Everything the retry waited for here is done (refresh, backoff). It begins in the next
         // turn, once admitted (perhaps after waiting for a bulkhead slot), if shutdown has not
         // started by then (`draining_before_retry`).

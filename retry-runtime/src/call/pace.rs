@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Call;
-use super::admission::{
-    Admitted, Ask, AttemptEnd, AttemptKind, LetGo, LetGoHow, Permit, Refused, admit,
-};
+use super::admission::{Admitted, Ask, AttemptEnd, AttemptKind, Permit, Refused, admit};
+use super::pacing::{LetGo, LetGoHow};
+use super::state::Call;
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
@@ -23,7 +22,7 @@ use crate::window::Tick;
 const SHORTEST_WAIT: Duration = Duration::from_millis(1);
 
 /// Why a retry the throttle refused did not go after all.
-pub(super) enum Unpaced {
+pub(super) enum NotLetGo {
     /// The throttle or the deadline denied it, with this reason.
     Denied(DenyReason),
     /// Shutdown started while it waited.
@@ -32,7 +31,7 @@ pub(super) enum Unpaced {
 
 /// Why a wait for admission ended without the throttle letting the call go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unwaited {
+enum GaveUp {
     /// The throttle does not hold refused calls (`wait = false`), or it holds as many as it
     /// may (`max_waiting`), or the upstream has accepted nothing within its `hold`.
     NotHeld,
@@ -45,12 +44,12 @@ enum Unwaited {
 impl Call<'_> {
     /// Waits for the throttle to let go the retry it refused at `from`, asking again after
     /// `first` and then after each further backoff step.
-    pub(super) async fn pace(&mut self, from: Instant, first: Duration) -> Result<(), Unpaced> {
+    pub(super) async fn pace(&mut self, from: Instant, first: Duration) -> Result<(), NotLetGo> {
         match self.wait_until_let_go(from, first).await {
             Ok(_) => Ok(()),
-            Err(Unwaited::NotHeld) => Err(Unpaced::Denied(DenyReason::Throttled)),
-            Err(Unwaited::NoTime) => Err(Unpaced::Denied(DenyReason::Deadline)),
-            Err(Unwaited::Drained) => Err(Unpaced::Drained),
+            Err(GaveUp::NotHeld) => Err(NotLetGo::Denied(DenyReason::Throttled)),
+            Err(GaveUp::NoTime) => Err(NotLetGo::Denied(DenyReason::Deadline)),
+            Err(GaveUp::Drained) => Err(NotLetGo::Drained),
         }
     }
 
@@ -73,21 +72,18 @@ impl Call<'_> {
             let_go: true,
             ..self.ask(AttemptKind::First, at)
         };
-        let (upstream, rng, registry) = (&self.upstream, &mut self.rng, self.registry);
-        let draw = || rng.get_or_insert_with(|| registry.rng()).f64();
-        let admitted = match admit(upstream, ask, draw) {
+        let (rng, registry) = (&mut self.rng, self.registry);
+        let admitted = match admit(&self.upstream, ask, || rng.f64(registry)) {
             Ok(admitted) => admitted,
             Err(rejection) => return Err(self.refused(rejection)),
         };
         // The mark of what the upstream had answered when the attempt was admitted: now.
-        if let Some(throttle) = self.upstream.throttle() {
-            self.answers_mark = throttle.answers();
-        }
+        self.pacing.mark_answers(self.upstream.throttle());
         attempt.started = at;
         attempt.ends = self.attempt_ends(at);
         match admitted {
             Admitted::Now(permit) => Ok(permit),
-            Admitted::Queue(held) => self.wait_for_slot(attempt, held).await,
+            Admitted::Queue(held) => self.wait_for_bulkhead(attempt, held).await,
         }
     }
 
@@ -103,21 +99,18 @@ impl Call<'_> {
         &mut self,
         from: Instant,
         first: Duration,
-    ) -> Result<Instant, Unwaited> {
+    ) -> Result<Instant, GaveUp> {
         let upstream = Arc::clone(&self.upstream);
         let Some(throttle) = upstream.throttle().filter(|t| t.config().wait) else {
-            return Err(Unwaited::NotHeld);
+            return Err(GaveUp::NotHeld);
         };
         if !throttle.holds_at(upstream.tick(from)) {
-            return Err(Unwaited::NotHeld);
+            return Err(GaveUp::NotHeld);
         }
         let Some(_place) = throttle.enter_waiting() else {
-            return Err(Unwaited::NotHeld);
+            return Err(GaveUp::NotHeld);
         };
-        let latest = self
-            .deadline
-            .checked_sub(upstream.config().min_attempt_budget)
-            .unwrap_or(self.deadline);
+        let latest = self.latest_start();
         let (mut at, mut wait) = (from, first.max(SHORTEST_WAIT));
         // "Again": an answer accepted after the call was refused, not one the window still
         // holds from before.
@@ -126,22 +119,22 @@ impl Call<'_> {
         loop {
             let tick = upstream.tick(at);
             let Some(hold_left) = throttle.hold_ends_after(tick) else {
-                return Err(Unwaited::NotHeld);
+                return Err(GaveUp::NotHeld);
             };
             if latest.saturating_duration_since(at) < SHORTEST_WAIT {
-                return Err(Unwaited::NoTime);
+                return Err(GaveUp::NoTime);
             }
             let wait_now = wait
                 .min(latest.saturating_duration_since(at))
                 .min(hold_left.max(SHORTEST_WAIT));
             self.on_paced(wait_now);
             if self.back_off(at, wait_now).await.is_err() {
-                return Err(Unwaited::Drained);
+                return Err(GaveUp::Drained);
             }
             at = Instant::now();
             let tick = upstream.tick(at);
             if !throttle.holds_at(tick) {
-                return Err(Unwaited::NotHeld);
+                return Err(GaveUp::NotHeld);
             }
             let how = if throttle.accepted_since(refused_at) && throttle.lets_go_at(tick) {
                 Some(LetGoHow::Backlog)
@@ -152,7 +145,7 @@ impl Call<'_> {
             };
             if let Some(how) = how {
                 // Counted as let go: its accepted answer lets the next waiting call go.
-                self.let_go = LetGo::Sent(tick);
+                self.pacing.set_let_go(LetGo::Sent(tick));
                 self.on_let_go(how.as_str());
                 return Ok(at);
             }
@@ -170,7 +163,7 @@ impl Call<'_> {
     pub(super) async fn wait_for_release(&mut self, attempt: &mut Attempt) -> Result<(), Error> {
         let upstream = Arc::clone(&self.upstream);
         let Some(throttle) = upstream.throttle() else {
-            self.let_go = LetGo::No;
+            self.pacing.set_let_go(LetGo::Ordinary);
             return Ok(());
         };
         let step = (throttle.config().window / 10).max(SHORTEST_WAIT);
@@ -185,18 +178,18 @@ impl Call<'_> {
                 None
             };
             if let Some(how) = how {
-                self.let_go = LetGo::Sent(tick);
+                self.pacing.set_let_go(LetGo::Sent(tick));
                 self.on_let_go(how.as_str());
                 return Ok(());
             }
             asked = throttle.asked(Some(asked), tick);
             if !self.has_time_at(attempt.started + step) {
-                self.let_go = LetGo::No;
+                self.pacing.set_let_go(LetGo::Ordinary);
                 return Err(self.refused(Rejection::Throttled));
             }
             self.on_paced(step);
             if self.back_off(attempt.started, step).await.is_err() {
-                self.let_go = LetGo::No;
+                self.pacing.set_let_go(LetGo::Ordinary);
                 return Err(self.refused(Rejection::Throttled));
             }
             let now = Instant::now();
@@ -212,14 +205,14 @@ impl Call<'_> {
     pub(super) fn let_go_ended(&mut self, end: AttemptEnd, let_go: Tick) {
         match end {
             AttemptEnd::Unjudged => {}
-            AttemptEnd::Accepted | AttemptEnd::FailedBelow | AttemptEnd::OverQuota => {
-                self.let_go = LetGo::No;
+            AttemptEnd::Accepted | AttemptEnd::FailedWithPushback | AttemptEnd::OverQuota => {
+                self.pacing.set_let_go(LetGo::Ordinary);
                 if let Some(throttle) = self.upstream.throttle() {
                     throttle.accepted_let_go(let_go);
                 }
             }
             AttemptEnd::Failed | AttemptEnd::TimedOut | AttemptEnd::ConnectionFailed => {
-                self.let_go = LetGo::Failed;
+                self.pacing.set_let_go(LetGo::Failed);
                 if let Some(throttle) = self.upstream.throttle() {
                     throttle.failed_let_go(let_go);
                 }
@@ -229,9 +222,8 @@ impl Call<'_> {
 
     /// The next wait: the backoff's delay for the retry the call is waiting to make.
     fn next_wait(&mut self, previous: Duration) -> Duration {
-        let retry = (self.attempt - self.rotations.free).max(1);
-        let registry = self.registry;
-        let rng = self.rng.get_or_insert_with(|| registry.rng());
+        let retry = self.counted_attempts().max(1);
+        let rng = self.rng.get(self.registry);
         let backoff = &self.upstream.config().backoff;
         backoff.delay(retry, previous, rng).max(SHORTEST_WAIT)
     }

@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use super::Call;
+use super::state::Call;
 use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::Failure;
@@ -23,10 +23,7 @@ impl Call<'_> {
         partition: Partition,
         attempt: &mut Attempt,
     ) -> Result<(), Error> {
-        let latest = self
-            .deadline
-            .checked_sub(self.upstream.config().min_attempt_budget)
-            .unwrap_or(self.deadline);
+        let latest = self.latest_start();
         // Asked again after each wait: a call of the partition let go meanwhile may have met
         // the quota again and pushed it further.
         let mut held = false;
@@ -40,8 +37,7 @@ impl Call<'_> {
             }
             // Spread over as long again as the call waits: the calls the pushback held go
             // about as they came, not together the instant it ends.
-            let registry = self.registry;
-            let spread = left.mul_f64(self.rng.get_or_insert_with(|| registry.rng()).f64());
+            let spread = left.mul_f64(self.rng.f64(self.registry));
             held = true;
             let go_at = attempt.started
                 + (left + spread).min(latest.saturating_duration_since(attempt.started));
@@ -73,7 +69,7 @@ impl Call<'_> {
 
     /// An attempt of the call ended accepted: its partition's pushback, if any, ends.
     pub(super) fn quota_served(&self) {
-        if let Some(partition) = self.partition {
+        if let Some(partition) = self.pacing.partition() {
             self.upstream.quotas().accepted(partition);
         }
     }
@@ -82,7 +78,7 @@ impl Call<'_> {
     /// until the `Retry-After` it carried (the upstream's initial backoff without one), from
     /// `now`.
     pub(super) fn note_quota(&self, failure: &Failure, now: Instant) {
-        let (Some(partition), Some(429)) = (self.partition, failure.status) else {
+        let (Some(partition), Some(429)) = (self.pacing.partition(), failure.status) else {
             return;
         };
         let wait = failure

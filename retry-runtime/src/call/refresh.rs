@@ -3,7 +3,7 @@
 
 use tracing::Instrument;
 
-use super::Call;
+use super::state::Call;
 use crate::decision::{DenyReason, Failure};
 use crate::error::Error;
 
@@ -16,8 +16,8 @@ impl Call<'_> {
         let Some(hook) = self.upstream.refresh_hook().cloned() else {
             return Ok(());
         };
-        let refresh = hook.refresh().instrument(self.span.clone());
-        match tokio::time::timeout_at(self.deadline, refresh).await {
+        let refresh = hook.refresh().instrument(self.spans.call().clone());
+        match tokio::time::timeout_at(self.timing.deadline(), refresh).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Error::RefreshFailed(e)),
             Err(_) => {
@@ -27,7 +27,7 @@ impl Call<'_> {
                 );
                 Err(Error::DeadlineExceeded {
                     upstream: self.upstream.name_arc().clone(),
-                    attempts: self.attempt,
+                    attempts: self.timing.attempts(),
                     last_status: failure.status,
                     last_evidence: Some(failure.evidence),
                 })

@@ -23,19 +23,9 @@
 //!
 //! [`Classify::connection_rotated`]: crate::Classify::connection_rotated
 
-use super::{Call, Step};
+use super::state::Call;
+use super::step::Step;
 use crate::decision::Failure;
-
-/// The rotations one call has seen.
-#[derive(Debug, Default)]
-pub(super) struct Rotations {
-    /// Free rotation retries granted so far (attempts not counted against the limit).
-    pub(super) free: u32,
-    /// Whether the retry granted last was a free one (it spent no allowance to give back).
-    pub(super) granted_free: bool,
-    /// The upstream's progress when this call saw its last two rotations (older, newer).
-    marks: [Option<u64>; 2],
-}
 
 impl Call<'_> {
     /// The attempt just settled was lost to connection rotation: counts it, and says whether a
@@ -55,8 +45,14 @@ impl Call<'_> {
         self.rotations.free += 1;
         self.rotations.granted_free = true;
         // What the caller is told if the retry cannot begin (shutdown, no time left).
-        self.last_failure = Some(*failure);
+        self.outcome.retrying_after(*failure);
         self.on_free_rotation(failure);
         Step::Retry
+    }
+
+    /// A retry that spends is granted: the retry granted last is not a free one.
+    #[inline]
+    pub(super) fn retry_paid(&mut self) {
+        self.rotations.granted_free = false;
     }
 }

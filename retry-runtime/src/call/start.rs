@@ -8,9 +8,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::LetGo;
-use super::rotation::Rotations;
-use super::{Call, Local, events};
+use super::backoff::Backoff;
+use super::events;
+use super::outcome::Outcome;
+use super::pacing::Pacing;
+use super::request::Request;
+use super::rng::LazyRng;
+use super::rotations::Rotations;
+use super::spans::Spans;
+use super::state::Call;
+use super::timing::Timing;
 use crate::engine::Safety;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
@@ -19,7 +26,6 @@ use crate::registry::{Registry, Upstream};
 use crate::replay::Replayability;
 use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
 use crate::site::CallSite;
-use crate::throttle::{Answers, Own};
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]
@@ -134,43 +140,22 @@ impl<'r> Call<'r> {
         Call {
             registry: spec.registry,
             upstream,
-            method: spec.method,
-            safety,
-            replay: spec.replay,
-            key: spec.key,
+            request: Request::new(spec.method, safety, spec.key, spec.replay),
             scope,
-            deadline,
-            created: now,
-            created_tick,
-            attempt: 0,
-            attempt_started: now,
-            attempt_ends: now,
-            previous_delay: Duration::ZERO,
-            auth_refresh_used: false,
-            retried_mark: 0,
-            answers_mark: Answers::default(),
-            let_go: match spec.held {
-                true => LetGo::Held,
-                false => LetGo::No,
-            },
-            own: Own::default(),
-            partition: spec.partition,
-            rng: None,
-            span,
-            attempt_span: tracing::Span::none(),
-            local: Local::Nothing,
-            sleep: None,
-            last_failure: None,
+            timing: Timing::new(now, created_tick, deadline),
+            pacing: Pacing::new(spec.partition, spec.held),
+            outcome: Outcome::new(),
+            backoff: Backoff::default(),
+            rng: LazyRng::default(),
+            spans: Spans::new(span),
             rotations: Rotations::default(),
-            stopped: None,
-            failed_at: None,
-            classified: None,
+            auth_refresh_used: false,
         }
     }
 
     /// Lowers the body's replayability once it is known to be weaker than declared (e.g. the
     /// integration found the body cannot be copied for another attempt). Never raises it.
     pub fn downgrade_replay(&mut self, replay: Replayability) {
-        self.replay = self.replay.min(replay);
+        self.request.lower_replay(replay);
     }
 }

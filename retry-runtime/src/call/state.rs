@@ -1,49 +1,36 @@
-//! What a call knows: the [`Call`] itself, and the small questions about it that every part of
-//! the loop asks (how much time is left, when an attempt is cut, when an ended one is counted).
+//! What a call is: the [`Call`] itself, made of small pieces that each keep one part of its
+//! state (`request`, `timing`, `pacing`, `outcome`, `backoff`, `rng`, `spans`, `rotations`),
+//! and the small questions about it that every part of the loop asks (how much time is left,
+//! when an attempt is cut, when an ended one is counted).
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::{AttemptEnd, LetGo};
-use super::rotation::Rotations;
-use crate::attempt::Attempt;
+use super::admission::AttemptEnd;
+use super::backoff::{Backoff, Drained};
+use super::outcome::Outcome;
+use super::pacing::Pacing;
+use super::request::Request;
+use super::rng::LazyRng;
+use super::rotations::Rotations;
+use super::spans::Spans;
+use super::timing::Timing;
 use crate::budget::Moment;
-use crate::category::Rejection;
-use crate::decision::{DenyReason, Failure};
-use crate::engine::Safety;
 use crate::key::IdempotencyKey;
-use crate::partition::Partition;
 use crate::registry::Registry;
-use crate::replay::Replayability;
-use crate::scope::{CallScope, deadline_after};
-use crate::throttle::{Answers, Own};
+use crate::scope::CallScope;
 use crate::upstream::Upstream;
 use crate::window::Tick;
-
-/// What the loop itself did to the last attempt: facts it knows first-hand override whatever
-/// the caller's error type reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Local {
-    Nothing,
-    /// Not started: no time left before the deadline.
-    NoTime,
-    /// Not started: a local gate refused it.
-    Refused(Rejection),
-    /// Cut by the attempt timeout: the request may have been sent.
-    TimedOut,
-    /// Not started: shutdown began before this retry's attempt did.
-    Draining,
-}
 
 /// One clock read, on the clocks a decision and its retry use (the budget's check and its
 /// withdrawal read the same moment).
 #[derive(Clone, Copy)]
 pub(super) struct Now {
     pub(super) instant: Instant,
-    pub(super) budget: Moment,
+    /// `instant` on the budget's clock.
+    pub(super) moment: Moment,
 }
 
 /// One retrying call; see the module docs.
@@ -51,60 +38,24 @@ pub(super) struct Now {
 pub struct Call<'r> {
     pub(super) registry: &'r Registry,
     pub(super) upstream: Arc<Upstream>,
-    pub(super) method: http::Method,
-    pub(super) safety: Safety,
-    /// The declared body replayability, lowered by what the attempts reported.
-    pub(super) replay: Replayability,
-    pub(super) key: Option<IdempotencyKey>,
+    /// What the call sends.
+    pub(super) request: Request,
     pub(super) scope: CallScope,
-    pub(super) deadline: Instant,
-    /// When the call started; its first attempt starts then too (one clock read per call).
-    pub(super) created: Instant,
-    /// `created` on the clocks of the upstream's windows: the budget counts the call then, and
-    /// the breaker a first attempt that ended in its first poll.
-    pub(super) created_tick: Tick,
-    /// Attempts started so far.
-    pub(super) attempt: u32,
-    /// When the last attempt was admitted.
-    pub(super) attempt_started: Instant,
-    /// When the last attempt was to be cut (for its timeout error).
-    pub(super) attempt_ends: Instant,
-    pub(super) previous_delay: Duration,
-    pub(super) auth_refresh_used: bool,
-    /// The scope's count of failures retried below, when the last attempt started.
-    pub(super) retried_mark: u64,
-    /// What the upstream's throttle had answered when the last attempt was admitted: a retry
-    /// learns from it whether the upstream failed every call since.
-    pub(super) answers_mark: Answers,
-    /// When the upstream's throttle counted the call's own attempts: a retry is judged on
-    /// what the other calls met.
-    pub(super) own: Own,
-    /// The part of the upstream's traffic the call belongs to, for its quotas.
-    pub(super) partition: Option<Partition>,
-    /// Whether the attempt under way (or the next, after a free rotation retry) is that of a
-    /// call the throttle let go from a slow upstream's backlog, or as its probe, and how it
-    /// ended.
-    pub(super) let_go: LetGo,
-    /// Drawn from the registry at the first decision: a call that succeeds needs none.
-    pub(super) rng: Option<fastrand::Rng>,
-    pub(super) span: tracing::Span,
-    pub(super) attempt_span: tracing::Span,
-    pub(super) local: Local,
-    /// The facts of the last failed attempt that was retried: what the caller is told when
-    /// the deadline or a shutdown leaves no time for the retry itself.
-    pub(super) last_failure: Option<Failure>,
+    /// The deadline, the attempts started and the last one's start and cut.
+    pub(super) timing: Timing,
+    /// What the upstream's throttle and quotas need to know of the call between attempts.
+    pub(super) pacing: Pacing,
+    /// The last attempt's end, kept for the decision after it, and why the call stopped.
+    pub(super) outcome: Outcome,
+    /// The backoff timer and the last delay.
+    pub(super) backoff: Backoff,
+    /// Drawn from the registry at the first draw: a call that succeeds needs none.
+    pub(super) rng: LazyRng,
+    pub(super) spans: Spans,
     /// The free rotation retries granted so far (`rotation`).
     pub(super) rotations: Rotations,
-    /// The backoff timer, made at the first retry and reset for the next ones, and lent to the
-    /// attempts after it as their timeout (boxed: a call that never retries carries no timer in
-    /// its future).
-    pub(super) sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Why the call stopped, and on what (judged only when asked: [`Call::deferrable`]).
-    pub(super) stopped: Option<(DenyReason, Failure)>,
-    /// When the last attempt failed, if the breaker needed the clock read then.
-    pub(super) failed_at: Option<Instant>,
-    /// What the last attempt's error reported, if the breaker needed it (classified once).
-    pub(super) classified: Option<Failure>,
+    /// Whether the call already refreshed its credentials (`refresh`): it does once.
+    pub(super) auth_refresh_used: bool,
 }
 
 impl<'r> Call<'r> {
@@ -115,7 +66,7 @@ impl<'r> Call<'r> {
 
     /// The idempotency key every attempt carries.
     pub fn key(&self) -> Option<&IdempotencyKey> {
-        self.key.as_ref()
+        self.request.key()
     }
 
     /// The upstream called.
@@ -125,7 +76,7 @@ impl<'r> Call<'r> {
 
     /// Attempts started so far.
     pub fn attempts(&self) -> u32 {
-        self.attempt
+        self.timing.attempts()
     }
 
     /// Retries the operation (across every layer inside it) may still make.
@@ -133,28 +84,41 @@ impl<'r> Call<'r> {
         self.scope.retries_left()
     }
 
+    /// Attempts that count against `max_attempts`: those started, less the free rotation
+    /// retries.
+    #[inline]
+    pub(super) fn counted_attempts(&self) -> u32 {
+        self.timing.attempts() - self.rotations.free
+    }
+
     /// Whether an attempt starting at `now` has time: the minimum attempt budget fits before
-    /// the deadline (compared as instants: no duration is computed).
+    /// the deadline.
+    #[inline]
     pub(super) fn has_time_at(&self, now: Instant) -> bool {
-        now < self.deadline
-            && deadline_after(now, self.upstream.config().min_attempt_budget) <= self.deadline
+        self.timing
+            .has_time_at(now, self.upstream.config().min_attempt_budget)
+    }
+
+    /// The latest an attempt may start: the minimum attempt budget before the deadline.
+    #[inline]
+    pub(super) fn latest_start(&self) -> Instant {
+        self.timing
+            .latest_start(self.upstream.config().min_attempt_budget)
     }
 
     /// When an attempt admitted at `started` is cut: the upstream's attempt timeout later,
     /// never past the deadline.
+    #[inline]
     pub(super) fn attempt_ends(&self, started: Instant) -> Instant {
-        Attempt::ends_at(
-            started,
-            self.upstream.config().attempt_timeout(),
-            self.deadline,
-        )
+        self.timing
+            .ends(started, self.upstream.config().attempt_timeout())
     }
 
     /// `now`, for a decision and the retry that may follow it.
     pub(super) fn now(&self, now: Instant) -> Now {
         Now {
             instant: now,
-            budget: self.upstream.budget().moment(now),
+            moment: self.upstream.budget().moment(now),
         }
     }
 
@@ -168,13 +132,21 @@ impl<'r> Call<'r> {
         if waited || failed {
             let now = Instant::now();
             if failed {
-                self.failed_at = Some(now);
+                self.outcome.keep_failed_at(now);
             }
             return self.upstream.tick(now);
         }
-        match self.attempt_started == self.created {
-            true => self.created_tick,
-            false => self.upstream.tick(self.attempt_started),
+        let started = self.timing.last_started();
+        match self.timing.known_tick(started) {
+            Some(tick) => tick,
+            None => self.upstream.tick(started),
         }
+    }
+
+    /// Sleeps `delay` from `from` on the call's backoff timer, or less if shutdown starts
+    /// meanwhile (`Err`).
+    #[inline]
+    pub(super) async fn back_off(&mut self, from: Instant, delay: Duration) -> Result<(), Drained> {
+        self.backoff.sleep(self.registry.drain(), from, delay).await
     }
 }

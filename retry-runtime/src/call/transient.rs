@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::Call;
+use super::state::Call;
 use crate::decision::{Decision, DenyReason, Failure};
 use crate::engine::CallFacts;
 use crate::replay::Replayability;
@@ -27,11 +27,13 @@ impl Call<'_> {
     /// deduplicates). `None` for a permanent failure, or for a write that repeating could apply
     /// twice.
     pub fn deferrable(&self) -> Option<TransientStop> {
-        let (reason, failure) = self.stopped?;
-        (self.safety.is_safe() && self.is_transient(reason, &failure)).then_some(TransientStop {
-            reason,
-            retry_after: failure.retry_after,
-        })
+        let (reason, failure) = self.outcome.stopped()?;
+        (self.request.safety().is_safe() && self.is_transient(reason, &failure)).then_some(
+            TransientStop {
+                reason,
+                retry_after: failure.retry_after,
+            },
+        )
     }
 
     /// Whether the failure that stopped the call for `reason` is one that time can clear: a
@@ -51,7 +53,10 @@ impl Call<'_> {
                 let mut roomy = *failure;
                 roomy.retry_after = None;
                 roomy.already_retried = false;
-                let facts = self.facts(self.replay, self.upstream.config().min_attempt_budget);
+                let facts = self.facts(
+                    self.request.replay(),
+                    self.upstream.config().min_attempt_budget,
+                );
                 matches!(
                     self.registry.engine().decide_with_room(&roomy, &facts),
                     Decision::Retry { .. }
@@ -76,7 +81,7 @@ impl Call<'_> {
     ) -> CallFacts<'_> {
         let config = self.upstream.config();
         CallFacts {
-            safety: self.safety,
+            safety: self.request.safety(),
             replay,
             min_attempt_budget,
             transient_500: config.transient_500,
