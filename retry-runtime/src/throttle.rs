@@ -43,11 +43,11 @@
 //! ```
 //!
 //! The call's own attempts are those the window counted (not those that failed to connect, nor
-//! those it has forgotten). With no other call in the window, a retry is judged on the call's
-//! own attempts: into an upstream that accepted none of them it waits (below) instead of going
-//! at once, so a client calling one call at a time sends a dead upstream no more than its
-//! calls. A retry whose attempt failed while the upstream failed every other call since, and
-//! accepted none, waits too, whatever the window still holds of the time before.
+//! those it has forgotten); with no other call in the window, a lone call's retry goes at its
+//! backoff. No retry goes, a lone call's included, once the upstream has failed everything for
+//! the hold (below), so a client calling one call at a time sends a dead upstream about one
+//! request per call. A retry whose attempt failed while the upstream failed every other call
+//! since, and accepted none, waits, whatever the window still holds of the time before.
 //!
 //! # Holding
 //! A refused call does not fail at once: while a dependency is down for a moment, failing it
@@ -698,7 +698,12 @@ impl Throttle {
         let timed_out = self.slow.sum(epoch) as f64;
         let paced =
             released + 1.0 <= self.config.release_ratio * (accepted as f64 - released) - timed_out;
-        let idle = released as u64 <= self.released_accepted.sum(epoch);
+        // With too few other calls' answers in the window for the pace to let one go, one at a
+        // time on the backlog's own answers (never beside a pace that lets calls go).
+        let released_accepted = self.released_accepted.sum(epoch);
+        let others = accepted.saturating_sub(released_accepted) as f64;
+        let alone = self.config.release_ratio * others < 1.0;
+        let idle = alone && released as u64 <= released_accepted;
         if !(paced || idle) {
             return false;
         }
@@ -833,24 +838,18 @@ pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
 
 /// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the
 /// window's `sent` attempts: the call's own failures are what a retry is for, so the upstream
-/// is judged on what the other calls met. With no other call in the window, on the call's own
-/// attempts: a lone call's retry into an upstream that accepted none of them waits for it
-/// (its own backoff, as the probe: `probes_since`), so a client calling one call at a time
-/// sends a dead upstream no more than its calls. An empty window (the call's attempts failed
-/// to connect, or left the window) is no evidence either way: the retry goes. No `+ 1` below
-/// the fraction, unlike a first attempt's: first attempts keep probing an upstream that
-/// accepts nothing, extra work need not.
+/// is judged on what the other calls met; with none, a lone call's retry is not refused here
+/// (it goes at its backoff, while the upstream has not failed everything for the hold: see
+/// [`holds_at`](Throttle::holds_at), which the loop asks first). No `+ 1` below the fraction,
+/// unlike a first attempt's: first attempts keep probing an upstream that accepts nothing,
+/// extra work need not.
 #[inline]
 fn extra_refusal(sent: f64, accepted: u64, k: f64, own: u32) -> f64 {
     let others = sent - f64::from(own);
-    let judged = match others > 0.0 {
-        true => others,
-        false => sent,
-    };
-    if judged <= 0.0 {
+    if others <= 0.0 {
         return 0.0;
     }
-    ((judged - k * accepted as f64) / judged).clamp(0.0, 1.0)
+    ((others - k * accepted as f64) / others).clamp(0.0, 1.0)
 }
 
 /// The refusal probability for `requests` of which `accepted` were accepted, at `k`.

@@ -28,10 +28,16 @@ fn registry(config: UpstreamConfig) -> Registry {
         .unwrap()
 }
 
-/// A lone call whose first attempt fails with a 503 holding `probe` (as an HTTP error holds
-/// the unread response and its connection), then succeeds; the throttle refuses its retry (the
-/// upstream accepted none of its attempts), so the retry waits for its backoff as the probe.
+/// A call whose first attempt fails with a 503 holding `probe` (as an HTTP error holds the
+/// unread response and its connection), then succeeds. Another call has just failed with a 500
+/// (not retried, counted against the upstream), so the throttle refuses the retry (the others'
+/// attempts: none accepted), and the retry waits to be let go, as the probe.
 async fn refused_retry(reg: &Registry, probe: DropProbe) -> (Result<(), Fail>, Vec<Instant>) {
+    let other: Result<(), Fail> = Retry::in_registry(reg, "up")
+        .method(Method::GET)
+        .run(|_| async { Err(Fail::Status(500)) })
+        .await;
+    assert!(other.is_err());
     let attempts = Mutex::new(Vec::new());
     let probe = Mutex::new(Some(probe));
     let result = Retry::in_registry(reg, "up")
@@ -129,8 +135,8 @@ async fn a_retry_never_let_go_gets_its_budget_back() {
     assert_eq!(upstream.budget().available(), before);
 }
 
-/// A waiting retry whose drawn backoff overruns the deadline waits for the time left and
-/// still goes, rather than failing while time remains.
+/// A waiting retry whose drawn backoff overruns the deadline waits for the time left (and
+/// goes, if it is let go then) rather than failing at once while time remains.
 #[tokio::test(start_paused = true)]
 async fn a_wait_is_cut_to_the_time_left_not_given_up() {
     let long = Backoff::new()
@@ -141,7 +147,6 @@ async fn a_wait_is_cut_to_the_time_left_not_given_up() {
         .with_max_attempts(2)
         .with_attempt_timeout(ms(300))
         .with_deadline(ms(500));
-    let mut went = 0;
     for seed in 0..10 {
         let reg = Registry::builder()
             .upstream("up", config.clone())
@@ -151,12 +156,16 @@ async fn a_wait_is_cut_to_the_time_left_not_given_up() {
         let drops = Arc::new(Mutex::new(Vec::new()));
         let start = Instant::now();
         let (result, attempts) = refused_retry(&reg, DropProbe(drops)).await;
-        assert!(start.elapsed() <= ms(500), "within the deadline");
-        if result.is_ok() {
-            went += 1;
-            assert_eq!(attempts.len(), 2);
-        }
+        let took = start.elapsed();
+        // The deadline (500 ms) less the minimum attempt budget (50 ms), a timer tick aside.
+        assert!(
+            took >= ms(440),
+            "seed {seed}: gave up after {took:?}: {result:?}"
+        );
+        assert!(took <= ms(500), "seed {seed}: {took:?}");
+        assert!(
+            result.is_ok() || attempts.len() == 1,
+            "seed {seed}: {result:?}"
+        );
     }
-    // Most draws (up to 4 s) overrun the 450 ms left: those waits were cut, not given up.
-    assert_eq!(went, 10, "{went} of 10 went");
 }

@@ -97,7 +97,12 @@ impl Call<'_> {
     /// the other calls met: this call's own attempts are what the retry is for; the odds are
     /// drawn now, before the backoff, and the retry is counted as sent when its attempt
     /// starts), then it is [spent](admission::spend).
-    pub(super) fn grant_retry(&mut self, now: Instant, at: Moment) -> Result<Moment, DenyReason> {
+    pub(super) fn grant_retry(
+        &mut self,
+        now: Instant,
+        at: Moment,
+        delay: std::time::Duration,
+    ) -> Result<Moment, DenyReason> {
         if let Some(throttle) = self.upstream.throttle() {
             // A call let go after waiting (from a slow upstream's backlog, or as its probe)
             // went to learn whether the upstream accepts again, and it does not: its retry
@@ -106,12 +111,22 @@ impl Call<'_> {
             if self.pacing.take_failed_let_go() {
                 return Err(DenyReason::Throttled);
             }
+            // An upstream that has failed everything for the hold gets no retry, a lone
+            // call's included: a client calling one call at a time sends a dead upstream
+            // about one request per call, as no retry would; nor does a retry whose backoff
+            // ends after the hold (it waits, within the hold, to be let go).
+            let tick = self.upstream.tick(now);
+            if throttle
+                .hold_ends_after(tick)
+                .is_none_or(|left| left <= delay)
+            {
+                return Err(DenyReason::Throttled);
+            }
             // An upstream that failed every other call since this one's attempt started is
             // failing now, whatever its window still holds from before: the retry waits.
             if throttle.failing_all_since(self.pacing.answers_mark(), 1) {
                 return Err(DenyReason::Throttled);
             }
-            let tick = self.upstream.tick(now);
             let own = self.pacing.own_in_window(throttle, tick);
             let draw = self.rng.f64(self.registry);
             if !throttle.admits_extra(tick, draw, own) {

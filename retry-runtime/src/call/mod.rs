@@ -326,7 +326,7 @@ impl Call<'_> {
         // that waits is one the budget already granted (refunded if it never goes), and it
         // holds nothing of the failed attempt while it waits: the error, and any response or
         // connection in it, is dropped; the facts in `failure` say what happened.
-        let paced = match self.grant_retry(now.instant, now.moment) {
+        let paced = match self.grant_retry(now.instant, now.moment, delay) {
             Ok(_) => {
                 drop(error);
                 false

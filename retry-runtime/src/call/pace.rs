@@ -121,11 +121,14 @@ impl Call<'_> {
             let Some(hold_left) = throttle.hold_ends_after(tick) else {
                 return Err(GaveUp::NotHeld);
             };
-            if latest.saturating_duration_since(at) < SHORTEST_WAIT {
+            // Woken up to a timer tick late: cut a tick short of the latest start, so that the
+            // attempt still has its minimum budget when the call is let go.
+            let time_left = latest.saturating_duration_since(at);
+            if time_left < 2 * SHORTEST_WAIT {
                 return Err(GaveUp::NoTime);
             }
             let wait_now = wait
-                .min(latest.saturating_duration_since(at))
+                .min(time_left - SHORTEST_WAIT)
                 .min(hold_left.max(SHORTEST_WAIT));
             self.on_paced(wait_now);
             if self.back_off(at, wait_now).await.is_err() {

@@ -249,30 +249,22 @@ fn settings_outside_their_range_are_refused_with_the_fix() {
     );
 }
 
-/// A lone call's retry is judged on its own attempts: into an upstream that accepted none of
-/// them it does not go at once (it waits for its backoff, as the probe); a window that counts
-/// none of them (they failed to connect, or left it) is no evidence, and it goes.
+/// A lone call's retries pass the odds (the hold stops them once the upstream has failed
+/// everything for it: the loop asks that first); another call's retry after its failures is
+/// extra work on a failing upstream.
 #[test]
-fn a_lone_calls_retry_is_judged_on_its_own_attempts() {
+fn a_lone_calls_retries_pass_the_odds() {
     let origin = Instant::now();
     let throttle = Throttle::counting_from(ThrottleConfig::new(), origin);
     let tick = Tick::at(origin, origin + Duration::from_millis(10));
-    assert!(throttle.admits_extra(tick, 0.0, 0), "an empty window");
     let first = throttle.admit(Work::First, tick, || 0.0).unwrap();
     throttle.record(first, verdict(false), tick);
-    assert!(
-        !throttle.admits_extra(tick, 0.999, 1),
-        "its own failure, and nothing accepted"
-    );
-    // Another call's attempt accepted: the others' answers judge it again.
-    throttle.record(throttle.granted(), verdict(true), tick);
-    assert!(
-        throttle.admits_extra(tick, 0.0, 1),
-        "the other call's answer was accepted"
-    );
-    // A window later, its failure is forgotten.
-    let later = Tick::at(origin, origin + Duration::from_secs(2));
-    assert!(throttle.admits_extra(later, 0.0, 0));
+    for own in 1..=2 {
+        assert!(throttle.admits_extra(tick, 0.0, own));
+        let retry = throttle.admit(Work::Extra { own }, tick, || 1.0).unwrap();
+        throttle.record(retry, verdict(false), tick);
+    }
+    assert!(!throttle.admits_extra(tick, 0.0, 1));
 }
 
 /// A call's own attempts are those the throttle counted in its window: not those it never
