@@ -47,9 +47,9 @@
 //! 128), the next request waits in the dispatcher for a stream; a graceful GOAWAY fails that
 //! waiting stream, the dispatcher reads the failure as "the connection shut down gracefully" and
 //! ends, and the request's error is `DispatchGone` instead of the GOAWAY (measured against
-//! nginx's `keepalive_requests 3` with 200 concurrent requests: one such request per rotated
-//! connection, the same request again and again, since a call's place in the queue tends to
-//! stay the same). Counted as an ordinary failure it spent the call's attempts within a few
+//! nginx's `keepalive_requests 3` with 200 concurrent requests: at most one per rotated
+//! connection, often the same call several times in a row, since a call's place in the queue
+//! tends to stay the same). Counted as an ordinary failure it spent the call's attempts within a few
 //! rotations. `DispatchGone` is also what a request gets when the runtime that ran the
 //! connection's tasks is shut down; the evidence stays `SentNoResponse` for both, so an unkeyed
 //! write is never re-sent on its strength.
