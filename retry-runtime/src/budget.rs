@@ -21,7 +21,7 @@
 //!
 //! ## Connection rotation
 //! An attempt lost to connection rotation (a GOAWAY with `NO_ERROR`, `REFUSED_STREAM`, a request
-//! handed back unsent) is retried at once and *for free* (no token, not counted in the attempts)
+//! handed back unsent or dropped by hyper's dispatch task) is retried at once and *for free* (no token, not counted in the attempts)
 //! while the upstream makes **progress**: the budget also counts the upstream's successful
 //! attempts ([`RetryBudget::record_progress`]), and a call's second and later rotation retries
 //! are free only if that count moved since its previous rotation. A server rotating connections

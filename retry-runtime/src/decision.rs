@@ -35,7 +35,8 @@ pub enum RetryReason {
     /// 401: refresh credentials once, then replay.
     RefreshAuth,
     /// The attempt was lost to connection rotation (a server closing a healthy connection:
-    /// GOAWAY `NO_ERROR`, `REFUSED_STREAM`, a request handed back unsent) while the upstream
+    /// GOAWAY `NO_ERROR`, `REFUSED_STREAM`, a request handed back unsent or dropped by hyper's
+    /// HTTP/2 dispatcher) while the upstream
     /// makes progress: retried at once, without a budget token, not counted in the attempts.
     /// Chosen by the attempt loop, never by the engine.
     ConnectionRotated,

@@ -13,7 +13,8 @@
 //! - `retry.breaker.transitions{upstream, to}`: breaker state changes (`open`, `half_open`,
 //!   `closed`), counted by the breaker itself
 //! - `retry.rotations{upstream}`: attempts lost to connection rotation (GOAWAY `NO_ERROR`,
-//!   `REFUSED_STREAM`, a request handed back unsent); the circuit breaker does not count them
+//!   `REFUSED_STREAM`, a request handed back unsent or dropped by hyper's dispatcher); the
+//!   circuit breaker does not count them
 //! - `retry.rotation_retries{upstream}`: of those, retried at once for free (reason
 //!   `connection_rotated`); the others were decided as ordinary retries
 //! - `retry.hedges{upstream}`: hedges sent (further copies of a slow request)

@@ -158,3 +158,53 @@ async fn followed_redirects_make_is_connect_lie() {
     assert!(e.is_connect(), "{e:?}");
     assert_eq!(server.truth().processed(), 1);
 }
+
+/// `User(DispatchGone)` is what a request gets when hyper's dispatch task ends without
+/// answering it. Under a graceful GOAWAY that happens to the request waiting in hyper's HTTP/2
+/// dispatcher for a stream (the connection at the server's `MAX_CONCURRENT_STREAMS`: measured
+/// against nginx, see `retry_runtime::http::classify`); the deterministic way to get the same
+/// error is to shut down the runtime that runs the connection's tasks while a request is in
+/// flight, which is done here. The classifier recognises the kind by hyper's `Debug` (hyper
+/// has no predicate for it): if this fails, hyper renamed it or changed the chain, and the
+/// classifier falls back to an ordinary failure (a counted attempt instead of a free rotation
+/// retry). The evidence must stay `SentNoResponse`: here the server did see the request.
+#[test]
+fn a_request_dropped_by_hyper_dispatch_task_is_dispatch_gone_maybe_sent() {
+    let runtime = |name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    // The server and the connection's tasks on runtimes of their own; the test on a third.
+    let server_runtime = runtime("server");
+    let connection_runtime = runtime("connection");
+    let server = server_runtime.block_on(H2Server::start([H2Fault::Respond(200), H2Fault::Silent]));
+    let client = support::h2_client();
+    // The first request opens the connection: its tasks are spawned on `connection_runtime`.
+    let first = connection_runtime.block_on(client.get(server.url("/")).send_attempt());
+    assert!(first.is_ok(), "{first:?}");
+    let test_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let e = test_runtime.block_on(async {
+        let second = tokio::spawn(client.get(server.url("/")).send_attempt());
+        // Once the server has its HEADERS, the request is in the connection's tasks.
+        server.truth().seen_at_least(2).await;
+        connection_runtime.shutdown_background();
+        second.await.expect("task").unwrap_err()
+    });
+    let f = facts(&e);
+    assert!(
+        f.hyper && f.hyper_dispatch_gone && !f.hyper_canceled,
+        "{f:?} {e:?}"
+    );
+    assert!(f.connection_rotated(), "{f:?}");
+    assert_eq!(e.evidence(), Evidence::SentNoResponse, "the server saw it");
+    assert_eq!(server.truth().seen(), 2);
+    drop(server);
+    server_runtime.shutdown_background();
+}

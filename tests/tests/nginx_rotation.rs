@@ -236,6 +236,7 @@ impl<'j> Attempted<'j> {
                         how.push_str(&format!(", RST_STREAM {:?}", f.h2_reason));
                     }
                     Some(f) if f.hyper_canceled => how.push_str(", handed back unsent"),
+                    Some(f) if f.hyper_dispatch_gone => how.push_str(", dispatch task gone"),
                     // Anything else: the whole chain, which says what the classifier saw.
                     facts => {
                         how.push_str(&format!(": {e}; {facts:?}; sources:"));

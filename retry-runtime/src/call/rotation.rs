@@ -1,7 +1,8 @@
 //! Connection rotation: free retries for attempts a server turned away on purpose.
 //!
 //! An attempt lost to connection rotation ([`Classify::connection_rotated`]: a GOAWAY with
-//! `NO_ERROR`, `REFUSED_STREAM`, a request hyper handed back unsent) is not counted by the
+//! `NO_ERROR`, `REFUSED_STREAM`, a request hyper handed back unsent or its dispatch task dropped
+//! while the request waited for a stream) is not counted by the
 //! breaker, and when the engine would retry it (a read, a keyed write, or any method with
 //! evidence `NotSent`: an unkeyed write after a GOAWAY stays ambiguous) it is retried in the
 //! manner of gRPC's transparent retries: **at once**, **without a budget token** and **not

@@ -12,6 +12,7 @@
 //! | hyper handed the request back unsent | the **first** `hyper::Error` in the chain `is_canceled()` | `NotSent`, rotation |
 //! | HTTP/2 `REFUSED_STREAM` before headers | first `h2::Error`: `is_reset() && is_remote() && reason == REFUSED_STREAM` | `NotSent`, rotation |
 //! | HTTP/2 GOAWAY reported for the request | first `h2::Error`: `is_go_away() && is_remote()` | `SentNoResponse` (see below); rotation when its code is `NO_ERROR` |
+//! | hyper's dispatch task ended without answering | the **first** `hyper::Error` is `User(DispatchGone)` | `SentNoResponse`, rotation (see below) |
 //! | every other failure: total/read timeout, reset, EOF (`IncompleteMessage`), partial head, other RST_STREAM codes, h2 connection loss, handshake failure, an unknown chain | default | `SentNoResponse` |
 //!
 //! The body phase is classified by the caller of [`ResponseExt`](super::ResponseExt): any failure
@@ -37,10 +38,21 @@
 //! promise to deduplicate its key: an upstream that does not may run it twice); an unkeyed
 //! write is ambiguous (or reconciled).
 //!
-//! **Connection rotation.** Three of these rows are a server closing a *healthy* connection on
+//! **Connection rotation.** Four of these rows are a server closing a *healthy* connection on
 //! purpose (`keepalive_requests`, a proxy's request limit, draining, a reload), not a failure:
-//! a remote GOAWAY with `NO_ERROR`, a remote `REFUSED_STREAM`, and a request hyper handed back
-//! unsent (over HTTP/1.1, a pooled connection closed before the request was written).
+//! a remote GOAWAY with `NO_ERROR`, a remote `REFUSED_STREAM`, a request hyper handed back
+//! unsent (over HTTP/1.1, a pooled connection closed before the request was written), and a
+//! request hyper's dispatch task dropped. The last is the same GOAWAY seen through hyper's
+//! HTTP/2 dispatcher: when the connection is at the server's `MAX_CONCURRENT_STREAMS` (nginx:
+//! 128), the next request waits in the dispatcher for a stream; a graceful GOAWAY fails that
+//! waiting stream, the dispatcher reads the failure as "the connection shut down gracefully" and
+//! ends, and the request's error is `DispatchGone` instead of the GOAWAY (measured against
+//! nginx's `keepalive_requests 3` with 200 concurrent requests: at most one per rotated
+//! connection, often the same call several times in a row, since a call's place in the queue
+//! tends to stay the same). Counted as an ordinary failure it spent the call's attempts within a few
+//! rotations. `DispatchGone` is also what a request gets when the runtime that ran the
+//! connection's tasks is shut down; the evidence stays `SentNoResponse` for both, so an unkeyed
+//! write is never re-sent on its strength.
 //! [`ChainFacts::connection_rotated`] reports them; the circuit breaker does not
 //! count them and the loop retries them at once (see the crate docs). This is independent of the
 //! evidence: a GOAWAY stays `SentNoResponse`. A GOAWAY with any other code (`ENHANCE_YOUR_CALM`,
@@ -88,6 +100,9 @@ pub struct ChainFacts {
     pub hyper_canceled: bool,
     /// The first `hyper::Error` is `is_incomplete_message()`.
     pub hyper_incomplete: bool,
+    /// The first `hyper::Error` is `User(DispatchGone)`: hyper's dispatch task ended without
+    /// answering the request (see "Connection rotation" in the module docs).
+    pub hyper_dispatch_gone: bool,
     /// The first `h2::Error`'s reason code, if an `h2::Error` is in the chain.
     pub h2_reason: Option<u32>,
     /// The first `h2::Error` is a stream reset.
@@ -128,6 +143,10 @@ impl ChainFacts {
                 facts.hyper = true;
                 facts.hyper_canceled = h.is_canceled();
                 facts.hyper_incomplete = h.is_incomplete_message();
+                // hyper has no predicate for this kind; its `Debug` names it (pinned by the
+                // canary tests). Only a user error is rendered: never on a common path.
+                facts.hyper_dispatch_gone =
+                    h.is_user() && format!("{h:?}").starts_with("hyper::Error(User(DispatchGone)");
             }
             if let Some(h) = e.downcast_ref::<h2::Error>()
                 && facts.h2_reason.is_none()
@@ -171,17 +190,17 @@ impl ChainFacts {
     }
 
     /// Whether these facts show connection rotation (see the module docs): the first
-    /// `hyper::Error` is `is_canceled()` (the request was handed back unsent), or the first
-    /// `h2::Error` came from the peer and is a `REFUSED_STREAM` reset or a GOAWAY with
-    /// `NO_ERROR`. Only for an error returned by `send()` (no final headers), like
-    /// [`send_evidence`](Self::send_evidence).
+    /// `hyper::Error` is `is_canceled()` (the request was handed back unsent) or
+    /// `DispatchGone`, or the first `h2::Error` came from the peer and is a `REFUSED_STREAM`
+    /// reset or a GOAWAY with `NO_ERROR`. Only for an error returned by `send()` (no final
+    /// headers), like [`send_evidence`](Self::send_evidence).
     pub fn connection_rotated(&self) -> bool {
         if self.builder || self.response || self.connect {
             return false;
         }
         let refused = self.h2_reset && self.h2_reason == Some(REFUSED_STREAM);
         let graceful = self.h2_go_away && self.h2_reason == Some(NO_ERROR);
-        self.hyper_canceled || (self.h2_remote && (refused || graceful))
+        self.hyper_canceled || self.hyper_dispatch_gone || (self.h2_remote && (refused || graceful))
     }
 }
 
@@ -287,6 +306,17 @@ mod tests {
             ..facts()
         };
         assert!(canceled.connection_rotated());
+        let dispatch_gone = ChainFacts {
+            hyper: true,
+            hyper_dispatch_gone: true,
+            ..facts()
+        };
+        assert!(dispatch_gone.connection_rotated());
+        assert_eq!(
+            dispatch_gone.send_evidence(),
+            Evidence::SentNoResponse,
+            "the dispatch task may have sent the request before it ended"
+        );
 
         // The server complaining, our own h2 library, or no proof at all: not rotation.
         for not in [

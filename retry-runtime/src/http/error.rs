@@ -215,7 +215,7 @@ impl HttpError {
     }
 
     /// The attempt was lost to connection rotation (HTTP/2 GOAWAY `NO_ERROR` or
-    /// `REFUSED_STREAM`, or a request hyper handed back unsent): see
+    /// `REFUSED_STREAM`, or a request hyper handed back unsent or its dispatcher dropped): see
     /// [`Classify::connection_rotated`].
     pub fn connection_rotated(&self) -> bool {
         self.inner.connection_rotated

@@ -45,6 +45,8 @@ pub enum H2Fault {
     /// GOAWAY whose last-stream-id is this stream (NO_ERROR), then close without answering:
     /// the stream may have been processed (it counts as processed).
     GoAwayAbove,
+    /// Nothing: the stream is never answered, the connection stays open. Processed.
+    Silent,
 }
 
 /// A running HTTP/2 fault server on 127.0.0.1.
@@ -162,6 +164,7 @@ async fn serve(mut stream: TcpStream, script: Arc<Script<H2Fault>>, truth: Arc<G
                     ..SeenRequest::default()
                 });
                 match fault {
+                    H2Fault::Silent => continue,
                     H2Fault::Respond(status) => {
                         let mut out = frame(HEADERS, END_HEADERS, id, &status_block(status));
                         out.extend(frame(DATA, END_STREAM, id, b"ok"));

@@ -75,6 +75,20 @@ impl GroundTruth {
 
     pub(crate) fn request(&self, request: SeenRequest) {
         self.requests.lock().expect("truth lock").push(request);
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until the server has seen `n` requests (an event to wait on, not a sleep).
+    pub async fn seen_at_least(&self, n: usize) {
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            if self.seen() >= n {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Connections accepted.
