@@ -26,7 +26,10 @@ impl Call<'_> {
         let latest = self.latest_start();
         // Asked again after each wait: a call of the partition let go meanwhile may have met
         // the quota again and pushed it further.
-        let mut held = false;
+        // Whether the call went because its pushback ran out (a held backlog, let go at the
+        // upstream's pace) rather than because an accepted answer ended it (the partition is
+        // served again: nothing to pace).
+        let mut ran_out = false;
         while let Some(left) = self
             .upstream
             .quotas()
@@ -38,7 +41,7 @@ impl Call<'_> {
             // Spread over as long again as the call waits: the calls the pushback held go
             // about as they came, not together the instant it ends.
             let spread = left.mul_f64(self.rng.f64(self.registry));
-            held = true;
+            let until = attempt.started + left;
             let go_at = attempt.started
                 + (left + spread).min(latest.saturating_duration_since(attempt.started));
             self.on_paced(go_at - attempt.started);
@@ -54,14 +57,16 @@ impl Call<'_> {
                 attempt.started = now;
                 attempt.ends = self.attempt_ends(now);
                 let tick = self.upstream.tick(now);
-                if now >= go_at || self.upstream.quotas().held(partition, tick).is_none() {
+                let ended = self.upstream.quotas().held(partition, tick).is_none();
+                if now >= go_at || ended {
+                    ran_out = !ended || now >= until;
                     break;
                 }
             }
         }
-        // Held calls go at the pace of the upstream's answers, not together when the pushback
-        // ends.
-        if held {
+        // Calls held until their pushback ran out go at the pace of the upstream's answers, not
+        // together when it ends.
+        if ran_out {
             return self.wait_for_release(attempt).await;
         }
         Ok(())
