@@ -205,7 +205,8 @@ impl<K: KeyStore> IdempotencyLayerBuilder<K> {
     /// Whether a 5xx response is stored and replayed like any other. By default it is not:
     /// the key is given back, so the client's retry runs the handler again, which is right
     /// when a 5xx means the handler did nothing (its dependency was down). Store them when a
-    /// handler can fail after an effect it cannot undo.
+    /// handler can fail after an effect it cannot undo. (408 and 429 always give the key
+    /// back: they say the request was not processed.)
     pub fn with_stored_server_errors(mut self, store: bool) -> Self {
         self.config.store_server_errors = store;
         self
@@ -486,7 +487,8 @@ fn replay<RB>(stored: &StoredResponse) -> Response<IdempotentBody<RB>> {
 }
 
 /// A run holding a key: gives it back when dropped before completing (the handler panicked,
-/// or the request was cancelled): a retry may run at once instead of waiting out the lease.
+/// or the runtime shut down under it): a retry may run at once instead of waiting out the
+/// lease.
 struct Holding<K: KeyStore> {
     store: K,
     scope: [u8; 32],
@@ -554,6 +556,8 @@ async fn serve<S, K, B, RB>(
 ) -> Result<Response<IdempotentBody<RB>>, S::Error>
 where
     S: tower_service::Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
     K: KeyStore,
     B: Body + From<Bytes> + Send + 'static,
     B::Data: Send,
@@ -674,9 +678,12 @@ where
         }
     };
 
-    // Run the handler once, holding the key.
+    // Run the handler once, holding the key, in a task of its own: if this request is
+    // cancelled (its client went away and the server dropped this future), the handler still
+    // runs to its end and its response is stored, so the client's retry gets the replay
+    // instead of running the write a second time.
     let holding = Holding {
-        store: store.clone(),
+        store,
         scope,
         key: key.clone(),
         token,
@@ -686,7 +693,37 @@ where
     let mut req = Request::from_parts(parts, B::from(body));
     req.extensions_mut().insert(lease.clone());
     let call = lease.clone().in_sync(|| inner.call(req));
-    let response = match lease.scope(call).await {
+    let run = tokio::spawn(finish(holding, config, lease.scope(call)));
+    match run.await {
+        Ok(answer) => answer,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Ok(problem(
+            ProblemKind::StoreUnavailable,
+            "the server is shutting down; the request can be sent again with the same key",
+        )),
+    }
+}
+
+/// The statuses that say the request was not processed: the key is given back, and the
+/// client's retry runs the handler (a 5xx too, unless server errors are stored).
+fn gives_key_back(status: StatusCode, store_server_errors: bool) -> bool {
+    status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || (status.is_server_error() && !store_server_errors)
+}
+
+/// Awaits the handler's response, reads it up to what is stored, and completes the key.
+async fn finish<K, RB, E>(
+    holding: Holding<K>,
+    config: Arc<Config>,
+    call: impl Future<Output = Result<Response<RB>, E>>,
+) -> Result<Response<IdempotentBody<RB>>, E>
+where
+    K: KeyStore,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let response = match call.await {
         Ok(response) => response,
         Err(e) => {
             holding.release().await;
@@ -694,7 +731,7 @@ where
         }
     };
     let (mut parts, body) = response.into_parts();
-    if parts.status.is_server_error() && !config.store_server_errors {
+    if gives_key_back(parts.status, config.store_server_errors) {
         holding.release().await;
         return Ok(Response::from_parts(
             parts,
@@ -752,7 +789,8 @@ where
     let mut mark = not_stored;
     let mut holding = holding;
     holding.armed = false;
-    match store
+    match holding
+        .store
         .complete(&holding.held(), &completed, config.clock.now())
         .await
     {
@@ -778,7 +816,7 @@ where
     let body = match stored_body {
         Some(bytes) => IdempotentBody::full(bytes),
         None => {
-            let rest = (failed.is_none() && not_stored != Some("body-error")).then_some(body);
+            let rest = failed.is_none().then_some(body);
             IdempotentBody::resumed(frames, rest, failed)
         }
     };

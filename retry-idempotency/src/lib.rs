@@ -16,7 +16,7 @@
 //! let layer = IdempotencyLayer::builder(keys.clone())
 //!     .with_scope(|req| {
 //!         // Keys of different clients never meet: scope them by account.
-//!         req.headers().get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+//!         req.headers.get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
 //!     })
 //!     .with_lease(Duration::from_secs(30))
 //!     .build()?;
@@ -25,7 +25,7 @@
 //! # let _ = layer; Ok(()) }
 //! ```
 //!
-//! # The rules (the draft's, section 2 and 5)
+//! # The rules (the draft's)
 //!
 //! The layer applies to requests of the configured methods (`POST` and `PATCH` by default);
 //! others pass through untouched.
@@ -43,8 +43,9 @@
 //!   than the storage limit is answered but not kept: the answer says so
 //!   (`Idempotency-Not-Stored: too-large`), and a replay carries the status and headers with an
 //!   empty body and the same mark.
-//! - A 5xx gives the key back by default (the handler says it did not do the work; the
-//!   client's retry runs it again); see [`IdempotencyLayerBuilder::with_stored_server_errors`].
+//! - A 408, a 429 and, by default, a 5xx give the key back (the handler says it did not do
+//!   the work; the client's retry runs it again); see
+//!   [`IdempotencyLayerBuilder::with_stored_server_errors`].
 //! - Keys are scoped per client ([`IdempotencyLayerBuilder::with_scope`]: an API key, a
 //!   tenant; only its SHA-256 is stored) and expire a configurable time after the first request
 //!   (24 h by default); an expired key is new again, and [`Sweeper`] deletes expired keys in
@@ -61,8 +62,9 @@
 //!   will, after any restart, get the replay.
 //! - A running key carries a *lease* (60 s by default). A handler whose process dies leaves the
 //!   key running until the lease lapses; then the next request with the key takes it over and
-//!   runs the handler. Until then, requests with the key get 409. A request that is cancelled
-//!   (the client went away) or whose handler panics gives its key back at once.
+//!   runs the handler. Until then, requests with the key get 409. A handler whose client went away
+//!   is not stopped: it runs in a task of its own, so its response is stored and the client's
+//!   retry gets the replay. A handler that panics gives its key back at once.
 //! - A handler whose lease lapsed while it **still ran** (a stalled process, a handler slower
 //!   than the lease) may run at the same time as the run that took its key over. Its response
 //!   still reaches its own client, marked `Idempotency-Not-Stored: lease-lost`, and is not
