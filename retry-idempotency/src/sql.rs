@@ -9,14 +9,13 @@
 use std::future::Future;
 use std::hash::Hasher;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use retry_durable::Timestamp;
 use retry_durable::sqlx::{
     self, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
 };
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{
     Completed, Held, KeyStore, NewRun, Record, RecordState, StoreError, StoreResult, StoredResponse,
@@ -61,8 +60,8 @@ pub trait KeyDialect: Driver {
     const BACKEND: &'static str;
     /// Its SQL.
     const STATEMENTS: &'static Statements;
-    /// Whether this process's writes take turns before reaching the database (SQLite has one
-    /// writer: queueing in process avoids its sleeping busy handler).
+    /// Whether this process's writes are committed in groups by one writer task (SQLite has
+    /// one writer and pays a sync per commit: see [`SqlKeys`]).
     const SINGLE_WRITER: bool;
 }
 
@@ -156,9 +155,88 @@ static POSTGRES: Statements = Statements {
 };
 
 /// A [`KeyStore`] on a sqlx database: [`SqliteKeys`] or [`PgKeys`].
+///
+/// On SQLite every write of this process goes through one writer task that commits the writes
+/// waiting at that moment in one transaction (group commit): SQLite has one writer, and with
+/// `synchronous = FULL` each commit waits for the disk, so one commit per write would cap the
+/// store at the disk's sync rate. Each write is answered only once its transaction committed,
+/// so a key is durable before its request goes on. PostgreSQL commits each statement on its
+/// own connection (its own group commit happens in the server).
 pub struct SqlKeys<DB: Database> {
     pool: Pool<DB>,
-    writer: Option<Arc<Mutex<()>>>,
+    writer: Option<mpsc::UnboundedSender<Job>>,
+}
+
+/// A write for the writer task: its statement, its values, and where its result goes.
+struct Job {
+    sql: &'static str,
+    args: Vec<OwnedArg>,
+    done: oneshot::Sender<Result<u64, sqlx::Error>>,
+}
+
+enum OwnedArg {
+    Int(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl OwnedArg {
+    fn of(arg: &Arg<'_>) -> Self {
+        match *arg {
+            Arg::Int(n) => OwnedArg::Int(n),
+            Arg::Text(t) => OwnedArg::Text(t.to_owned()),
+            Arg::Bytes(b) => OwnedArg::Bytes(b.to_vec()),
+        }
+    }
+
+    fn borrow(&self) -> Arg<'_> {
+        match self {
+            OwnedArg::Int(n) => Arg::Int(*n),
+            OwnedArg::Text(t) => Arg::Text(t),
+            OwnedArg::Bytes(b) => Arg::Bytes(b),
+        }
+    }
+}
+
+/// The most writes committed in one transaction.
+const GROUP: usize = 256;
+
+/// The writer task: takes the writes waiting, runs them in one `BEGIN IMMEDIATE` transaction,
+/// commits, then answers each. Ends when every store handle is dropped.
+async fn group_commit<DB: KeyDialect>(pool: Pool<DB>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let mut group = Vec::with_capacity(GROUP);
+    while jobs.recv_many(&mut group, GROUP).await > 0 {
+        let mut results = Vec::with_capacity(group.len());
+        let committed = async {
+            let mut tx = match DB::STATEMENTS.begin_write {
+                Some(b) => pool.begin_with(b).await?,
+                None => pool.begin().await?,
+            };
+            for job in &group {
+                let args: Vec<Arg<'_>> = job.args.iter().map(OwnedArg::borrow).collect();
+                // A failed statement is that write's error; the others still commit (SQLite
+                // rolls back the statement, not the transaction).
+                results.push(DB::run(&mut tx, job.sql, &args).await);
+            }
+            tx.commit().await
+        }
+        .await;
+        match committed {
+            Ok(()) => {
+                for (job, result) in group.drain(..).zip(results) {
+                    let _ = job.done.send(result);
+                }
+            }
+            Err(e) => {
+                let e = e.to_string();
+                for job in group.drain(..) {
+                    let _ = job.done.send(Err(sqlx::Error::Protocol(format!(
+                        "the group commit failed: {e}"
+                    ))));
+                }
+            }
+        }
+    }
 }
 
 /// Keys in SQLite (feature `sqlite`).
@@ -373,12 +451,14 @@ impl<DB: KeyDialect> SqlKeys<DB> {
     /// Wraps `pool` (for example a queue store's, [`SqliteStore::pool`](retry_durable::SqlStore::pool):
     /// one database file or schema for both) and applies the key table's migrations.
     pub async fn from_pool(pool: Pool<DB>) -> StoreResult<Self> {
-        let keys = SqlKeys {
-            pool,
-            writer: DB::SINGLE_WRITER.then(|| Arc::new(Mutex::new(()))),
-        };
+        let keys = SqlKeys { pool, writer: None };
         keys.migrate().await?;
-        Ok(keys)
+        let writer = DB::SINGLE_WRITER.then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(group_commit::<DB>(keys.pool.clone(), rx));
+            tx
+        });
+        Ok(SqlKeys { writer, ..keys })
     }
 
     /// The connection pool.
@@ -396,7 +476,6 @@ impl<DB: KeyDialect> SqlKeys<DB> {
 
     async fn migrate(&self) -> StoreResult<()> {
         let sql = DB::STATEMENTS;
-        let _turn = self.turn().await;
         let begin = Self::db("begin the migration transaction");
         let mut tx = match sql.begin_write {
             Some(b) => self.pool.begin_with(b).await,
@@ -467,20 +546,30 @@ impl<DB: KeyDialect> SqlKeys<DB> {
         tx.commit().await.map_err(Self::db("commit migrations"))
     }
 
-    async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match &self.writer {
-            Some(m) => Some(m.lock().await),
-            None => None,
-        }
-    }
-
     async fn write(
         &self,
         sql: &'static str,
         args: &[Arg<'_>],
         action: &'static str,
     ) -> StoreResult<u64> {
-        let _turn = self.turn().await;
+        if let Some(writer) = &self.writer {
+            let (done, answer) = oneshot::channel();
+            let job = Job {
+                sql,
+                args: args.iter().map(OwnedArg::of).collect(),
+                done,
+            };
+            let closed = || StoreError::Database {
+                backend: DB::BACKEND,
+                action,
+                source: sqlx::Error::PoolClosed,
+            };
+            writer.send(job).map_err(|_| closed())?;
+            return answer
+                .await
+                .map_err(|_| closed())?
+                .map_err(Self::db(action));
+        }
         let mut conn = self.pool.acquire().await.map_err(Self::db(action))?;
         DB::run(&mut conn, sql, args)
             .await
