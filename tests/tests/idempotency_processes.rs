@@ -64,6 +64,8 @@ async fn child_main<K: KeyStore>(keys: K) {
 }
 
 async fn killed_mid_request<D: Db>(db: &D) {
+    // Before the child can take the key: its lease ends after `before + LEASE`.
+    let before = Timestamp::now();
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
@@ -74,7 +76,6 @@ async fn killed_mid_request<D: Db>(db: &D) {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn the server process");
-    let before = Timestamp::now();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     loop {
         match lines.next_line().await.unwrap() {
@@ -84,6 +85,8 @@ async fn killed_mid_request<D: Db>(db: &D) {
             None => panic!("the server process ended before its handler ran"),
         }
     }
+    // The child took the key before it printed: its lease ends before `after + LEASE`.
+    let after = Timestamp::now();
     child.kill().await.expect("SIGKILL the server process");
 
     // Another process (a restart, or a replica), whose clock starts where the child's was.
@@ -100,7 +103,7 @@ async fn killed_mid_request<D: Db>(db: &D) {
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.text());
     assert_eq!(handler.runs(), 0);
     // Once it lapsed, a retry runs the handler, once.
-    clock.advance(LEASE + Duration::from_secs(1));
+    clock.set(after.saturating_add(LEASE + Duration::from_millis(1)));
     let a = send(&svc, post(KEY, r#"{"amount":5}"#)).await;
     assert_eq!((a.status, a.text()), (StatusCode::CREATED, "run #1"));
     let a = send(&svc, post(KEY, r#"{"amount":5}"#)).await;
