@@ -661,7 +661,10 @@ where
                 ));
             }
             Step::InProgress => return Ok(in_progress()),
-            Step::TakeOver => match store.take_over(record.token, &run).await {
+            Step::TakeOver => match store
+                .take_over(record.token, record.state.as_str(), &run)
+                .await
+            {
                 Ok(true) => {
                     tracing::info!(target: "retry_idempotency", event = "take_over",
                         "a key whose lease lapsed or which expired is taken over by a new request");

@@ -66,7 +66,10 @@
 //!   is not stopped: it runs in a task of its own, so its response is stored and the client's
 //!   retry gets the replay. A handler that panics gives its key back at once.
 //! - A handler whose lease lapsed while it **still ran** (a stalled process, a handler slower
-//!   than the lease) may run at the same time as the run that took its key over. Its response
+//!   than the lease) keeps its key if it completes before another request with the key comes
+//!   (a take-over is fenced on the record as it was read, so a run that completed meanwhile is
+//!   replayed, not repeated). Otherwise it may run at the same time as the run that took its
+//!   key over. Its response
 //!   still reaches its own client, marked `Idempotency-Not-Stored: lease-lost`, and is not
 //!   stored: the key replays the newer run's response. Any effect that handler makes after its
 //!   lease lapsed may therefore happen twice. Choose the lease above the handler's longest run,

@@ -30,7 +30,7 @@ pub struct Statements {
     /// body, not stored.
     get: &'static str,
     /// 1 scope, 2 key, 3 previous token, 4 fingerprint, 5 token, 6 lease until, 7 expires
-    /// at, 8 now.
+    /// at, 8 now, 9 previous state.
     take_over: &'static str,
     /// 1 scope, 2 key, 3 token, 4 status, 5 headers, 6 body, 7 not stored (`''`: stored),
     /// 8 now.
@@ -91,7 +91,7 @@ static SQLITE: Statements = Statements {
                 state = 'running', lease_until = ?6, expires_at = ?7, created_at = ?8, \
                 status = NULL, headers = NULL, body = NULL, not_stored = NULL, \
                 completed_at = NULL \
-                WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3",
+                WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND state = ?9",
     complete: "UPDATE retry_idempotency_key SET state = 'done', status = ?4, headers = ?5, \
                body = ?6, not_stored = NULLIF(?7, ''), completed_at = ?8 \
                WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3 AND state = 'running'",
@@ -128,7 +128,7 @@ static POSTGRES: Statements = Statements {
                 state = 'running', lease_until = $6, expires_at = $7, created_at = $8, \
                 status = NULL, headers = NULL, body = NULL, not_stored = NULL, \
                 completed_at = NULL \
-                WHERE scope = $1 AND idempotency_key = $2 AND token = $3",
+                WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND state = $9",
     complete: "UPDATE retry_idempotency_key SET state = 'done', status = $4, headers = $5, \
                body = $6, not_stored = NULLIF($7, ''), completed_at = $8 \
                WHERE scope = $1 AND idempotency_key = $2 AND token = $3 AND state = 'running'",
@@ -663,7 +663,12 @@ impl<DB: KeyDialect> KeyStore for SqlKeys<DB> {
         }
     }
 
-    async fn take_over(&self, previous_token: i64, run: &NewRun<'_>) -> StoreResult<bool> {
+    async fn take_over(
+        &self,
+        previous_token: i64,
+        previous_state: &str,
+        run: &NewRun<'_>,
+    ) -> StoreResult<bool> {
         let args = [
             Arg::Bytes(run.scope),
             Arg::Text(run.key),
@@ -673,6 +678,7 @@ impl<DB: KeyDialect> KeyStore for SqlKeys<DB> {
             Arg::Int(run.lease_until.as_unix_millis()),
             Arg::Int(run.expires_at.as_unix_millis()),
             Arg::Int(run.now.as_unix_millis()),
+            Arg::Text(previous_state),
         ];
         let n = self
             .write(DB::STATEMENTS.take_over, &args, "take a key over")

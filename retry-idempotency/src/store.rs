@@ -27,11 +27,13 @@ pub trait KeyStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<Option<Record>>> + Send;
 
     /// Replaces the record of `run`'s `(scope, key)` by a running record for `run`, only if it
-    /// still carries `previous_token` (a lapsed lease or an expired key the layer decided to
-    /// take over): `true` if replaced.
+    /// is still as the layer read it, carrying `previous_token` in `previous_state`
+    /// (`"running"` or `"done"`): a lapsed lease or an expired key the layer decided to take
+    /// over. A run that completed since it was read is not taken over. `true` if replaced.
     fn take_over(
         &self,
         previous_token: i64,
+        previous_state: &str,
         run: &NewRun<'_>,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
@@ -213,4 +215,14 @@ pub struct StoredResponse {
     pub body: Vec<u8>,
     /// Why the body was not stored, if it was not.
     pub not_stored: Option<String>,
+}
+
+impl RecordState {
+    /// Its name in the `state` column.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordState::Running { .. } => "running",
+            RecordState::Done(_) => "done",
+        }
+    }
 }

@@ -339,6 +339,7 @@ macro_rules! idempotency_suite {
             a_server_error_gives_the_key_back,
             a_cancelled_request_still_completes_its_key,
             the_handler_sees_its_lease,
+            the_driver_fences_every_write_on_the_run,
         );
     };
     (@each $attrs:tt $make:expr; $($name:ident),* $(,)?) => {

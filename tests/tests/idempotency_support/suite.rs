@@ -432,3 +432,53 @@ pub async fn the_handler_sees_its_lease<D: Db>(db: &D) {
         vec![Some(("order-9".to_owned(), true)), None]
     );
 }
+
+pub async fn the_driver_fences_every_write_on_the_run<D: Db>(db: &D) {
+    use retry_idempotency::store::{Completed, NewRun, RecordState};
+    let keys = db.open().await;
+    let at = Timestamp::from_unix_millis;
+    let run = |token, now: i64| NewRun {
+        scope: &[7; 32],
+        key: "k",
+        fingerprint: &[1; 32],
+        token,
+        lease_until: at(now + 60_000),
+        expires_at: at(now + 3_600_000),
+        now: at(now),
+    };
+    let done = Completed {
+        status: 201,
+        headers: &[],
+        body: b"first",
+        not_stored: None,
+    };
+    let first = run(1, 0);
+    assert!(keys.insert(&first).await.unwrap());
+    assert!(
+        !keys.insert(&run(2, 0)).await.unwrap(),
+        "one record per key"
+    );
+    // The first run completes after another request read its (lapsed) running record: the
+    // take-over of the record it read must fail, or the key would run twice.
+    assert!(
+        keys.complete(&first.held(), &done, at(70_000))
+            .await
+            .unwrap()
+    );
+    let second = run(2, 70_000);
+    assert!(!keys.take_over(1, "running", &second).await.unwrap());
+    let record = keys.get(&[7; 32], "k").await.unwrap().unwrap();
+    assert_eq!(record.token, 1);
+    assert!(matches!(&record.state, RecordState::Done(r) if r.body == b"first"));
+    // An expired completed record is taken over as read; then the first run's token is void.
+    assert!(keys.take_over(1, "done", &second).await.unwrap());
+    assert!(
+        !keys
+            .complete(&first.held(), &done, at(70_001))
+            .await
+            .unwrap()
+    );
+    assert!(!keys.release(&first.held()).await.unwrap());
+    assert!(keys.release(&second.held()).await.unwrap());
+    assert_eq!(keys.get(&[7; 32], "k").await.unwrap(), None);
+}
