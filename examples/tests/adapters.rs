@@ -47,7 +47,11 @@ async fn register_retries_two_503s_with_the_orders_key_on_every_attempt() {
         }
     );
     run.assert_attempts(3).assert_delays_within_backoff();
-    assert_eq!(run.assert_one_key(), cmd.idempotency_key());
+    // On the wire, the key is the draft's structured-field string.
+    assert_eq!(
+        run.assert_one_key(),
+        format!("\"{}\"", cmd.idempotency_key())
+    );
     assert!(run.requests.iter().all(|r| r.path == "/orders/42/register"));
 }
 

@@ -130,8 +130,8 @@ async fn the_quickstart_retries_a_503_and_a_declined_charge_logs_no_warning() {
     assert_eq!(seen.reads, 2);
     assert_eq!(
         seen.charges,
-        [Some("charge-42".to_owned())],
-        "a permanent 422 is sent once, with its key"
+        [Some("\"charge-42\"".to_owned())],
+        "a permanent 422 is sent once, with its key (a structured-field string on the wire)"
     );
 }
 

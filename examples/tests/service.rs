@@ -1,5 +1,5 @@
-//! The service example runs as documented: its one request to itself is answered 200 after the
-//! adapter retried the catalog's 503.
+//! The service example runs as documented: its read is answered 200 after the adapter retried
+//! the catalog's 503, and its keyed write sent twice runs once, the second answer a replay.
 
 use std::process::Command;
 
@@ -16,6 +16,14 @@ fn the_service_example_answers_after_one_retry() {
     );
     assert!(
         stdout.contains("GET /items/7 -> 200 item 7 (catalog request 2)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("POST /orders/7 -> 201 order 7 created (execution 1)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("POST /orders/7 -> 201 order 7 created (execution 1) (replayed)"),
         "{stdout}"
     );
 }

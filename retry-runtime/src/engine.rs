@@ -269,6 +269,15 @@ pub fn status_rule(ctx: &Context<'_>, status: u16) -> Result<RetryReason, Decisi
             Ok(RetryReason::RefreshAuth)
         }
         401 => deny,
+        // The Idempotency-Key draft's "a request with this key is still being processed":
+        // the key is held by the first attempt, so sending it again cannot run the write
+        // twice; the retry gets the first attempt's response once it completed.
+        409 if ctx.safety == Safety::KeyedWrite => Ok(RetryReason::Status(409)),
+        // The draft's "this key was used for another request" (and a contract error anyway):
+        // the same request gets the same answer.
+        422 => Err(Decision::Denied(DenyReason::PermanentFailure(
+            crate::category::PermanentCategory::Contract,
+        ))),
         500 if ctx.transient_500 && safe => Ok(RetryReason::Status(500)),
         500 => deny,
         502..=504 if safe => Ok(RetryReason::Status(status)),

@@ -3,8 +3,9 @@
 //! A write whose response was lost may have happened. Sending it again is safe only if the
 //! upstream recognises the second request as the first (the IETF `Idempotency-Key` header draft,
 //! Stripe's and most payment APIs' practice): the same key on every attempt, fixed before the
-//! first. The key goes out in a header, so it must be a valid header value; it may identify a
-//! payment, so logs get a fingerprint, never the key.
+//! first. The key goes out in the draft's `Idempotency-Key` header as an RFC 8941
+//! structured-field string (`Idempotency-Key: "order-42:capture"`), so it is printable ASCII; it
+//! may identify a payment, so logs get a fingerprint, never the key.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,7 +24,9 @@ pub enum KeyError {
     Empty,
     /// The key is longer than 255 bytes.
     TooLong(usize),
-    /// The key holds a byte not allowed in an HTTP header value (CR, LF, NUL, other controls).
+    /// The key holds a character outside printable ASCII: a control byte (CR, LF, NUL, tab)
+    /// that would split or truncate a header, or a non-ASCII one that a structured-field string
+    /// (RFC 8941 section 3.3.3), the draft's form of the key on the wire, cannot carry.
     NotAHeaderValue,
     /// The key begins or ends with a space or a tab (or is nothing else), which HTTP strips
     /// from a header value (RFC 9110 §5.5): the upstream would receive another key than the
@@ -40,7 +43,7 @@ impl fmt::Display for KeyError {
         match self {
             KeyError::Empty => f.write_str("the idempotency key is empty: derive it from the operation (e.g. UUID v5 of order id + operation)"),
             KeyError::TooLong(n) => write!(f, "the idempotency key is {n} bytes, above 255: use a UUID"),
-            KeyError::NotAHeaderValue => f.write_str("the idempotency key contains control characters (CR, LF, ...) that cannot go in a header: use a UUID"),
+            KeyError::NotAHeaderValue => f.write_str("the idempotency key contains characters outside printable ASCII (CR, LF, tab, non-ASCII letters, ...) that cannot go in the Idempotency-Key header's structured-field string: use a UUID"),
             KeyError::Whitespace => f.write_str("the idempotency key begins or ends with whitespace, which HTTP strips from header values, so the upstream would see another key: trim it, or use a UUID"),
             KeyError::ChangedOnReplay => f.write_str("the idempotency key of this durable replay differs from the one its task was queued with: derive the key from the call's arguments only (never a clock or a random UUID), so every replay is the same write"),
         }
@@ -53,8 +56,8 @@ impl IdempotencyKey {
     /// The longest key accepted, in bytes.
     pub const MAX_LEN: usize = 255;
 
-    /// Validates `key`: non-empty, at most 255 bytes, a valid header value that HTTP sends
-    /// unchanged (no control bytes, no space or tab at either end).
+    /// Validates `key`: non-empty, at most 255 bytes of printable ASCII (what an RFC 8941
+    /// string holds), with no space at either end (HTTP would strip it).
     pub fn new(key: impl Into<Arc<str>>) -> Result<Self, KeyError> {
         let key: Arc<str> = key.into();
         if key.is_empty() {
@@ -63,10 +66,7 @@ impl IdempotencyKey {
         if key.len() > Self::MAX_LEN {
             return Err(KeyError::TooLong(key.len()));
         }
-        if !key
-            .bytes()
-            .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
-        {
+        if !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err(KeyError::NotAHeaderValue);
         }
         if key.trim_matches([' ', '\t']).len() != key.len() {
@@ -78,6 +78,27 @@ impl IdempotencyKey {
     /// The key, to send.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The key as an RFC 8941 structured-field string, the form the IETF draft gives the
+    /// `Idempotency-Key` header: in double quotes, `"` and `\` escaped with a backslash.
+    ///
+    /// ```
+    /// # use retry_runtime::IdempotencyKey;
+    /// let key = IdempotencyKey::new(r#"order "7" \ capture"#).unwrap();
+    /// assert_eq!(key.to_sf_string(), r#""order \"7\" \\ capture""#);
+    /// ```
+    pub fn to_sf_string(&self) -> String {
+        let mut out = String::with_capacity(self.0.len() + 2);
+        out.push('"');
+        for c in self.0.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out.push('"');
+        out
     }
 
     /// A short, non-reversible fingerprint for logs.
@@ -155,13 +176,24 @@ mod tests {
             Err(KeyError::NotAHeaderValue)
         );
         assert_eq!(IdempotencyKey::new("a\0b"), Err(KeyError::NotAHeaderValue));
+        // An sf-string holds printable ASCII only.
+        assert_eq!(IdempotencyKey::new("ключ"), Err(KeyError::NotAHeaderValue));
+        assert_eq!(IdempotencyKey::new("a\tb"), Err(KeyError::NotAHeaderValue));
+    }
+
+    #[test]
+    fn the_wire_form_is_an_sf_string() {
+        let k = IdempotencyKey::new("8e03978e-40d5").unwrap();
+        assert_eq!(k.to_sf_string(), "\"8e03978e-40d5\"");
+        let k = IdempotencyKey::new(r#"a"b\c"#).unwrap();
+        assert_eq!(k.to_sf_string(), r#""a\"b\\c""#);
     }
 
     /// HTTP strips the whitespace around a header value (RFC 9110 §5.5): the upstream would
     /// receive an empty key, or one that collides with the key without it.
     #[test]
     fn keys_that_http_would_trim_are_refused() {
-        for key in ["   ", "\t", " k-1 ", " k-1", "k-1\t"] {
+        for key in ["   ", " ", " k-1 ", " k-1", "k-1 "] {
             let refused = IdempotencyKey::new(key).map(|k| k.as_str().to_owned());
             assert!(
                 matches!(&refused, Err(e) if e.to_string().contains("whitespace")),
@@ -169,6 +201,8 @@ mod tests {
             );
         }
         assert_eq!(IdempotencyKey::new("k 1").unwrap().as_str(), "k 1");
+        // A tab is not printable ASCII: refused before the whitespace rule.
+        assert_eq!(IdempotencyKey::new("k-1\t"), Err(KeyError::NotAHeaderValue));
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The modules of `retry-runtime` and of `retry-durable` form the layered, acyclic pictures
-//! drawn in `ARCHITECTURE.md`: every file of each crate's `src` is on one layer there, and
-//! imports only from layers below its own. A new import that points up (the start of a cycle)
+//! The modules of `retry-runtime`, `retry-durable` and `retry-idempotency` form the layered,
+//! acyclic pictures drawn in `ARCHITECTURE.md`: every file of each crate's `src` is on one
+//! layer there, and imports only from layers below its own. A new import that points up (the start of a cycle)
 //! or a file left out of the picture fails this test, so the pictures stay true.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +28,11 @@ const DURABLE: Crate = Crate {
     dir: "retry-durable",
     block: "layers retry-durable",
     parent_imports: &[],
+};
+
+const IDEMPOTENCY: Crate = Crate {
+    dir: "retry-idempotency",
+    block: "layers retry-idempotency",
 };
 
 impl Crate {
@@ -336,6 +341,11 @@ fn the_durable_queue_is_layered_too() {
     assert_layered(DURABLE);
 }
 
+#[test]
+fn the_idempotency_layer_is_layered_too() {
+    assert_layered(IDEMPOTENCY);
+}
+
 /// Each file's edges collapsed to its top-level module (`registry/durable` -> `registry`).
 fn folder_graph(krate: Crate) -> BTreeMap<Node, BTreeSet<Node>> {
     let top = |n: &str| n.split('/').next().unwrap_or(n).to_owned();
@@ -354,7 +364,7 @@ fn no_two_folders_import_each_other() {
     // a file of the other): then neither folder can be understood without the other. Every
     // folder and top-level file of each crate is checked, so a type both sides need lives
     // below both (as `upstream` below `registry/` and `attempt`, `hand_off` below `durable/`).
-    for krate in [RUNTIME, DURABLE] {
+    for krate in [RUNTIME, DURABLE, IDEMPOTENCY] {
         let graph = folder_graph(krate);
         let mut cycles = Vec::new();
         for (from, deps) in &graph {
@@ -387,7 +397,7 @@ fn no_file_imports_through_the_crate_root() {
     // `lib.rs` declares and re-exports everything: an item named through it (`crate::Error`)
     // hides which module the file needs, and in a drawing of the imports it is an arrow up to
     // the root and back down. Inside the crate, items are named by the module defining them.
-    for krate in [RUNTIME, DURABLE] {
+    for krate in [RUNTIME, DURABLE, IDEMPOTENCY] {
         let files = files(krate);
         let roots = root_items(krate);
         let mut found = Vec::new();

@@ -102,7 +102,8 @@ async fn a_keyed_post_is_retried_through_two_503s_with_one_key_and_the_configure
         run.assert_attempts(3)
             .assert_requests(3)
             .assert_delays_within_backoff();
-        assert_eq!(run.assert_one_key(), "charge-7");
+        // The key as it went out: the Idempotency-Key draft's structured-field string.
+        assert_eq!(run.assert_one_key(), "\"charge-7\"");
         let call = run.trace.single().expect("one call");
         assert_eq!(
             call.outcome.as_deref(),

@@ -99,12 +99,13 @@ async fn upstream(seen: Arc<Mutex<Seen>>) -> Server {
     loopback::serve(FnService(move |req: Req| {
         let seen = seen.clone();
         async move {
+            // The key as the draft's servers read it: a structured-field string.
             let key = req
                 .headers()
                 .get("idempotency-key")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
+                .and_then(|v| retry_idempotency::key::parse_value(v.as_bytes(), 255).ok())
+                .map(|k| k.as_str().to_owned())
+                .unwrap_or_default();
             let hold = {
                 let mut s = seen.lock().unwrap();
                 s.keys.push(key.clone());

@@ -1,9 +1,10 @@
 //! A complete service, start to finish: load and verify the retry registry, build the HTTP
-//! client, install draining, serve an axum app behind the library's server layer, and call an
-//! adapter from a handler.
+//! client, install draining, serve an axum app behind the library's server layer, call an
+//! adapter from a handler, and take keyed writes behind the Idempotency-Key layer (each runs
+//! once; a retry with the same key gets the stored response).
 //!
 //! ```text
-//! cargo run -p retry-examples --bin service            # one request to itself, then exits
+//! cargo run -p retry-examples --bin service            # a few requests to itself, then exits
 //! cargo run -p retry-examples --bin service -- --serve # keeps serving until Ctrl-C
 //! ```
 //!
@@ -17,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
+use retry_idempotency::{IdempotencyLayer, SqliteKeys, Sweeper};
 use retry_runtime::http::{HttpError, RequestBuilderExt, ResponseExt};
 use retry_runtime::tower::{InboundLimits, ScopeLayer};
 use retry_runtime::{Classify, Drain, Registry, retry};
@@ -78,6 +80,23 @@ async fn item(
     })
 }
 
+/// `POST /orders/{id}`: a write clients retry after a lost response. The Idempotency-Key layer
+/// in front of it runs it once per key; no deduplication is written here.
+async fn create_order(Path(id): Path<u64>, State(orders): State<Orders>) -> (StatusCode, String) {
+    let n = {
+        let mut orders = orders.lock().expect("not poisoned");
+        let n = orders.entry(id).or_default();
+        *n += 1;
+        *n
+    };
+    (
+        StatusCode::CREATED,
+        format!("order {id} created (execution {n})"),
+    )
+}
+
+type Orders = Arc<Mutex<HashMap<u64, u32>>>;
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let serve = std::env::args().any(|a| a == "--serve");
@@ -99,9 +118,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     // 5. The server layer opens each request's operation scope: the caller's deadline and retry
     //    allowance (from its headers), never above our own limits.
+    // 6. Keyed writes run once: keys in SQLite (`PgKeys` for replicas sharing PostgreSQL),
+    //    expired keys swept in the background.
+    let dir = std::env::temp_dir().join(format!("retry-service-{}", std::process::id()));
+    let keys = SqliteKeys::open(dir.join("idempotency.sqlite")).await?;
+    tokio::spawn(Sweeper::new(keys.clone()).run(Drain::global().started()));
+    let writes = Router::new()
+        .route("/orders/{id}", post(create_order))
+        .route_layer(IdempotencyLayer::new(keys))
+        .with_state(Orders::default());
     let app = Router::new()
         .route("/items/{id}", get(item))
         .with_state(catalog)
+        .merge(writes)
         .layer(ScopeLayer::new(InboundLimits::default()));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -117,10 +146,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         response.status().as_u16(),
         response.text().await?
     );
+    // A keyed write sent twice (a client retrying after a lost response): one execution, and
+    // the second answer is the first one's, marked as a replay.
+    let http = reqwest::Client::new();
+    for _ in 0..2 {
+        let response = http
+            .post(format!("http://{addr}/orders/7"))
+            .header("idempotency-key", "\"order-7-create\"")
+            .send()
+            .await?;
+        let replayed = response.headers().contains_key(retry_idempotency::REPLAYED);
+        println!(
+            "POST /orders/7 -> {} {}{}",
+            response.status().as_u16(),
+            response.text().await?,
+            if replayed { " (replayed)" } else { "" }
+        );
+    }
     if serve {
         println!("serving on http://{addr} (Ctrl-C to stop)");
         server.await??;
     }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! | route | does |
 //! |---|---|
 //! | `GET /orders/{id}` | the order's status (`new`, or `registered` with its registration number) |
-//! | `POST /orders/{id}/register` | registers the order: **the side effect**. With an `Idempotency-Key` it has seen, it answers the stored result without executing again |
+//! | `POST /orders/{id}/register` | registers the order: **the side effect**. Behind `retry-idempotency`'s layer: a request whose `Idempotency-Key` it has seen gets the stored response without executing again (409 while the first still runs); a write without a key executes every time |
 //!
 //! Every request is counted per order (the order id is the operation's id: it travels in the
 //! path through every layer), every execution of a registration is counted per order (more than
@@ -16,8 +16,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
 
+use retry_durable::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use retry_idempotency::{Idempotency, IdempotencyLayer, SqliteKeys};
 use retry_runtime::propagation;
 
 use super::scenarios::{Fault, Scenario};
@@ -62,8 +68,6 @@ struct Books {
     executions: HashMap<u64, u32>,
     /// Registration number per order (the latest).
     registered: HashMap<u64, u64>,
-    /// Idempotency key -> (order, registration number).
-    keys: HashMap<String, (u64, u64)>,
     next_registration: u64,
     /// Requests of each order being served now.
     serving: HashMap<u64, u32>,
@@ -187,7 +191,11 @@ impl CatalogState {
             .map_or(Duration::ZERO, |s| s.elapsed())
     }
 
-    async fn handle(self: Arc<Self>, request: Req) -> Resp {
+    async fn handle(
+        self: Arc<Self>,
+        request: Req,
+        registrations: Idempotency<Register, SqliteKeys>,
+    ) -> Resp {
         self.arrivals.lock().unwrap().push(Instant::now());
         let _in_flight = self.enter();
         let Some(order) = servers::order_of(request.uri().path()) else {
@@ -273,40 +281,104 @@ impl CatalogState {
             };
             return servers::respond(200, body);
         }
-        let key = request
-            .headers()
-            .get(IDEMPOTENCY_KEY)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let registration = {
-            let mut books = self.books.lock().unwrap();
-            match key.as_ref().and_then(|k| books.keys.get(k)).copied() {
-                // Deduplicated: the stored result, no second execution.
-                Some((_, n)) => n,
-                None => {
-                    books.next_registration += 1;
-                    let n = books.next_registration;
-                    *books.executions.entry(order).or_default() += 1;
-                    books.registered.insert(order, n);
-                    if let Some(k) = key {
-                        books.keys.insert(k, (order, n));
-                    }
-                    n
-                }
-            }
+        // The registration behind the Idempotency-Key layer: the fault above is the network's
+        // and the catalog's load (nothing executed); the layer decides whether to execute.
+        let (parts, body) = request.into_parts();
+        let conn = parts.extensions.get::<Conn>().cloned();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut registrations = registrations;
+        let answer = match registrations
+            .call(http::Request::from_parts(parts, Full::new(body)))
+            .await
+        {
+            Ok(answer) => answer,
+            Err(never) => match never {},
         };
-        if fault == Fault::ResetAfterWrite {
-            if let Some(conn) = request.extensions().get::<Conn>() {
+        let (parts, body) = answer.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        if fault == Fault::ResetAfterWrite && parts.status.is_success() {
+            if let Some(conn) = conn {
                 conn.reset();
             }
-            // The connection is torn down; this response is never written.
+            // The connection is torn down; this response is never written (the layer stored
+            // it: the client's retry with the key gets it).
             std::future::pending::<()>().await;
         }
+        http::Response::from_parts(parts, Full::new(body))
+    }
+
+    /// The side effect: registers the order (a new registration number each execution).
+    fn register(&self, order: u64) -> http::Response<Full<Bytes>> {
+        let registration = {
+            let mut books = self.books.lock().unwrap();
+            books.next_registration += 1;
+            let n = books.next_registration;
+            *books.executions.entry(order).or_default() += 1;
+            books.registered.insert(order, n);
+            n
+        };
         servers::respond(
             200,
             format!(r#"{{"order":{order},"registration":{registration}}}"#),
         )
     }
+}
+
+/// The registration handler behind the layer.
+#[derive(Clone)]
+pub struct Register(Arc<CatalogState>);
+
+impl Service<http::Request<Full<Bytes>>> for Register {
+    type Response = Resp;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Resp, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Full<Bytes>>) -> Self::Future {
+        let response = match servers::order_of(request.uri().path()) {
+            Some(order) => self.0.register(order),
+            None => servers::respond(404, "no such route"),
+        };
+        std::future::ready(Ok(response))
+    }
+}
+
+/// The catalog's registrations behind the Idempotency-Key layer, keys in an in-memory SQLite
+/// database (one connection, kept for the run): the lab measures retries, not a disk, and a
+/// run's keys need not outlive it. Writes without a key pass through and execute every time
+/// (the scenario that counts their duplicates).
+async fn registrations(
+    state: Arc<CatalogState>,
+) -> std::io::Result<Idempotency<Register, SqliteKeys>> {
+    let io = |e: retry_idempotency::StoreError| std::io::Error::other(e.to_string());
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(SqliteConnectOptions::new().in_memory(true))
+        .await
+        .map_err(std::io::Error::other)?;
+    let keys = SqliteKeys::from_pool(pool).await.map_err(io)?;
+    let layer = IdempotencyLayer::builder(keys)
+        .with_key_required(false)
+        .build()
+        .map_err(std::io::Error::other)?;
+    Ok(layer.layer(Register(state)))
 }
 
 struct InFlight(Arc<CatalogState>);
@@ -331,5 +403,9 @@ impl Drop for InFlight {
 
 /// Starts the catalog server.
 pub async fn start(state: Arc<CatalogState>) -> std::io::Result<Server> {
-    servers::serve(FnService(move |request: Req| state.clone().handle(request))).await
+    let registrations = registrations(state.clone()).await?;
+    servers::serve(FnService(move |request: Req| {
+        state.clone().handle(request, registrations.clone())
+    }))
+    .await
 }

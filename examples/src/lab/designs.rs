@@ -534,8 +534,14 @@ fn add_key(request: &mut Req, contract: WriteContract) {
         && request.method() == Method::POST
         && let Some(order) = servers::order_of(request.uri().path())
     {
+        // As the draft spells the field: a structured-field string (what the catalog's
+        // Idempotency-Key layer requires, and what design B's runtime sends below).
         let key = RegisterCommand::new(OrderId(order)).idempotency_key();
-        if let Ok(value) = http::HeaderValue::from_str(&key) {
+        if let Ok(value) = retry_runtime::IdempotencyKey::new(key)
+            .map(|k| k.to_sf_string())
+            .map_err(drop)
+            .and_then(|v| http::HeaderValue::from_str(&v).map_err(drop))
+        {
             request.headers_mut().insert(IDEMPOTENCY_KEY, value);
         }
     }

@@ -268,8 +268,35 @@ fn gateway_errors_retry_when_safe_and_are_ambiguous_otherwise() {
 }
 
 #[test]
+fn a_keyed_write_retries_409_and_422_is_a_contract_failure() {
+    let keyed = Context {
+        safety: Safety::KeyedWrite,
+        ..open()
+    };
+    assert!(matches!(
+        status(&keyed, 409),
+        Decision::Retry {
+            reason: RetryReason::Status(409),
+            ..
+        }
+    ));
+    // Without a key the 409 is the application's own conflict: not retried.
+    for safety in [Safety::Read, Safety::UnsafeWrite] {
+        let ctx = Context { safety, ..open() };
+        assert_eq!(denied(status(&ctx, 409)), Some(DenyReason::Status(409)));
+    }
+    for safety in [Safety::Read, Safety::KeyedWrite, Safety::UnsafeWrite] {
+        let ctx = Context { safety, ..open() };
+        assert_eq!(
+            denied(status(&ctx, 422)),
+            Some(DenyReason::PermanentFailure(PermanentCategory::Contract))
+        );
+    }
+}
+
+#[test]
 fn other_statuses_are_denied() {
-    for s in [400, 403, 404, 409, 410, 422, 451, 501, 505, 200, 302] {
+    for s in [400, 403, 404, 409, 410, 451, 501, 505, 200, 302] {
         assert_eq!(
             denied(status(&open(), s)),
             Some(DenyReason::Status(s)),

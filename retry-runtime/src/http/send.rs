@@ -128,9 +128,17 @@ fn prepare(request: &mut reqwest::Request, attempt: &Attempt) -> Result<(), Http
                 ),
             )
         })?;
-        // The key was validated by `IdempotencyKey::new`; a mismatch with the header grammar is
-        // refused rather than panicking. The message names the fingerprint, never the key.
-        let value = HeaderValue::from_str(key.as_str()).map_err(|_| {
+        // The draft's field carries the key as an RFC 8941 string (quoted, `"` and `\`
+        // escaped), which a server parsing it strictly requires; an upstream that renamed the
+        // header has its own convention and gets the key as it is. The key was validated by
+        // `IdempotencyKey::new`; a mismatch with the header grammar is refused rather than
+        // panicking. The message names the fingerprint, never the key.
+        let wire = if name.as_str().eq_ignore_ascii_case(headers::IDEMPOTENCY_KEY) {
+            std::borrow::Cow::Owned(key.to_sf_string())
+        } else {
+            std::borrow::Cow::Borrowed(key.as_str())
+        };
+        let value = HeaderValue::from_str(&wire).map_err(|_| {
             HttpError::refused(
                 &method,
                 target(request),
