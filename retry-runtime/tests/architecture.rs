@@ -33,6 +33,7 @@ const DURABLE: Crate = Crate {
 const IDEMPOTENCY: Crate = Crate {
     dir: "retry-idempotency",
     block: "layers retry-idempotency",
+    parent_imports: &[],
 };
 
 impl Crate {
