@@ -48,7 +48,11 @@ async fn register_retries_two_503s_on_the_lab_configuration_with_its_backoff_shr
         "{run}"
     );
     run.assert_attempts(3).assert_delays_within_backoff();
-    assert_eq!(run.assert_one_key(), cmd.idempotency_key());
+    // On the wire, the key is a structured-field string (RFC 8941): quoted.
+    assert_eq!(
+        run.assert_one_key(),
+        format!("\"{}\"", cmd.idempotency_key())
+    );
 }
 
 #[tokio::test]
