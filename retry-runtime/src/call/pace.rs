@@ -15,6 +15,7 @@ use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
 use crate::error::Error;
+use crate::throttle::{Asked, Throttle};
 use crate::window::Tick;
 
 /// The shortest wait between two asks: a full-jitter backoff can draw (nearly) zero, and
@@ -139,22 +140,36 @@ impl Call<'_> {
             if !throttle.holds_at(tick) {
                 return Err(GaveUp::NotHeld);
             }
-            let how = if throttle.accepted_since(refused_at) && throttle.lets_go_at(tick) {
-                Some(LetGoHow::Backlog)
-            } else if throttle.probes_since(asked, tick) {
-                Some(LetGoHow::Probe)
-            } else {
-                None
-            };
-            if let Some(how) = how {
-                // Counted as let go: its accepted answer lets the next waiting call go.
-                self.pacing.set_let_go(LetGo::Sent(tick));
-                self.on_let_go(how.as_str());
+            let accepted_again = throttle.accepted_since(refused_at);
+            if self.let_go_at(throttle, accepted_again, asked, tick) {
                 return Ok(at);
             }
             asked = throttle.asked(Some(asked), tick);
             wait = self.next_wait(wait);
         }
+    }
+
+    /// Whether the throttle lets a waiting call go at `tick`: from the backlog, at the pace of
+    /// the upstream's answers (once it `accepted_again` since the call was refused), or as its
+    /// probe when nobody has asked it anything since `asked`. A call let go is counted as such:
+    /// its accepted answer lets the next waiting call go.
+    fn let_go_at(
+        &mut self,
+        throttle: &Throttle,
+        accepted_again: bool,
+        asked: Asked,
+        tick: Tick,
+    ) -> bool {
+        let how = if accepted_again && throttle.lets_go_at(tick) {
+            LetGoHow::Backlog
+        } else if throttle.probes_since(asked, tick) {
+            LetGoHow::Probe
+        } else {
+            return false;
+        };
+        self.pacing.set_let_go(LetGo::Sent(tick));
+        self.on_let_go(how.as_str());
+        true
     }
 
     /// Held work (a durable replay, the calls a partition's pushback held) goes only when the
@@ -173,16 +188,7 @@ impl Call<'_> {
         let mut asked = throttle.asked(None, upstream.tick(attempt.started));
         loop {
             let tick = upstream.tick(attempt.started);
-            let how = if throttle.lets_go_at(tick) {
-                Some(LetGoHow::Backlog)
-            } else if throttle.probes_since(asked, tick) {
-                Some(LetGoHow::Probe)
-            } else {
-                None
-            };
-            if let Some(how) = how {
-                self.pacing.set_let_go(LetGo::Sent(tick));
-                self.on_let_go(how.as_str());
+            if self.let_go_at(throttle, true, asked, tick) {
                 return Ok(());
             }
             asked = throttle.asked(Some(asked), tick);
