@@ -486,9 +486,9 @@ fn replay<RB>(stored: &StoredResponse) -> Response<IdempotentBody<RB>> {
     response
 }
 
-/// A run holding a key: gives it back when dropped before completing (the handler panicked,
-/// or the runtime shut down under it): a retry may run at once instead of waiting out the
-/// lease.
+/// A run holding a key: gives it back when dropped before completing (the request was
+/// cancelled while it took the key, the handler panicked, or the runtime shut down under it):
+/// a retry may run at once instead of waiting out the lease.
 struct Holding<K: KeyStore> {
     store: K,
     scope: [u8; 32],
@@ -498,6 +498,24 @@ struct Holding<K: KeyStore> {
 }
 
 impl<K: KeyStore> Holding<K> {
+    /// The guard of a run about to take `key` with `token`, armed before the write that may
+    /// take it: the release it makes when dropped is fenced on the token, so it gives back
+    /// the key only if this run took it.
+    fn taking(store: &K, scope: [u8; 32], key: &Key, token: i64) -> Self {
+        Holding {
+            store: store.clone(),
+            scope,
+            key: key.clone(),
+            token,
+            armed: true,
+        }
+    }
+
+    /// The write did not take the key: nothing to give back.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
     fn held(&self) -> Held<'_> {
         Held {
             scope: &self.scope,
@@ -617,9 +635,12 @@ where
         )
     };
 
-    // Take the key: insert it, or read its record and decide.
+    // Take the key: insert it, or read its record and decide. Each write that may take it is
+    // made holding a guard for the run's token: a request cancelled while the write is under
+    // way (its client went away) gives back a key the write took, rather than leaving it
+    // running until its lease lapses, answering every retry 409 meanwhile.
     let mut races = 0;
-    let (token, lease_until) = loop {
+    let (holding, lease_until) = loop {
         let now = config.clock.now();
         let run = NewRun {
             scope: &scope,
@@ -630,9 +651,10 @@ where
             expires_at: now.saturating_add(config.ttl),
             now,
         };
+        let taking = Holding::taking(&store, scope, &key, run.token);
         match store.insert(&run).await {
-            Ok(true) => break (run.token, run.lease_until),
-            Ok(false) => {}
+            Ok(true) => break (taking, run.lease_until),
+            Ok(false) => taking.disarm(),
             Err(e) => return Ok(unavailable(e)),
         }
         let record = match store.get(&scope, key.as_str()).await {
@@ -661,23 +683,27 @@ where
                 ));
             }
             Step::InProgress => return Ok(in_progress()),
-            Step::TakeOver => match store
-                .take_over(record.token, record.state.as_str(), &run)
-                .await
-            {
-                Ok(true) => {
-                    tracing::info!(target: "retry_idempotency", event = "take_over",
-                        "a key whose lease lapsed or which expired is taken over by a new request");
-                    break (run.token, run.lease_until);
-                }
-                Ok(false) => {
-                    races += 1;
-                    if races >= RACES {
-                        return Ok(in_progress());
+            Step::TakeOver => {
+                let taking = Holding::taking(&store, scope, &key, run.token);
+                match store
+                    .take_over(record.token, record.state.as_str(), &run)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::info!(target: "retry_idempotency", event = "take_over",
+                            "a key whose lease lapsed or which expired is taken over by a new request");
+                        break (taking, run.lease_until);
                     }
+                    Ok(false) => {
+                        taking.disarm();
+                        races += 1;
+                        if races >= RACES {
+                            return Ok(in_progress());
+                        }
+                    }
+                    Err(e) => return Ok(unavailable(e)),
                 }
-                Err(e) => return Ok(unavailable(e)),
-            },
+            }
         }
     };
 
@@ -685,13 +711,6 @@ where
     // cancelled (its client went away and the server dropped this future), the handler still
     // runs to its end and its response is stored, so the client's retry gets the replay
     // instead of running the write a second time.
-    let holding = Holding {
-        store,
-        scope,
-        key: key.clone(),
-        token,
-        armed: true,
-    };
     let lease = KeyLease::new(key, lease_until, Arc::clone(&config.clock));
     let mut req = Request::from_parts(parts, B::from(body));
     req.extensions_mut().insert(lease.clone());

@@ -338,6 +338,7 @@ macro_rules! idempotency_suite {
             a_response_too_large_to_store_is_answered_not_replayed,
             a_server_error_gives_the_key_back,
             a_cancelled_request_still_completes_its_key,
+            a_request_cancelled_while_taking_its_key_gives_it_back,
             the_handler_sees_its_lease,
             the_driver_fences_every_write_on_the_run,
         );
@@ -373,5 +374,95 @@ impl Cleanup for SqliteDb {
 impl Cleanup for PgDb {
     async fn cleanup_db(self) {
         self.cleanup().await;
+    }
+}
+
+/// A key store whose next insert stalls once it has written: the request taking the key is
+/// then cancelled (its client went away) with the key taken, as a server drops a request's
+/// future at any await. Reports each release it makes.
+#[derive(Clone)]
+pub struct StallsAfterInsert<K> {
+    pub inner: K,
+    /// Set: the next insert stalls after writing (and clears it).
+    pub stall: Arc<std::sync::atomic::AtomicBool>,
+    /// A permit when a stalled insert has written.
+    pub inserted: Arc<Semaphore>,
+    /// A permit per release that gave a key back.
+    pub released: Arc<Semaphore>,
+}
+
+impl<K: KeyStore> StallsAfterInsert<K> {
+    pub fn new(inner: K) -> Self {
+        StallsAfterInsert {
+            inner,
+            stall: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            inserted: Arc::new(Semaphore::new(0)),
+            released: Arc::new(Semaphore::new(0)),
+        }
+    }
+}
+
+impl<K: KeyStore> KeyStore for StallsAfterInsert<K> {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn insert(
+        &self,
+        run: &retry_idempotency::store::NewRun<'_>,
+    ) -> retry_idempotency::store::StoreResult<bool> {
+        let inserted = self.inner.insert(run).await?;
+        if self.stall.swap(false, Ordering::SeqCst) {
+            self.inserted.add_permits(1);
+            std::future::pending::<()>().await;
+        }
+        Ok(inserted)
+    }
+
+    async fn get(
+        &self,
+        scope: &[u8],
+        key: &str,
+    ) -> retry_idempotency::store::StoreResult<Option<retry_idempotency::store::Record>> {
+        self.inner.get(scope, key).await
+    }
+
+    async fn take_over(
+        &self,
+        previous_token: i64,
+        previous_state: &str,
+        run: &retry_idempotency::store::NewRun<'_>,
+    ) -> retry_idempotency::store::StoreResult<bool> {
+        self.inner
+            .take_over(previous_token, previous_state, run)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        held: &retry_idempotency::store::Held<'_>,
+        response: &retry_idempotency::store::Completed<'_>,
+        now: retry_idempotency::Timestamp,
+    ) -> retry_idempotency::store::StoreResult<bool> {
+        self.inner.complete(held, response, now).await
+    }
+
+    async fn release(
+        &self,
+        held: &retry_idempotency::store::Held<'_>,
+    ) -> retry_idempotency::store::StoreResult<bool> {
+        let released = self.inner.release(held).await?;
+        if released {
+            self.released.add_permits(1);
+        }
+        Ok(released)
+    }
+
+    async fn sweep(
+        &self,
+        now: retry_idempotency::Timestamp,
+        batch: u32,
+    ) -> retry_idempotency::store::StoreResult<u64> {
+        self.inner.sweep(now, batch).await
     }
 }

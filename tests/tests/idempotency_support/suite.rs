@@ -419,6 +419,47 @@ pub async fn a_cancelled_request_still_completes_its_key<D: Db>(db: &D) {
     assert_eq!(handler.runs(), 1);
 }
 
+pub async fn a_request_cancelled_while_taking_its_key_gives_it_back<D: Db>(db: &D) {
+    let handler = Handler::default();
+    let keys = super::StallsAfterInsert::new(db.open().await);
+    let svc = layer(keys.clone(), &clock()).layer(handler.clone());
+    let cancelled = tokio::spawn({
+        let svc = svc.clone();
+        async move { send(&svc, post("k", "{}")).await }
+    });
+    // The key is written; the client goes away before the layer hears back from the store.
+    keys.inserted.acquire().await.expect("open").forget();
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    // The key is given back (the lease is 60 s on a stopped clock: without it, every retry
+    // would be answered 409 until the lease lapsed): the retry gets 409 until the release is
+    // written, then runs the handler, once.
+    assert_eq!(handler.runs(), 0);
+    let mut conflicts = 0;
+    let retry = loop {
+        let a = send(&svc, post("k", "{}")).await;
+        if a.status != StatusCode::CONFLICT {
+            break a;
+        }
+        conflicts += 1;
+        assert!(
+            conflicts < 10_000,
+            "the cancelled request's key was never given back"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(keys.released.available_permits(), 1);
+    assert_eq!(
+        (
+            retry.status,
+            retry.text(),
+            retry.header("idempotent-replayed")
+        ),
+        (StatusCode::CREATED, "run #1", None)
+    );
+    assert_eq!(handler.runs(), 1);
+}
+
 pub async fn the_handler_sees_its_lease<D: Db>(db: &D) {
     let handler = Handler::default();
     let svc = layer(db.open().await, &clock()).layer(handler.clone());
