@@ -47,7 +47,9 @@
 //! backoff. No retry goes, a lone call's included, once the upstream has failed everything for
 //! the hold (below), so a client calling one call at a time sends a dead upstream about one
 //! request per call. A retry whose attempt failed while the upstream failed every other call
-//! since, and accepted none, waits, whatever the window still holds of the time before.
+//! since, and accepted none, waits, whatever the window still holds of the time before; so does
+//! a retry of an attempt that timed out while other calls' attempts of the window timed out
+//! too: the upstream is queueing, and the retry would join the queue.
 //!
 //! # Holding
 //! A refused call does not fail at once: while a dependency is down for a moment, failing it
@@ -102,6 +104,13 @@
 //! for its retry would wait for a window instead of its backoff. A call let go whose attempt
 //! fails waits again for its retry, behind the others. Each let-go is a `let_go` decision event
 //! at `DEBUG` (`how` = `backlog` or `probe`).
+//!
+//! **Work nobody waits for goes last.** Held work (a durable replay) goes only into capacity no
+//! caller needs: while no call waits for the upstream, no attempt of the window timed out and
+//! no call let go is in flight; so one at a time, clocked by its own answers, within the same
+//! pace, and it probes only while no call waits. A backlog replayed beside live load near the
+//! upstream's capacity would otherwise push that load into timeouts: it yields, as a scavenger
+//! transport yields to the traffic it shares a link with (LEDBAT, RFC 6817).
 //!
 //! # Fleets and low traffic
 //! Nothing in these rules adds requests per client beyond its own calls: a retry waits unless
@@ -621,6 +630,13 @@ impl Throttle {
         now.accepted == mark.accepted && now.failed.wrapping_sub(mark.failed) > own
     }
 
+    /// Whether more than `own` attempts of the window at `tick` (the asking call's own) timed
+    /// out: other calls meet a queue too.
+    #[inline]
+    pub(crate) fn others_timed_out(&self, tick: Tick, own: u64) -> bool {
+        self.slow.sum(self.clock.epoch_of(tick)) > own
+    }
+
     /// Whether the upstream accepted an attempt since `mark`.
     #[inline]
     pub(crate) fn accepted_since(&self, mark: Answers) -> bool {
@@ -709,6 +725,25 @@ impl Throttle {
         }
         self.count_released(epoch);
         true
+    }
+
+    /// Whether held work (a durable replay: nobody waits for its answer) goes at `tick`,
+    /// counting it when it does: as a [waiting call](Self::lets_go_at) would, and only into
+    /// capacity no caller needs: no call waits for this upstream, no attempt of the window
+    /// timed out, and no call let go is still in flight. So the backlog goes one at a time,
+    /// clocked by its own answers, and stops as soon as the upstream starts to queue: work
+    /// nobody waits for yields to work somebody does, as a scavenger transport yields to the
+    /// traffic it shares a link with (LEDBAT, RFC 6817).
+    #[inline]
+    pub(crate) fn lets_held_go_at(&self, tick: Tick) -> bool {
+        let epoch = self.clock.epoch_of(tick);
+        if self.waiting() > 0
+            || self.slow.sum(epoch) > 0
+            || self.released.sum(epoch) > self.released_answered.sum(epoch)
+        {
+            return false;
+        }
+        self.lets_go_at(tick)
     }
 
     #[inline]

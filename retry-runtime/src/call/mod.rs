@@ -123,7 +123,9 @@ impl Call<'_> {
         // over its quota holds the attempt (written out: a call that is neither builds no
         // waiting future).
         if matches!(self.pacing.let_go(), LetGo::Held)
-            && let Err(error) = self.wait_for_release(&mut attempt).await
+            && let Err(error) = self
+                .wait_for_release(&mut attempt, pacing::Waits::Nobody)
+                .await
         {
             return Err(E::from(error));
         }

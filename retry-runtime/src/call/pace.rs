@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::admission::{Admitted, Ask, AttemptEnd, AttemptKind, Permit, Refused, admit};
-use super::pacing::{LetGo, LetGoHow};
+use super::pacing::{LetGo, LetGoHow, Waits};
 use super::state::Call;
 use crate::attempt::Attempt;
 use crate::category::Rejection;
@@ -140,8 +140,11 @@ impl Call<'_> {
             if !throttle.holds_at(tick) {
                 return Err(GaveUp::NotHeld);
             }
-            let accepted_again = throttle.accepted_since(refused_at);
-            if self.let_go_at(throttle, accepted_again, asked, tick) {
+            let waits = match throttle.accepted_since(refused_at) {
+                true => Waits::Caller,
+                false => Waits::CallerUntilAccepted,
+            };
+            if self.let_go_at(throttle, waits, asked, tick) {
                 return Ok(at);
             }
             asked = throttle.asked(Some(asked), tick);
@@ -150,19 +153,23 @@ impl Call<'_> {
     }
 
     /// Whether the throttle lets a waiting call go at `tick`: from the backlog, at the pace of
-    /// the upstream's answers (once it `accepted_again` since the call was refused), or as its
-    /// probe when nobody has asked it anything since `asked`. A call let go is counted as such:
-    /// its accepted answer lets the next waiting call go.
-    fn let_go_at(
-        &mut self,
-        throttle: &Throttle,
-        accepted_again: bool,
-        asked: Asked,
-        tick: Tick,
-    ) -> bool {
-        let how = if accepted_again && throttle.lets_go_at(tick) {
+    /// the upstream's answers (a caller's once the upstream accepted an attempt since the call
+    /// was refused; held work only into capacity no caller needs), or as its probe when nobody
+    /// has asked it anything since `asked` (held work only while no caller waits). A call let
+    /// go is counted as such: its accepted answer lets the next waiting call go.
+    fn let_go_at(&mut self, throttle: &Throttle, waits: Waits, asked: Asked, tick: Tick) -> bool {
+        let backlog = match waits {
+            Waits::Caller => throttle.lets_go_at(tick),
+            Waits::CallerUntilAccepted => false,
+            Waits::Nobody => throttle.lets_held_go_at(tick),
+        };
+        let probes = || {
+            (waits != Waits::Nobody || throttle.waiting() == 0)
+                && throttle.probes_since(asked, tick)
+        };
+        let how = if backlog {
             LetGoHow::Backlog
-        } else if throttle.probes_since(asked, tick) {
+        } else if probes() {
             LetGoHow::Probe
         } else {
             return false;
@@ -173,12 +180,18 @@ impl Call<'_> {
     }
 
     /// Held work (a durable replay, the calls a partition's pushback held) goes only when the
-    /// throttle lets it go, as a waiting call does: at the pace of the upstream's answers, or as
-    /// its probe when nobody has had an answer for a while; it asks again every tenth of the
+    /// throttle lets it go: at the pace of the upstream's answers (a replay, which nobody
+    /// waits for, only into capacity no caller needs:
+    /// [`lets_held_go_at`](Throttle::lets_held_go_at)), or as its probe when nobody has had an
+    /// answer for a while (a replay only while no caller waits); it asks again every tenth of the
     /// window, and is refused, sending nothing, when no time is left for an attempt (a replay
     /// then waits for its durable backoff). Work held through an outage that goes together
     /// when the upstream comes back is a stampede into an upstream that has just recovered.
-    pub(super) async fn wait_for_release(&mut self, attempt: &mut Attempt) -> Result<(), Error> {
+    pub(super) async fn wait_for_release(
+        &mut self,
+        attempt: &mut Attempt,
+        waits: Waits,
+    ) -> Result<(), Error> {
         let upstream = Arc::clone(&self.upstream);
         let Some(throttle) = upstream.throttle() else {
             self.pacing.set_let_go(LetGo::Ordinary);
@@ -188,7 +201,7 @@ impl Call<'_> {
         let mut asked = throttle.asked(None, upstream.tick(attempt.started));
         loop {
             let tick = upstream.tick(attempt.started);
-            if self.let_go_at(throttle, true, asked, tick) {
+            if self.let_go_at(throttle, waits, asked, tick) {
                 return Ok(());
             }
             asked = throttle.asked(Some(asked), tick);

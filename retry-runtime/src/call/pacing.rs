@@ -22,6 +22,17 @@ pub(super) enum LetGo {
     Failed,
 }
 
+/// Who waits for a call the throttle holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waits {
+    /// Its caller, and the upstream has accepted an attempt since the call was refused.
+    Caller,
+    /// Its caller, and the upstream has accepted nothing since the call was refused.
+    CallerUntilAccepted,
+    /// Nobody: held work (a durable replay), which goes into capacity no caller needs.
+    Nobody,
+}
+
 /// How the throttle let a waiting attempt go (the `let_go` event's `how`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum LetGoHow {

@@ -4,6 +4,7 @@
 
 use tokio::time::Instant;
 
+use super::pacing::Waits;
 use super::state::Call;
 use crate::attempt::Attempt;
 use crate::category::Rejection;
@@ -67,7 +68,7 @@ impl Call<'_> {
         // Calls held until their pushback ran out go at the pace of the upstream's answers, not
         // together when it ends.
         if ran_out {
-            return self.wait_for_release(attempt).await;
+            return self.wait_for_release(attempt, Waits::Caller).await;
         }
         Ok(())
     }

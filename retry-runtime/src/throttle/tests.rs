@@ -663,3 +663,78 @@ proptest! {
         prop_assert_eq!(own.in_window(&throttle, at(asked)), expected);
     }
 }
+
+/// Held work (nobody waits for its answer) goes only into capacity no caller needs: never
+/// while a caller waits, never while an attempt of the window timed out, and one at a time
+/// (never while a call let go is in flight); otherwise at the pace a waiting call would.
+#[test]
+fn held_work_goes_only_into_capacity_no_caller_needs() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 12, true);
+    // A caller waits: it goes first.
+    let place = throttle.enter_waiting().expect("a place");
+    assert!(!throttle.lets_held_go_at(tick), "a caller waits");
+    assert!(throttle.lets_go_at(tick), "the caller goes");
+    drop(place);
+    // The caller's attempt is in flight: held work waits for its answer.
+    assert!(
+        !throttle.lets_held_go_at(tick),
+        "a call let go is in flight"
+    );
+    throttle.record(throttle.granted(), Verdict::Accepted, tick);
+    throttle.accepted_let_go(tick);
+    assert!(
+        throttle.lets_held_go_at(tick),
+        "nothing in flight, nobody waits"
+    );
+    assert!(!throttle.lets_held_go_at(tick), "one at a time");
+    throttle.record(throttle.granted(), Verdict::Accepted, tick);
+    throttle.accepted_let_go(tick);
+    // An attempt times out: the upstream queues, and held work stops until the window
+    // forgets it.
+    throttle.record(
+        throttle.admit(Work::First, tick, || 1.0).unwrap(),
+        Verdict::TimedOut,
+        tick,
+    );
+    assert!(!throttle.lets_held_go_at(tick), "an attempt timed out");
+    let later = Tick::at(
+        throttle.clock.origin(),
+        throttle.clock.origin() + Duration::from_millis(700),
+    );
+    answer(&throttle, later, 12, true);
+    assert!(
+        throttle.lets_held_go_at(later),
+        "the window forgot the timeout"
+    );
+}
+
+/// A timeout is a queue when other calls' attempts of the window timed out too.
+#[test]
+fn other_calls_timeouts_say_the_upstream_queues() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 10, true);
+    throttle.record(
+        throttle.admit(Work::First, tick, || 1.0).unwrap(),
+        Verdict::TimedOut,
+        tick,
+    );
+    assert!(
+        !throttle.others_timed_out(tick, 1),
+        "only the asking call's own"
+    );
+    throttle.record(
+        throttle.admit(Work::First, tick, || 1.0).unwrap(),
+        Verdict::TimedOut,
+        tick,
+    );
+    assert!(throttle.others_timed_out(tick, 1), "another call's too");
+    let later = Tick::at(
+        throttle.clock.origin(),
+        throttle.clock.origin() + Duration::from_millis(700),
+    );
+    assert!(
+        !throttle.others_timed_out(later, 1),
+        "forgotten a window later"
+    );
+}
