@@ -9,6 +9,8 @@
 
 use std::process::{Command, Output};
 
+use retry_examples::lab::scenarios::Scenario;
+
 const ATTEMPTS: usize = 3;
 /// The binary's exit code for a failure on a lab that fell behind its schedule.
 const INCONCLUSIVE: i32 = 2;
@@ -52,7 +54,7 @@ fn quick_mode_holds_the_headline_properties() {
     let html = std::fs::read_to_string(out.join("outage-lab.html")).expect("the HTML report");
     assert_eq!(
         cells.len(),
-        12 * 3 + 5,
+        Scenario::ALL.len() * 3 + 5,
         "every scenario under B, B-tuned and C, and B-hedged in its five"
     );
     // The long outage's durable tier, in the report: no keyed write lost (also asserted by the
