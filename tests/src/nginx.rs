@@ -69,7 +69,8 @@ pub struct Processed {
     pub status: u16,
     /// The `x-op` header: the test's operation id (`-` when absent).
     pub op: String,
-    /// The `Idempotency-Key` header (`-` when absent).
+    /// The `Idempotency-Key` header (`-` when absent): the key, read back from the
+    /// structured-field string the client sends (nginx logs its quotes as `\x22`).
     pub key: String,
     /// The `retry-attempt` header (`-` on a first attempt, which does not send it).
     pub attempt: String,
@@ -87,7 +88,7 @@ impl Processed {
         let uri = next()?.to_owned();
         let status = next()?.parse().ok()?;
         let op = next()?.strip_prefix("op=")?.to_owned();
-        let key = next()?.strip_prefix("key=")?.to_owned();
+        let key = unquote(next()?.strip_prefix("key=")?);
         let attempt = next()?.strip_prefix("attempt=")?.to_owned();
         Some(Processed {
             msec,
@@ -101,6 +102,16 @@ impl Processed {
             key,
             attempt,
         })
+    }
+}
+
+/// A logged header value as the client sent it: a structured-field string's quotes (logged as
+/// `\x22`) removed, so a key reads as the caller gave it.
+fn unquote(logged: &str) -> String {
+    let value = logged.replace("\\x22", "\"");
+    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inner) => inner.to_owned(),
+        None => value,
     }
 }
 
