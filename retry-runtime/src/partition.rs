@@ -12,8 +12,8 @@
 //!   `RetryLayer::partition_by`), it belongs to the partition:
 //!   until the `Retry-After` the 429 carried (or the upstream's initial backoff without one),
 //!   every call of that partition holds its next attempt, first attempts included, and goes
-//!   when it ends, let go at the pace of the upstream's answers (so the held calls do not go
-//!   together, and the first one accepted ends the pushback for the rest); a call whose deadline comes before the pushback ends fails at once
+//!   after it, spread over as long again as it waited (so the held calls go about as they
+//!   came, not together); a call whose deadline comes before the pushback ends fails at once
 //!   with [`Error::Throttled`](crate::Error::Throttled), sending nothing. An attempt of the
 //!   partition the upstream accepts meanwhile (one already in flight) ends the pushback: the
 //!   quota serves it again, and the held calls go within a tenth of a second (an upstream

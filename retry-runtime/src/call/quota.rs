@@ -17,8 +17,8 @@ const QUOTA_STEP: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Call<'_> {
     /// Holds `attempt` while the call's partition is pushed back: it starts after the pushback
-    /// ends, at the pace of the upstream's answers, or, when that leaves no time for an attempt
-    /// before the deadline (or shutdown starts meanwhile), it is refused, sending nothing.
+    /// ends (spread over as long again), or, when that leaves no time for an attempt before
+    /// the deadline (or shutdown starts meanwhile), it is refused, sending nothing.
     pub(super) async fn wait_for_quota(
         &mut self,
         partition: Partition,
@@ -39,12 +39,12 @@ impl Call<'_> {
             if !self.has_time_at(attempt.started + left) {
                 return Err(self.refused(Rejection::Throttled));
             }
-            // The calls the pushback held go when it ends, let go at the pace of the
-            // upstream's answers (below), not together: the first accepted one ends the
-            // pushback for the rest.
+            // Spread over as long again as the call waits: the calls the pushback held go
+            // about as they came, not together the instant it ends.
+            let spread = left.mul_f64(self.rng.f64(self.registry));
             let until = attempt.started + left;
-            let go_at =
-                attempt.started + left.min(latest.saturating_duration_since(attempt.started));
+            let go_at = attempt.started
+                + (left + spread).min(latest.saturating_duration_since(attempt.started));
             self.on_paced(go_at - attempt.started);
             // In steps, so that an accepted answer ending the pushback lets it go soon.
             loop {
