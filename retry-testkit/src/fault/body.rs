@@ -8,7 +8,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use retry_runtime::tower::BoxError;
 
-use super::layer::InjectedFault;
+use super::injected::InjectedFault;
 
 pin_project! {
     /// The inner service's body, the empty body of an injected status, or, for a reset or a

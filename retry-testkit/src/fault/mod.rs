@@ -96,13 +96,13 @@
 //! ```
 
 mod body;
+mod injected;
 mod layer;
 mod plan;
 
 pub use body::FaultBody;
-pub use layer::{
-    ClientSide, FaultFuture, FaultLayer, FaultService, InjectedFault, ServerSide, Side,
-};
+pub use injected::InjectedFault;
+pub use layer::{ClientSide, FaultFuture, FaultLayer, FaultService, ServerSide, Side};
 pub use plan::{Fault, FaultPlan, Rule};
 
 use std::fmt;
