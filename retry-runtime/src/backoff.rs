@@ -75,6 +75,7 @@ impl FromStr for Jitter {
 /// - `max_backoff`: 1 s
 /// - `jitter`: [`Jitter::Full`]
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// The base delay before the first retry.
     pub initial: Duration,

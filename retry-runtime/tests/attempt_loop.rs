@@ -657,12 +657,10 @@ async fn a_call_cancelled_mid_attempt_frees_its_slot_leaves_nothing_installed_an
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() {
     use retry_runtime::breaker::{BreakerConfig, BreakerState};
-    let breaker = BreakerConfig {
-        min_attempts: 4,
-        failure_rate: 0.5,
-        half_open_probes: 1,
-        ..BreakerConfig::new()
-    };
+    let breaker = BreakerConfig::new()
+        .with_min_attempts(4)
+        .with_failure_rate(0.5)
+        .with_half_open_probes(1);
     let reg = registry(
         UpstreamConfig::new()
             .with_breaker(Some(breaker))
@@ -704,11 +702,9 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
 #[tokio::test(start_paused = true)]
 async fn the_breaker_judges_a_failure_against_every_earlier_success() {
     use retry_runtime::breaker::{BreakerConfig, BreakerState};
-    let breaker = BreakerConfig {
-        min_attempts: 4,
-        failure_rate: 0.5,
-        ..BreakerConfig::new()
-    };
+    let breaker = BreakerConfig::new()
+        .with_min_attempts(4)
+        .with_failure_rate(0.5);
     let reg = registry(
         UpstreamConfig::new()
             .with_breaker(Some(breaker))

@@ -297,11 +297,9 @@ async fn every_copy_failing_goes_to_the_retry_decision() {
 async fn the_breaker_never_counts_a_cancelled_loser() {
     // Opens at 50 % of 2 attempts: one loser counted as a failure beside its winner would open
     // it.
-    let breaker = BreakerConfig {
-        failure_rate: 0.5,
-        min_attempts: 2,
-        ..BreakerConfig::new()
-    };
+    let breaker = BreakerConfig::new()
+        .with_failure_rate(0.5)
+        .with_min_attempts(2);
     let reg = registry(config().with_breaker(Some(breaker)));
     for _ in 0..5 {
         let up = Upstream::new(vec![ok(1000), ok(10)]);

@@ -410,11 +410,11 @@ fn a_prometheus_scrape_shows_help_reasons_durations_and_refusals() {
     let rt = paused_runtime();
     metrics::with_local_recorder(&recorder, || {
         // Built under the recorder: the registry registers the descriptions.
-        let registry = registry_with(Some(retry_runtime::breaker::BreakerConfig {
-            min_attempts: 2,
-            failure_rate: 0.5,
-            ..retry_runtime::breaker::BreakerConfig::new()
-        }));
+        let registry = registry_with(Some(
+            retry_runtime::breaker::BreakerConfig::new()
+                .with_min_attempts(2)
+                .with_failure_rate(0.5),
+        ));
         rt.block_on(async {
             calls(&registry).await;
             // The breaker is open by now: this call is refused without sending.
@@ -741,10 +741,7 @@ fn record_gauges_zeroes_an_upstream_a_reload_removed() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let capture = Capture::default();
     // Opens on the first failure.
-    let breaker = retry_runtime::breaker::BreakerConfig {
-        min_attempts: 1,
-        ..Default::default()
-    };
+    let breaker = retry_runtime::breaker::BreakerConfig::new().with_min_attempts(1);
     let gone = UpstreamConfig::new()
         .with_max_attempts(1)
         .with_breaker(Some(breaker));

@@ -29,13 +29,12 @@ const OPEN_FOR: Duration = Duration::from_secs(1);
 /// An upstream with `slots` bulkhead slots and a breaker letting `probes` probes through while
 /// half-open, hedging after 50 ms when `hedge`.
 fn registry(slots: usize, probes: u32, hedge: bool) -> Registry {
-    let breaker = BreakerConfig {
-        failure_rate: 1.0,
-        min_attempts: 1,
-        window: Duration::from_secs(10),
-        open_for: OPEN_FOR,
-        half_open_probes: probes,
-    };
+    let breaker = BreakerConfig::new()
+        .with_failure_rate(1.0)
+        .with_min_attempts(1)
+        .with_window(Duration::from_secs(10))
+        .with_open_for(OPEN_FOR)
+        .with_half_open_probes(probes);
     let config = UpstreamConfig::new()
         .with_max_attempts(2)
         .with_bulkhead(Some(slots))

@@ -130,11 +130,9 @@ async fn without_progress_a_rotation_storm_is_an_ordinary_retry_and_the_budget_s
 
 #[tokio::test(start_paused = true)]
 async fn rotation_never_opens_the_breaker_but_resets_still_do() {
-    let breaker = BreakerConfig {
-        min_attempts: 5,
-        failure_rate: 0.5,
-        ..BreakerConfig::new()
-    };
+    let breaker = BreakerConfig::new()
+        .with_min_attempts(5)
+        .with_failure_rate(0.5);
     let reg = registry(UpstreamConfig::new().with_breaker(Some(breaker)));
     let up = reg.upstream("up").unwrap();
     for _ in 0..20 {

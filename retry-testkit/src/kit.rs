@@ -5,7 +5,6 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use retry_runtime::backoff::Backoff;
 use retry_runtime::registry::{ConfigError, ConfigErrors, Location, parse_toml};
 use retry_runtime::{Registry, UpstreamConfig};
 use tracing::instrument::WithSubscriber;
@@ -195,11 +194,9 @@ impl KitBuilder {
 /// `config` with its backoff's initial delay and cap divided by `shrink`.
 fn shrunk(config: UpstreamConfig, shrink: u32) -> UpstreamConfig {
     let backoff = config.backoff;
-    let backoff = Backoff {
-        initial: backoff.initial / shrink,
-        max_backoff: backoff.max_backoff / shrink,
-        ..backoff
-    };
+    let backoff = backoff
+        .with_initial(backoff.initial / shrink)
+        .with_max_backoff(backoff.max_backoff / shrink);
     config.with_backoff(backoff)
 }
 

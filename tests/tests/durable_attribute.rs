@@ -278,11 +278,9 @@ async fn a_replay_meets_the_open_breaker_and_waits_without_a_request() {
     let clock = clock();
     let queue = DurableQueue::new(db.store.clone()).with_clock(clock.clone());
     // Opens after three failed attempts, and stays open for the rest of the test.
-    let breaker = retry_runtime::breaker::BreakerConfig {
-        min_attempts: 3,
-        open_for: std::time::Duration::from_secs(3600),
-        ..retry_runtime::breaker::BreakerConfig::new()
-    };
+    let breaker = retry_runtime::breaker::BreakerConfig::new()
+        .with_min_attempts(3)
+        .with_open_for(std::time::Duration::from_secs(3600));
     let a = adapter_with(
         &server,
         queue.clone(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 /// - `open_for`: 5 s
 /// - `half_open_probes`: 3
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct BreakerConfig {
     /// Failure fraction (0..=1) at which the breaker opens.
     ///
@@ -20,12 +21,9 @@ pub struct BreakerConfig {
     /// first attempts too: at 0.5 it opens on an upstream that fails half its requests at
     /// random, where one attempt succeeds half the time and three succeed seven times in
     /// eight, and then refuses everything for `open_for`; its probes (all must succeed) then
-    /// close it one time in eight. The outage lab measured it: at 0.5 the library's defaults
-    /// ended far below no retry at all wherever the catalog failed about half its requests
-    /// (5 % against 51 %), and at 0.8 above it (84-87 %), while a dead catalog still got 0.14
-    /// calls per operation. What a partly failing upstream needs is a bound on the load
-    /// retries add, which the budget is; the breaker is for the upstream where even first
-    /// attempts are wasted.
+    /// close it one time in eight, so callers end far below what no retry at all would get.
+    /// What a partly failing upstream needs is a bound on the load retries add, which the
+    /// budget is; the breaker is for the upstream where even first attempts are wasted.
     pub failure_rate: f64,
     /// Attempts needed in the window before the rate is judged.
     pub min_attempts: u32,
@@ -58,6 +56,36 @@ impl BreakerConfig {
             open_for: Duration::from_secs(5),
             half_open_probes: 3,
         }
+    }
+
+    /// Sets the failure fraction at which the breaker opens.
+    pub const fn with_failure_rate(mut self, failure_rate: f64) -> Self {
+        self.failure_rate = failure_rate;
+        self
+    }
+
+    /// Sets the attempts needed in the window before the rate is judged.
+    pub const fn with_min_attempts(mut self, min_attempts: u32) -> Self {
+        self.min_attempts = min_attempts;
+        self
+    }
+
+    /// Sets how long an attempt counts.
+    pub const fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Sets how long the breaker stays open before probing.
+    pub const fn with_open_for(mut self, open_for: Duration) -> Self {
+        self.open_for = open_for;
+        self
+    }
+
+    /// Sets the probe attempts let through while half-open.
+    pub const fn with_half_open_probes(mut self, half_open_probes: u32) -> Self {
+        self.half_open_probes = half_open_probes;
+        self
     }
 
     /// Every rule broken, as (field, message naming the fix).
