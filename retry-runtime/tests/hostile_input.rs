@@ -72,12 +72,10 @@ proptest! {
             }
         }
         let inbound = Inbound::from_headers(&headers);
-        let limits = InboundLimits {
-            deadline: Duration::from_millis(our_deadline_ms),
-            max_retries: our_retries,
-            transit_margin: Duration::from_millis(margin_ms),
-            ..InboundLimits::default()
-        };
+        let limits = InboundLimits::new()
+            .with_deadline(Duration::from_millis(our_deadline_ms))
+            .with_max_retries(our_retries)
+            .with_transit_margin(Duration::from_millis(margin_ms));
         let (deadline, retries_left) = limits.apply(&inbound);
         prop_assert!(deadline <= limits.deadline);
         prop_assert!(retries_left <= limits.max_retries);

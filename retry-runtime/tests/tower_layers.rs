@@ -207,12 +207,10 @@ async fn the_server_layer_only_ever_shrinks_the_callers_limits() {
             .push((op.remaining().unwrap(), op.retries_left()));
         async { status(200) }
     });
-    let limits = InboundLimits {
-        deadline: Duration::from_secs(2),
-        max_retries: 2,
-        enforce_deadline: true,
-        ..InboundLimits::default()
-    };
+    let limits = InboundLimits::new()
+        .with_deadline(Duration::from_secs(2))
+        .with_max_retries(2)
+        .with_enforce_deadline(true);
     let mut svc = ScopeLayer::new(limits).layer(handler);
     for (deadline, retries) in [("300", "1"), ("86400000", "99"), ("-5", "x"), ("", "")] {
         let mut req = request(Method::GET);
@@ -284,10 +282,7 @@ async fn limits_of_duration_max_mean_no_limit_not_a_panic() {
         assert!(op.remaining().unwrap() >= Duration::from_secs(86_400));
         status(200)
     });
-    let limits = InboundLimits {
-        deadline: Duration::MAX,
-        ..InboundLimits::default()
-    };
+    let limits = InboundLimits::new().with_deadline(Duration::MAX);
     let mut svc = ScopeLayer::new(limits).layer(handler);
     for deadline in [None, Some("86400000")] {
         let mut req = request(Method::GET);
@@ -415,11 +410,9 @@ async fn a_handler_that_opens_its_own_operation_scope_still_pushes_back() {
 
 #[test]
 fn the_transit_margin_shortens_a_propagated_deadline_and_only_that() {
-    let limits = InboundLimits {
-        deadline: Duration::from_secs(2),
-        transit_margin: Duration::from_millis(20),
-        ..InboundLimits::default()
-    };
+    let limits = InboundLimits::new()
+        .with_deadline(Duration::from_secs(2))
+        .with_transit_margin(Duration::from_millis(20));
     let from = |ms: u64| Inbound {
         deadline: Some(Duration::from_millis(ms)),
         ..Inbound::default()

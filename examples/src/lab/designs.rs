@@ -450,10 +450,7 @@ pub async fn start(
                 let replica = next.fetch_add(1, Ordering::Relaxed) % fleet.len();
                 middle_b(fleet[replica].clone(), contract, request, refused.clone())
             });
-            let limits = InboundLimits {
-                deadline,
-                ..InboundLimits::default()
-            };
+            let limits = InboundLimits::new().with_deadline(deadline);
             servers::serve(ScopeLayer::new(limits).layer(handler)).await?
         }
     };

@@ -34,6 +34,7 @@ use crate::scope::Operation;
 /// `max_retries` here if requests should be allowed more (a caller's
 /// [`RETRIES_LEFT`](crate::propagation::RETRIES_LEFT) header can only lower it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InboundLimits {
     /// The longest deadline a request gets.
     pub deadline: Duration,
@@ -51,12 +52,43 @@ pub struct InboundLimits {
 
 impl Default for InboundLimits {
     fn default() -> Self {
+        InboundLimits::new()
+    }
+}
+
+impl InboundLimits {
+    /// The defaults listed on the type.
+    pub const fn new() -> Self {
         InboundLimits {
             deadline: Duration::from_secs(5),
             max_retries: 2,
             enforce_deadline: true,
             transit_margin: Duration::ZERO,
         }
+    }
+
+    /// Sets the longest deadline a request gets.
+    pub const fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets the most retries one request may cause.
+    pub const fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// Sets whether the handler is stopped when the deadline passes.
+    pub const fn with_enforce_deadline(mut self, enforce_deadline: bool) -> Self {
+        self.enforce_deadline = enforce_deadline;
+        self
+    }
+
+    /// Sets what is taken off a caller's propagated deadline.
+    pub const fn with_transit_margin(mut self, transit_margin: Duration) -> Self {
+        self.transit_margin = transit_margin;
+        self
     }
 }
 
@@ -121,7 +153,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let inbound = Inbound::from_headers(request.headers());
         let (deadline, retries) = self.limits.apply(&inbound);
-        // Saturating: `InboundLimits { deadline: Duration::MAX, .. }` means "no limit of ours",
+        // Saturating: `InboundLimits::new().with_deadline(Duration::MAX)` means "no limit of ours",
         // not a panic on every request.
         let now = Instant::now();
         let deadline = now.checked_add(deadline).unwrap_or_else(|| far_future(now));
