@@ -47,9 +47,7 @@
 //! backoff. No retry goes, a lone call's included, once the upstream has failed everything for
 //! the hold (below), so a client calling one call at a time sends a dead upstream about one
 //! request per call. A retry whose attempt failed while the upstream failed every other call
-//! since, and accepted none, waits, whatever the window still holds of the time before; so does
-//! a retry of an attempt that timed out while other calls' attempts of the window timed out
-//! too: the upstream is queueing, and the retry would join the queue.
+//! since, and accepted none, waits, whatever the window still holds of the time before.
 //!
 //! # Holding
 //! A refused call does not fail at once: while a dependency is down for a moment, failing it
@@ -448,13 +446,6 @@ impl Throttle {
     pub(crate) fn failing_all_since(&self, mark: Answers, own: u64) -> bool {
         let now = self.answers();
         now.accepted == mark.accepted && now.failed.wrapping_sub(mark.failed) > own
-    }
-
-    /// Whether more than `own` attempts of the window at `tick` (the asking call's own) timed
-    /// out: other calls meet a queue too.
-    #[inline]
-    pub(crate) fn others_timed_out(&self, tick: Tick, own: u64) -> bool {
-        self.slow.sum(self.clock.epoch_of(tick)) > own
     }
 
     /// Whether the upstream accepted an attempt since `mark`.

@@ -127,13 +127,6 @@ impl Call<'_> {
             if throttle.failing_all_since(self.pacing.answers_mark(), 1) {
                 return Err(DenyReason::Throttled);
             }
-            // An attempt that timed out while other calls' attempts timed out too met a
-            // queue, not a slow request: its retry would join that queue, so it waits to be
-            // let go at the pace of the upstream's answers, which slows with every timeout.
-            if matches!(self.outcome.local(), Local::TimedOut) && throttle.others_timed_out(tick, 1)
-            {
-                return Err(DenyReason::Throttled);
-            }
             let own = self.pacing.own_in_window(throttle, tick);
             let draw = self.rng.f64(self.registry);
             if !throttle.admits_extra(tick, draw, own) {

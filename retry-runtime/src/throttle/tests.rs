@@ -708,33 +708,3 @@ fn held_work_goes_only_into_capacity_no_caller_needs() {
         "the window forgot the timeout"
     );
 }
-
-/// A timeout is a queue when other calls' attempts of the window timed out too.
-#[test]
-fn other_calls_timeouts_say_the_upstream_queues() {
-    let (throttle, tick) = fresh();
-    answer(&throttle, tick, 10, true);
-    throttle.record(
-        throttle.admit(Work::First, tick, || 1.0).unwrap(),
-        Verdict::TimedOut,
-        tick,
-    );
-    assert!(
-        !throttle.others_timed_out(tick, 1),
-        "only the asking call's own"
-    );
-    throttle.record(
-        throttle.admit(Work::First, tick, || 1.0).unwrap(),
-        Verdict::TimedOut,
-        tick,
-    );
-    assert!(throttle.others_timed_out(tick, 1), "another call's too");
-    let later = Tick::at(
-        throttle.clock.origin(),
-        throttle.clock.origin() + Duration::from_millis(700),
-    );
-    assert!(
-        !throttle.others_timed_out(later, 1),
-        "forgotten a window later"
-    );
-}
