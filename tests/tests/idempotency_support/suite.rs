@@ -375,6 +375,27 @@ pub async fn a_server_error_gives_the_key_back<D: Db>(db: &D) {
     assert_eq!(handler.runs(), 3);
 }
 
+/// Sends `POST k {}` again while it is answered 409 (yielding between tries, so another task's
+/// store write can land), and returns the first other answer; `never` if none comes in 10,000
+/// tries.
+async fn past_conflicts<S>(svc: &S, never: &str) -> super::Answer
+where
+    S: tower_service::Service<
+            Request<Full<bytes::Bytes>>,
+            Response = http::Response<retry_idempotency::IdempotentBody<Full<bytes::Bytes>>>,
+            Error = std::convert::Infallible,
+        > + Clone,
+{
+    for _ in 0..10_000 {
+        let a = send(svc, post("k", "{}")).await;
+        if a.status != StatusCode::CONFLICT {
+            return a;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{never}");
+}
+
 pub async fn a_cancelled_request_still_completes_its_key<D: Db>(db: &D) {
     let (mut handler, gate) = Handler::held();
     handler.hold_only = Some(1);
@@ -395,19 +416,7 @@ pub async fn a_cancelled_request_still_completes_its_key<D: Db>(db: &D) {
     // 409 until the store has it (the lease is 60 s on a stopped clock: only completion ends
     // it), then the replay, never a second run.
     gate.add_permits(1);
-    let mut conflicts = 0;
-    let answer = loop {
-        let a = send(&svc, post("k", "{}")).await;
-        if a.status != StatusCode::CONFLICT {
-            break a;
-        }
-        conflicts += 1;
-        assert!(
-            conflicts < 10_000,
-            "the cancelled request's run never completed"
-        );
-        tokio::task::yield_now().await;
-    };
+    let answer = past_conflicts(&svc, "the cancelled request's run never completed").await;
     assert_eq!(
         (
             answer.status,
@@ -435,19 +444,7 @@ pub async fn a_request_cancelled_while_taking_its_key_gives_it_back<D: Db>(db: &
     // would be answered 409 until the lease lapsed): the retry gets 409 until the release is
     // written, then runs the handler, once.
     assert_eq!(handler.runs(), 0);
-    let mut conflicts = 0;
-    let retry = loop {
-        let a = send(&svc, post("k", "{}")).await;
-        if a.status != StatusCode::CONFLICT {
-            break a;
-        }
-        conflicts += 1;
-        assert!(
-            conflicts < 10_000,
-            "the cancelled request's key was never given back"
-        );
-        tokio::task::yield_now().await;
-    };
+    let retry = past_conflicts(&svc, "the cancelled request's key was never given back").await;
     // It was the guard's release that gave it back (its report may come after the database
     // applied it, which is what the retry saw).
     keys.released.acquire().await.expect("open").forget();
