@@ -104,11 +104,15 @@
 //! at `DEBUG` (`how` = `backlog` or `probe`).
 //!
 //! **Work nobody waits for goes last.** Held work (a durable replay) goes only into capacity no
-//! caller needs: while no call waits for the upstream, no attempt of the window timed out and
-//! no call let go is in flight; so one at a time, clocked by its own answers, within the same
-//! pace, and it probes only while no call waits. A backlog replayed beside live load near the
-//! upstream's capacity would otherwise push that load into timeouts: it yields, as a scavenger
-//! transport yields to the traffic it shares a link with (LEDBAT, RFC 6817).
+//! caller needs: while no call waits for the upstream, the upstream does not queue, and no
+//! call let go is in flight; so one at a time, clocked by its own answers, within the same
+//! pace, and it probes only while no call waits. The upstream queues when an attempt of the
+//! window timed out, or when the fastest of its last four accepted answers took more than twice
+//! its base latency, the fastest answer of the last 20 to 40 windows (10-20 s at the default
+//! window), and at least 10 ms more: timeouts show a queue once calls fail, latency as it forms. A
+//! backlog replayed beside live load near the upstream's capacity would otherwise push that
+//! load into timeouts: it yields, as a scavenger transport yields to the traffic it shares a
+//! link with (LEDBAT, RFC 6817, whose current and base delays these are).
 //!
 //! # Fleets and low traffic
 //! Nothing in these rules adds requests per client beyond its own calls: a retry waits unless
@@ -139,6 +143,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::window::{Clock, Counter, Tick};
+use queueing::Queueing;
 
 /// How an admitted attempt ended, to the throttle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,6 +240,12 @@ impl Drop for WaitingPlace<'_> {
 /// an eighth of a window (a probe in flight, one at a time, a backoff step apart).
 const FAILED_PROBES: u64 = 4;
 
+/// How many windows a bucket of the upstream's base latency lasts: the base is the fastest
+/// answer of the last one to two buckets (10 to 20 s at the default window), long enough to
+/// outlast a queue that forms and drains, short enough to follow an upstream that became slower
+/// for good.
+const BASE_WINDOWS: u32 = 20;
+
 /// `d` in nanoseconds, saturating.
 #[inline]
 fn duration_nanos(d: Duration) -> u64 {
@@ -274,6 +285,8 @@ pub struct Throttle {
     /// not from the last accepted answer, so that a quiet spell is not mistaken for an outage;
     /// and from an answered failure, not a timeout, so that a slow upstream is not either.
     failing_since: AtomicU64,
+    /// How long its accepted answers take: whether it queues, for held work.
+    queueing: Queueing,
     /// Calls waiting for admission now (at most [`ThrottleConfig::max_waiting`]).
     waiting: AtomicU32,
     /// Whether the throttle has refused an attempt since the upstream last accepted all that
@@ -317,6 +330,7 @@ impl Throttle {
             failed_ever: AtomicU64::new(0),
             released_ever: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
+            queueing: Queueing::new(config.window.saturating_mul(BASE_WINDOWS)),
             waiting: AtomicU32::new(0),
             throttling: AtomicBool::new(false),
             name: Arc::from(""),
@@ -430,6 +444,13 @@ impl Throttle {
         self.sent.add(epoch, 1);
     }
 
+    /// Notes that an attempt the upstream accepted at `tick` took `took` (from its start to
+    /// its answer): what tells held work whether the upstream queues.
+    #[inline]
+    pub(crate) fn answered_in(&self, took: Duration, tick: Tick) {
+        self.queueing.note(took, tick);
+    }
+
     /// What the upstream has answered so far: a mark to compare with later.
     #[inline]
     pub(crate) fn answers(&self) -> Answers {
@@ -532,6 +553,7 @@ fn refusal(requests: f64, accepted: u64, k: f64) -> f64 {
 }
 
 mod config;
+mod queueing;
 mod release;
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,8 @@
 //! that wants the attempt's latency keeps its admission's start in its field and reads the
 //! clock in `end`.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use crate::breaker::{self, Admission};
@@ -295,12 +297,19 @@ impl Permit {
         self.breaker.is_some() || self.throttle.is_some()
     }
 
-    /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock: the
-    /// breaker counts an accepted attempt as a success, a failed one as a failure, and an
-    /// unjudged one not at all (its admission given back). `true` when the throttle counted
-    /// it (in its window at `tick`).
+    /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock, having
+    /// taken `took` when that was measured: the breaker counts an accepted attempt as a
+    /// success, a failed one as a failure, and an unjudged one not at all (its admission given
+    /// back); the throttle counts it, and notes how long an answer it accepted took. `true`
+    /// when the throttle counted it (in its window at `tick`).
     #[inline(always)]
-    pub(crate) fn end(self, upstream: &Upstream, end: AttemptEnd, tick: Tick) -> bool {
+    pub(crate) fn end(
+        self,
+        upstream: &Upstream,
+        end: AttemptEnd,
+        tick: Tick,
+        took: Option<Duration>,
+    ) -> bool {
         let Permit {
             throttle,
             breaker: admission,
@@ -332,6 +341,10 @@ impl Permit {
             AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => return false,
         };
         throttle.record(sent, verdict, tick);
+        // An answer shed at the door (a 429, a pushback) says nothing of the upstream's queue.
+        if let (AttemptEnd::Accepted, Some(took)) = (end, took) {
+            throttle.answered_in(took, tick);
+        }
         true
     }
 }

@@ -198,8 +198,8 @@ impl Call<'_> {
                     AttemptEnd::of_failure(&failure, || e.timed_out())
                 }
             };
-            let tick = self.ended_at(waited, end);
-            if permit.end(&self.upstream, end, tick) {
+            let (tick, took) = self.ended_at(waited, end);
+            if permit.end(&self.upstream, end, tick, took) {
                 self.pacing.counted(tick);
             }
             if let LetGo::Sent(at) = self.pacing.let_go() {

@@ -122,25 +122,27 @@ impl<'r> Call<'r> {
         }
     }
 
-    /// When an attempt that ended with `end` is counted, on the windows' clock: when it ended,
-    /// or, for one that completed in its first poll, when it started (no clock read; for the
-    /// first attempt that is when the call started). A failure's clock read is kept for the
-    /// decision that follows.
+    /// When an attempt that ended with `end` is counted, on the windows' clock, and how long
+    /// it took: when it ended, or, for one that completed in its first poll, when it started
+    /// (no clock read; for the first attempt that is when the call started; what it took is
+    /// then not measured). A failure's clock read is kept for the decision that follows.
     #[inline]
-    pub(super) fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> Tick {
+    pub(super) fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> (Tick, Option<Duration>) {
         let failed = end.failed();
+        let started = self.timing.last_started();
         if waited || failed {
             let now = Instant::now();
             if failed {
                 self.outcome.keep_failed_at(now);
             }
-            return self.upstream.tick(now);
+            let took = waited.then(|| now.saturating_duration_since(started));
+            return (self.upstream.tick(now), took);
         }
-        let started = self.timing.last_started();
-        match self.timing.known_tick(started) {
+        let tick = match self.timing.known_tick(started) {
             Some(tick) => tick,
             None => self.upstream.tick(started),
-        }
+        };
+        (tick, None)
     }
 
     /// Sleeps `delay` from `from` on the call's backoff timer, or less if shutdown starts

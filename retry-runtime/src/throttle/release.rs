@@ -83,17 +83,19 @@ impl Throttle {
 
     /// Whether held work (a durable replay: nobody waits for its answer) goes at `tick`,
     /// counting it when it does: as a [waiting call](Self::lets_go_at) would, and only into
-    /// capacity no caller needs: no call waits for this upstream, no attempt of the window
-    /// timed out, and no call let go is still in flight. So the backlog goes one at a time,
-    /// clocked by its own answers, and stops as soon as the upstream starts to queue: work
-    /// nobody waits for yields to work somebody does, as a scavenger transport yields to the
-    /// traffic it shares a link with (LEDBAT, RFC 6817).
+    /// capacity no caller needs: no call waits for this upstream, the upstream does not queue
+    /// (its recent answers take less than twice its base latency, and no attempt of the window
+    /// timed out), and no call let go is still in flight. So the backlog goes one at a time,
+    /// clocked by its own answers, and stops as soon as a queue forms: work nobody waits for
+    /// yields to work somebody does, as a scavenger transport yields to the traffic it shares
+    /// a link with (LEDBAT, RFC 6817).
     #[inline]
     pub(crate) fn lets_held_go_at(&self, tick: Tick) -> bool {
         let epoch = self.clock.epoch_of(tick);
         if self.waiting() > 0
             || self.slow.sum(epoch) > 0
             || self.released.sum(epoch) > self.released_answered.sum(epoch)
+            || self.queueing.queues_at(tick, self.config.window)
         {
             return false;
         }

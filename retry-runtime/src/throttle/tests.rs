@@ -708,3 +708,35 @@ fn held_work_goes_only_into_capacity_no_caller_needs() {
         "the window forgot the timeout"
     );
 }
+
+/// Held work waits while the upstream queues: its recent answers take more than twice what
+/// they take when nothing queues, though none timed out; it goes again once they are fast.
+#[test]
+fn held_work_waits_while_the_upstream_queues() {
+    let (throttle, tick) = fresh();
+    let after = |ms| {
+        Tick::at(
+            throttle.clock.origin(),
+            throttle.clock.origin() + Duration::from_millis(ms),
+        )
+    };
+    let answered = |tick, took_ms, n| {
+        for _ in 0..n {
+            throttle.record(throttle.granted(), Verdict::Accepted, tick);
+            throttle.answered_in(Duration::from_millis(took_ms), tick);
+        }
+    };
+    answered(tick, 35, 12);
+    assert!(throttle.lets_held_go_at(tick), "answers at the base");
+    throttle.accepted_let_go(tick);
+    answered(after(100), 150, 4);
+    assert!(
+        !throttle.lets_held_go_at(after(100)),
+        "answers 115 ms late: a queue"
+    );
+    answered(after(200), 40, 1);
+    assert!(
+        throttle.lets_held_go_at(after(200)),
+        "an answer near the base: the queue drained"
+    );
+}
