@@ -44,8 +44,11 @@ pub(crate) const PUSHBACK_NAME: http::HeaderName = http::HeaderName::from_static
 /// The largest deadline accepted from a caller (one day): anything above is treated as garbage.
 const MAX_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// What a caller said about its operation, after validation.
+/// What a caller said about its operation, after validation. Non-exhaustive, so that a new
+/// header does not break code that reads it: build one with [`Inbound::default`] and the
+/// `with_*` setters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Inbound {
     /// Time the caller has left.
     pub deadline: Option<Duration>,
@@ -56,6 +59,27 @@ pub struct Inbound {
 }
 
 impl Inbound {
+    /// With `deadline` left to the caller.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// With the caller at its attempt number `attempt`.
+    #[must_use]
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = Some(attempt);
+        self
+    }
+
+    /// With `retries_left` retries left to the caller's operation.
+    #[must_use]
+    pub fn with_retries_left(mut self, retries_left: u32) -> Self {
+        self.retries_left = Some(retries_left);
+        self
+    }
+
     /// Reads the propagation headers, ignoring (with a trace event) any malformed value.
     pub fn from_headers(headers: &http::HeaderMap) -> Inbound {
         Inbound {

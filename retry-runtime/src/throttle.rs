@@ -143,6 +143,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::window::{Clock, Counter, Tick};
+use odds::{extra_refusal, refusal};
 use queueing::Queueing;
 
 /// How an admitted attempt ended, to the throttle.
@@ -174,64 +175,6 @@ pub(crate) enum Work {
         /// The call's own attempts the window counts.
         own: u32,
     },
-}
-
-/// When a call's own attempts were counted by its upstream's throttle (the latest
-/// [`Own::KEPT`]): a retry is judged on what the *other* calls met, so the window's count
-/// less the call's own attempts still in it. Attempts the throttle never counted (failed to
-/// connect, lost to connection rotation, cancelled) are not here, and neither, once the window
-/// moved past them, are attempts it has forgotten.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Own {
-    counted: [Option<Tick>; Own::KEPT],
-    next: usize,
-}
-
-impl Own {
-    /// How many counts a call keeps: more attempts than that within one window is a call
-    /// whose older attempts the window soon forgets anyway.
-    const KEPT: usize = 4;
-
-    /// Notes an attempt of the call counted at `tick`.
-    #[inline]
-    pub(crate) fn counted(&mut self, tick: Tick) {
-        self.counted[self.next % Own::KEPT] = Some(tick);
-        self.next = self.next.wrapping_add(1);
-    }
-
-    /// The call's attempts in `throttle`'s window at `tick`.
-    #[inline]
-    pub(crate) fn in_window(&self, throttle: &Throttle, tick: Tick) -> u32 {
-        self.counted
-            .iter()
-            .flatten()
-            .filter(|counted| throttle.clock.in_window(**counted, tick))
-            .count() as u32
-    }
-}
-
-/// A mark of how often the upstream had been asked anything, and since when: see
-/// [`Throttle::asked`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Asked {
-    count: u64,
-    at: Tick,
-}
-
-impl PartialEq for Asked {
-    fn eq(&self, other: &Asked) -> bool {
-        self.count == other.count && self.at.nanos() == other.at.nanos()
-    }
-}
-
-/// A call's place among those waiting for an upstream's admission; given back when dropped.
-#[derive(Debug)]
-pub(crate) struct WaitingPlace<'a>(&'a Throttle);
-
-impl Drop for WaitingPlace<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// How many waiting calls let go in a window may fail before no further one probes the
@@ -277,7 +220,7 @@ pub struct Throttle {
     accepted_ever: AtomicU64,
     failed_ever: AtomicU64,
     /// Every waiting call let go since the throttle was made: with the answers, whether
-    /// anybody asked the upstream anything since a mark ([`Asked`]).
+    /// anybody asked the upstream anything since a mark ([`Asked`](marks::Asked)).
     released_ever: AtomicU64,
     /// When the upstream began failing every attempt (its first answered failure since it
     /// last accepted one), in nanoseconds after the origin, plus one; 0 while it accepts: a
@@ -530,29 +473,9 @@ pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
     failure.pushback.is_some()
 }
 
-/// The refusal probability at `k` of a retry or a hedge of a call that sent `own` of the
-/// window's `sent` attempts: the call's own failures are what a retry is for, so the upstream
-/// is judged on what the other calls met; with none, a lone call's retry is not refused here
-/// (it goes at its backoff, while the upstream has not failed everything for the hold: see
-/// [`holds_at`](Throttle::holds_at), which the loop asks first). No `+ 1` below the fraction,
-/// unlike a first attempt's: first attempts keep probing an upstream that accepts nothing,
-/// extra work need not.
-#[inline]
-fn extra_refusal(sent: f64, accepted: u64, k: f64, own: u32) -> f64 {
-    let others = sent - f64::from(own);
-    if others <= 0.0 {
-        return 0.0;
-    }
-    ((others - k * accepted as f64) / others).clamp(0.0, 1.0)
-}
-
-/// The refusal probability for `requests` of which `accepted` were accepted, at `k`.
-#[inline]
-fn refusal(requests: f64, accepted: u64, k: f64) -> f64 {
-    ((requests - k * accepted as f64) / (requests + 1.0)).clamp(0.0, 1.0)
-}
-
 mod config;
+pub(crate) mod marks;
+mod odds;
 mod queueing;
 mod release;
 #[cfg(test)]

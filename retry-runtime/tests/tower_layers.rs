@@ -413,10 +413,7 @@ fn the_transit_margin_shortens_a_propagated_deadline_and_only_that() {
     let limits = InboundLimits::new()
         .with_deadline(Duration::from_secs(2))
         .with_transit_margin(Duration::from_millis(20));
-    let from = |ms: u64| Inbound {
-        deadline: Some(Duration::from_millis(ms)),
-        ..Inbound::default()
-    };
+    let from = |ms: u64| Inbound::default().with_deadline(Duration::from_millis(ms));
     assert_eq!(limits.apply(&from(300)).0, Duration::from_millis(280));
     assert_eq!(
         limits.apply(&from(10)).0,

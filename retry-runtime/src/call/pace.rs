@@ -15,7 +15,8 @@ use crate::attempt::Attempt;
 use crate::category::Rejection;
 use crate::decision::DenyReason;
 use crate::error::Error;
-use crate::throttle::{Asked, Throttle};
+use crate::throttle::Throttle;
+use crate::throttle::marks::Asked;
 use crate::window::Tick;
 
 /// The shortest wait between two asks: a full-jitter backoff can draw (nearly) zero, and

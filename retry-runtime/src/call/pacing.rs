@@ -4,7 +4,8 @@
 //! waited (`pace`).
 
 use crate::partition::Partition;
-use crate::throttle::{Answers, Own, Throttle};
+use crate::throttle::marks::Own;
+use crate::throttle::{Answers, Throttle};
 use crate::window::Tick;
 
 /// Whether the call's attempt is one the throttle let go after it waited (`pace`): from a slow

@@ -5,7 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Asked, FAILED_PROBES, Throttle, WaitingPlace, duration_nanos};
+use super::marks::{Asked, WaitingPlace};
+use super::{FAILED_PROBES, Throttle, duration_nanos};
 use crate::window::{SLOTS, Tick};
 
 impl Throttle {

@@ -1,3 +1,4 @@
+use super::marks::Own;
 use super::*;
 
 use proptest::prelude::*;
