@@ -135,8 +135,17 @@ impl<'r> Call<'r> {
             if failed {
                 self.outcome.keep_failed_at(now);
             }
-            let took = waited.then(|| now.saturating_duration_since(started));
-            return (self.upstream.tick(now), took);
+            let tick = self.upstream.tick(now);
+            // Only an accepted answer's time is noted (the throttle's queueing signal), read
+            // off the window's clock: the first attempt's start is already on it.
+            let took = (waited && matches!(end, AttemptEnd::Accepted)).then(|| {
+                let start = match self.timing.known_tick(started) {
+                    Some(start) => start,
+                    None => self.upstream.tick(started),
+                };
+                Duration::from_nanos(tick.nanos().saturating_sub(start.nanos()))
+            });
+            return (tick, took);
         }
         let tick = match self.timing.known_tick(started) {
             Some(tick) => tick,
