@@ -31,8 +31,12 @@
 //! ```
 //!
 //! the client-side adaptive throttling of Google's SRE book ("Handling Overload"). An upstream
-//! that accepts nothing gets about one first attempt a window from each client, whatever is
-//! offered; once it accepts its share again, nothing is refused, whatever was refused before.
+//! that accepted nothing in the window gets the formula's floor, one first attempt a window
+//! from each client whatever is offered, evenly spaced rather than drawn: the first to ask a
+//! window after the last one goes. Spaced so, the floor finds an upstream that came back half
+//! a window later on average, where random draws at the same rate leave a whole window to the
+//! next attempt. Once it accepts its share again, nothing is refused, whatever was refused
+//! before.
 //!
 //! A **retry or a hedge** is extra work, judged on what the *other* calls met (its own call's
 //! failures are what it is for), passing in the proportion the upstream accepts them
@@ -228,6 +232,10 @@ pub struct Throttle {
     /// not from the last accepted answer, so that a quiet spell is not mistaken for an outage;
     /// and from an answered failure, not a timeout, so that a slow upstream is not either.
     failing_since: AtomicU64,
+    /// When the last first attempt went as the floor of an upstream that accepted nothing
+    /// (see [`floor_turn`](Self::floor_turn)), in nanoseconds after the origin, plus one; 0
+    /// before any.
+    floor_at: AtomicU64,
     /// How long its accepted answers take: whether it queues, for held work.
     queueing: Queueing,
     /// Calls waiting for admission now (at most [`ThrottleConfig::max_waiting`]).
@@ -273,6 +281,7 @@ impl Throttle {
             failed_ever: AtomicU64::new(0),
             released_ever: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
+            floor_at: AtomicU64::new(0),
             queueing: Queueing::new(config.window.saturating_mul(BASE_WINDOWS)),
             waiting: AtomicU32::new(0),
             throttling: AtomicBool::new(false),
@@ -312,12 +321,42 @@ impl Throttle {
             Work::First => first,
             Work::Extra { own } => extra_refusal(sent, accepted, self.config.retry_multiplier, own),
         };
-        if p > 0.0 && rng() < p {
+        let goes = match (kind, accepted) {
+            (Work::First, 0) if p > 0.0 => self.floor_turn(tick),
+            // A first attempt that goes, free, in an upstream's failing spell (the window
+            // forgot its failures) is the floor's turn too: the floor counts from it.
+            (Work::First, _) if p == 0.0 => {
+                if self.failing_since.load(Ordering::Relaxed) != 0 {
+                    self.floor_at
+                        .store(tick.nanos().saturating_add(1), Ordering::Relaxed);
+                }
+                true
+            }
+            _ => p == 0.0 || rng() >= p,
+        };
+        if !goes {
             self.note_state(true);
             self.refused.add(epoch, 1);
             return None;
         }
         Some(Sent)
+    }
+
+    /// Whether a first attempt at `tick`, to an upstream that accepted nothing in the window,
+    /// is the floor's: the first to ask a window after the last one went, claiming the turn.
+    /// Evenly spaced, the floor finds an upstream that came back within half a window on
+    /// average; drawn at random at the same rate (the formula's `1 / (requests + 1)`), the
+    /// next attempt after any instant is a whole window away on average.
+    #[inline]
+    fn floor_turn(&self, tick: Tick) -> bool {
+        let last = self.floor_at.load(Ordering::Relaxed);
+        let now = tick.nanos().saturating_add(1);
+        if last != 0 && now < last.saturating_add(duration_nanos(self.config.window)) {
+            return false;
+        }
+        self.floor_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The place of a retry that [`admits_extra`](Self::admits_extra) already let go: counted
@@ -429,35 +468,6 @@ impl Throttle {
                     .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
-
-    /// Emits the state-change event when the throttle starts refusing, or stops.
-    #[inline]
-    fn note_state(&self, throttling: bool) {
-        if self.throttling.load(Ordering::Relaxed) != throttling {
-            self.change_state(throttling);
-        }
-    }
-
-    #[cold]
-    fn change_state(&self, throttling: bool) {
-        if self.throttling.swap(throttling, Ordering::Relaxed) == throttling {
-            return;
-        }
-        match throttling {
-            true => tracing::warn!(
-                target: "retry_runtime::throttle",
-                upstream = %self.name,
-                state = "throttling",
-                "the upstream accepts less than it gets: refusing part of the attempts locally"
-            ),
-            false => tracing::info!(
-                target: "retry_runtime::throttle",
-                upstream = %self.name,
-                state = "open",
-                "the upstream accepts what it gets again: admitting every attempt"
-            ),
-        }
-    }
 }
 
 /// Whether a failed attempt still counts as accepted: the callee answered with a pushback
@@ -474,6 +484,7 @@ pub(crate) fn accepted_anyway(failure: &crate::decision::Failure) -> bool {
 }
 
 mod config;
+mod events;
 pub(crate) mod marks;
 mod odds;
 mod queueing;

@@ -157,9 +157,10 @@ async fn a_wait_is_cut_to_the_time_left_not_given_up() {
         let start = Instant::now();
         let (result, attempts) = refused_retry(&reg, DropProbe(drops)).await;
         let took = start.elapsed();
-        // The deadline (500 ms) less the minimum attempt budget (50 ms), a timer tick aside.
+        // Let go (as the upstream's probe), it went and succeeded; otherwise it waited to the
+        // deadline (500 ms) less the minimum attempt budget (50 ms), a timer tick aside.
         assert!(
-            took >= ms(440),
+            result.is_ok() || took >= ms(440),
             "seed {seed}: gave up after {took:?}: {result:?}"
         );
         assert!(took <= ms(500), "seed {seed}: {took:?}");

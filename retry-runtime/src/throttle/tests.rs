@@ -56,8 +56,7 @@ fn fresh() -> (Throttle, Tick) {
 /// `n` first attempts admitted at `tick` and ended `accepted` or not.
 fn answer(throttle: &Throttle, tick: Tick, n: usize, accepted: bool) {
     for _ in 0..n {
-        let sent = throttle.admit(Work::First, tick, || 1.0).unwrap();
-        throttle.record(sent, verdict(accepted), tick);
+        throttle.record(throttle.granted(), verdict(accepted), tick);
     }
 }
 
@@ -175,6 +174,10 @@ fn refusals_count_as_requests_until_the_upstream_accepts_its_share() {
     answer(&throttle, tick, 10, false);
     // 10 sent, none accepted: 10 / 11.
     assert!((throttle.refusal_probability() - 10.0 / 11.0).abs() < 1e-9);
+    // The floor's turn of the window goes (never answered here: never counted).
+    let _floor = throttle
+        .admit(Work::First, tick, || 0.0)
+        .expect("the floor");
     for _ in 0..100 {
         assert!(throttle.admit(Work::First, tick, || 0.0).is_none());
     }
@@ -574,6 +577,9 @@ fn a_waiting_call_probes_only_when_nobody_asked_for_a_while() {
         "an attempt was answered"
     );
     let mark = throttle.asked(Some(mark), at(80));
+    let _floor = throttle
+        .admit(Work::First, at(85), || 0.0)
+        .expect("the floor");
     assert!(throttle.admit(Work::First, at(90), || 0.0).is_none());
     assert!(
         !throttle.probes_since(mark, at(120)),
@@ -739,5 +745,35 @@ fn held_work_waits_while_the_upstream_queues() {
     assert!(
         throttle.lets_held_go_at(after(200)),
         "an answer near the base: the queue drained"
+    );
+}
+
+/// An upstream that accepts nothing gets the floor: one first attempt a window, evenly spaced
+/// (the first to ask a window after the last), so that it is found again within a window of
+/// coming back, never after a random gap of several.
+#[test]
+fn a_dead_upstreams_floor_is_one_first_attempt_a_window_evenly_spaced() {
+    let (throttle, _) = fresh();
+    let origin = throttle.clock.origin();
+    let window = throttle.config().window;
+    let step = Duration::from_millis(10);
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut admitted = Vec::new();
+    for i in 0..400u32 {
+        let t = step * i;
+        let tick = Tick::at(origin, origin + t);
+        if let Some(sent) = throttle.admit(Work::First, tick, || rng.f64()) {
+            throttle.record(sent, Verdict::Failed, tick);
+            admitted.push(t);
+        }
+    }
+    // The first attempts go until the window holds a failure; from then on, the floor.
+    let floor: Vec<Duration> = admitted.into_iter().skip(1).collect();
+    let gaps: Vec<Duration> = floor.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(floor.len() >= 7, "about one a window over 4 s: {floor:?}");
+    assert!(
+        gaps.iter()
+            .all(|gap| *gap >= window - window / 10 && *gap < window + step),
+        "one a window, evenly spaced: {gaps:?}"
     );
 }
