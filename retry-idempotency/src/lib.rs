@@ -97,6 +97,9 @@
 #![warn(missing_docs)]
 
 mod body;
+mod config;
+mod headers;
+mod holding;
 pub mod key;
 mod layer;
 mod lease;
@@ -107,10 +110,11 @@ pub mod store;
 mod sweep;
 
 pub use body::{BoxError, IdempotentBody};
-pub use layer::{
-    ConfigError, Fingerprint, FingerprintFn, Idempotency, IdempotencyLayer,
-    IdempotencyLayerBuilder, NOT_STORED, REPLAYED, ScopeFn, default_fingerprint,
+pub use config::{
+    ConfigError, Fingerprint, FingerprintFn, IdempotencyLayerBuilder, ScopeFn, default_fingerprint,
 };
+pub use headers::{NOT_STORED, REPLAYED};
+pub use layer::{Idempotency, IdempotencyLayer};
 pub use lease::KeyLease;
 #[cfg(feature = "postgres")]
 pub use sql::PgKeys;

@@ -40,9 +40,10 @@
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::visit_mut::{self, VisitMut};
-use syn::{AttrStyle, ExprPath, FnArg, Item, ItemFn, Macro, Pat, ReceiverKind, ReturnType, Type};
+use syn::visit_mut::VisitMut;
+use syn::{AttrStyle, ExprPath, FnArg, ItemFn, Pat, ReceiverKind, ReturnType, Type};
 
+use crate::rewrite::{EraseImplTrait, ReplaceSelf, mentions};
 use crate::validate::Spec;
 
 /// How the function takes an argument, which decides how each attempt gets it.
@@ -470,86 +471,6 @@ fn reconcile_call(path: &ExprPath, args: &[TokenStream]) -> TokenStream {
     let mut out = path.to_token_stream();
     out.extend([TokenTree::Group(group)]);
     out
-}
-
-/// Whether `name` appears as an identifier anywhere in `tokens` (macro arguments included).
-fn mentions(tokens: &TokenStream, name: &str) -> bool {
-    tokens.clone().into_iter().any(|tt| match tt {
-        TokenTree::Ident(ident) => ident == name,
-        TokenTree::Group(g) => mentions(&g.stream(), name),
-        _ => false,
-    })
-}
-
-/// Renames the body's `self` to the per-attempt `__retry_self` (a reborrow or a clone), since
-/// `self` itself cannot be shadowed. Stops at nested items; rewrites macro arguments too, except
-/// module paths (`self::x`).
-struct ReplaceSelf;
-
-fn self_ident(at: Span) -> Ident {
-    Ident::new("__retry_self", Span::mixed_site().located_at(at))
-}
-
-impl VisitMut for ReplaceSelf {
-    fn visit_item_mut(&mut self, _: &mut Item) {
-        // A nested item has its own `self`, or none.
-    }
-
-    fn visit_expr_path_mut(&mut self, expr: &mut ExprPath) {
-        if expr.qself.is_none()
-            && expr.path.leading_colon.is_none()
-            && expr.path.segments.len() == 1
-        {
-            let segment = &mut expr.path.segments[0];
-            if segment.ident == "self" {
-                segment.ident = self_ident(segment.ident.span());
-            }
-        }
-        visit_mut::visit_expr_path_mut(self, expr);
-    }
-
-    fn visit_macro_mut(&mut self, mac: &mut Macro) {
-        mac.tokens = replace_self_tokens(mac.tokens.clone());
-    }
-}
-
-fn replace_self_tokens(tokens: TokenStream) -> TokenStream {
-    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
-    let mut out = Vec::with_capacity(tokens.len());
-    for (i, tt) in tokens.iter().enumerate() {
-        match tt {
-            TokenTree::Ident(ident) if ident == "self" => {
-                let module_path =
-                    matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == ':');
-                if module_path {
-                    out.push(tt.clone());
-                } else {
-                    out.push(TokenTree::Ident(self_ident(ident.span())));
-                }
-            }
-            TokenTree::Group(g) => {
-                let mut group = Group::new(g.delimiter(), replace_self_tokens(g.stream()));
-                group.set_span(g.span());
-                out.push(TokenTree::Group(group));
-            }
-            _ => out.push(tt.clone()),
-        }
-    }
-    out.into_iter().collect()
-}
-
-/// `impl Trait` cannot be named in a `let`; `_` lets inference fill it in.
-struct EraseImplTrait;
-
-impl VisitMut for EraseImplTrait {
-    fn visit_type_mut(&mut self, ty: &mut Type) {
-        if let Type::ImplTrait(it) = ty {
-            let underscore = syn::Token![_](it.impl_token.span);
-            *ty = syn::parse_quote!(#underscore);
-            return;
-        }
-        visit_mut::visit_type_mut(self, ty);
-    }
 }
 
 #[cfg(test)]

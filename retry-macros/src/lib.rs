@@ -16,6 +16,7 @@ mod expand;
 mod fallback;
 mod hint;
 mod infer;
+mod rewrite;
 mod validate;
 
 use proc_macro::TokenStream;

@@ -113,6 +113,7 @@ mod bulkhead;
 mod call;
 mod category;
 mod classify;
+mod deadline;
 mod decision;
 mod drain;
 mod duration;

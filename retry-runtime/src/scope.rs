@@ -7,10 +7,8 @@
 //!
 //! A scope is opened explicitly with [`operation`] or implicitly by the first retrying call
 //! that finds none. It is installed while the future that opened it is polled (see
-//! `ambient.rs`), so it follows the future, not the thread.
-//!
-//! The deadline lives here too: a call's deadline is the earlier of its upstream's operation
-//! deadline and its scope's ([`min_deadline`]), fixed when the call starts.
+//! `ambient.rs`), so it follows the future, not the thread. A call's deadline is the earlier of
+//! its upstream's operation deadline and its scope's, fixed when the call starts.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -18,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::deadline::{deadline_after, min_deadline};
 
 const UNSET: u32 = u32::MAX;
 
@@ -361,24 +361,6 @@ impl CallScope {
         if let (CallScope::Unopened(_), Some(op)) = (&*self, opened) {
             *self = CallScope::Own(op);
         }
-    }
-}
-
-/// The instant `after` from `now`, saturating (a duration given in code may be anything up to
-/// `Duration::MAX`; an instant that far cannot be represented, and a call that far away is a
-/// call without a deadline in practice).
-pub(crate) fn deadline_after(now: Instant, after: Duration) -> Instant {
-    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    now.checked_add(after.min(FAR))
-        .or_else(|| now.checked_add(Duration::from_secs(24 * 3600)))
-        .unwrap_or(now)
-}
-
-/// The earlier of two optional deadlines.
-pub(crate) fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 

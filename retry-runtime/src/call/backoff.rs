@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use crate::deadline::deadline_after;
 use crate::drain::Drain;
-use crate::scope::deadline_after;
 
 /// Shutdown started while waiting.
 pub(super) struct Drained;

@@ -18,13 +18,14 @@ use super::rotations::Rotations;
 use super::spans::Spans;
 use super::state::Call;
 use super::timing::Timing;
+use crate::deadline::{deadline_after, min_deadline};
 use crate::engine::Safety;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
 use crate::partition::Partition;
 use crate::registry::{Registry, Upstream};
 use crate::replay::Replayability;
-use crate::scope::{CallScope, OpName, Operation, Unopened, deadline_after, min_deadline};
+use crate::scope::{CallScope, OpName, Operation, Unopened};
 use crate::site::CallSite;
 
 /// What a retrying call is: which upstream, which method, which key.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::Attempt;
-use crate::scope::deadline_after;
+use crate::deadline::deadline_after;
 use crate::window::Tick;
 
 /// When the call and its last attempt run.
