@@ -16,9 +16,11 @@
 //!   came, not together); a call whose deadline comes before the pushback ends fails at once
 //!   with [`Error::Throttled`](crate::Error::Throttled), sending nothing. An attempt of the
 //!   partition the upstream accepts meanwhile (one already in flight) ends the pushback: the
-//!   quota serves it again, and the held calls go within a tenth of a second (an upstream
-//!   that answers 429 to some requests at random is not holding the partition back). Other
-//!   partitions' calls go as before.
+//!   quota serves it again (an upstream that answers 429 to some requests at random is not
+//!   holding the partition back). Either way, the held calls then go at the pace of the
+//!   upstream's answers, as the throttle lets its waiting calls go: the backlog the pushback
+//!   built is a burst to an upstream with a capacity, whatever ended it. Other partitions'
+//!   calls go as before.
 //!
 //! Memory is bounded whatever the number of partitions: each upstream keeps [`SLOTS`] pushback
 //! times, one word each, allocated at its first 429 with a partition. A partition maps to one

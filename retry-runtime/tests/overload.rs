@@ -368,3 +368,60 @@ async fn one_tenants_429s_never_refuse_another_tenants_calls() {
         "tenant A sent {a_partitioned} requests in the phase with its partition, {a_alone} without"
     );
 }
+
+/// The calls a partition's pushback held go at the pace of the upstream's answers when an
+/// accepted answer ends the pushback early, as when it runs out: the partition is served
+/// again, but its backlog is still a burst to an upstream with a capacity.
+#[tokio::test(start_paused = true)]
+async fn a_partitions_backlog_goes_at_the_upstreams_pace_when_an_answer_ends_its_pushback() {
+    let reg = registry(ThrottleConfig::new(), 3);
+    let start = Instant::now();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let call = |n: u32| {
+        let (reg, received) = (reg.clone(), received.clone());
+        async move {
+            Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .partition("tenant")
+                .run(|_| {
+                    let at = start.elapsed();
+                    received.lock().unwrap().push(at);
+                    async move {
+                        // Call 0 is in flight for 250 ms and accepted; call 1 meets the quota.
+                        tokio::time::sleep(if n == 0 { ms(250) } else { ms(10) }).await;
+                        match n == 1 && at < ms(100) {
+                            true => Err(Fail::Status(429).with_retry_after(Duration::from_secs(1))),
+                            false => Ok(()),
+                        }
+                    }
+                })
+                .await
+                .is_ok()
+        }
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(call(0));
+    tokio::time::sleep(ms(10)).await;
+    tasks.spawn(call(1));
+    tokio::time::sleep(ms(20)).await;
+    // Twenty calls of the partition, held by its pushback.
+    for n in 2..22 {
+        tasks.spawn(call(n));
+        tokio::time::sleep(ms(10)).await;
+    }
+    let ok = tasks.join_all().await;
+    assert!(ok.iter().all(|ok| *ok), "every call is served in the end");
+    let received = received.lock().unwrap().clone();
+    let held_went = |from: Duration, to: Duration| {
+        received
+            .iter()
+            .filter(|at| **at >= from && **at < to)
+            .count()
+    };
+    assert_eq!(held_went(ms(40), ms(250)), 0, "held while pushed back");
+    assert!(
+        held_went(ms(250), ms(350)) <= 5,
+        "{} requests in the 100 ms after the accepted answer ended the pushback: {received:?}",
+        held_went(ms(250), ms(350))
+    );
+}

@@ -27,10 +27,7 @@ impl Call<'_> {
         let latest = self.latest_start();
         // Asked again after each wait: a call of the partition let go meanwhile may have met
         // the quota again and pushed it further.
-        // Whether the call went because its pushback ran out (a held backlog, let go at the
-        // upstream's pace) rather than because an accepted answer ended it (the partition is
-        // served again: nothing to pace).
-        let mut ran_out = false;
+        let mut held = false;
         while let Some(left) = self
             .upstream
             .quotas()
@@ -42,7 +39,6 @@ impl Call<'_> {
             // Spread over as long again as the call waits: the calls the pushback held go
             // about as they came, not together the instant it ends.
             let spread = left.mul_f64(self.rng.f64(self.registry));
-            let until = attempt.started + left;
             let go_at = attempt.started
                 + (left + spread).min(latest.saturating_duration_since(attempt.started));
             self.on_paced(go_at - attempt.started);
@@ -60,14 +56,15 @@ impl Call<'_> {
                 let tick = self.upstream.tick(now);
                 let ended = self.upstream.quotas().held(partition, tick).is_none();
                 if now >= go_at || ended {
-                    ran_out = !ended || now >= until;
+                    held = true;
                     break;
                 }
             }
         }
-        // Calls held until their pushback ran out go at the pace of the upstream's answers, not
-        // together when it ends.
-        if ran_out {
+        // Calls the pushback held go at the pace of the upstream's answers, not together when
+        // it ends, whether it ran out or an accepted answer ended it: the partition is served
+        // again, but the backlog it built is still a burst to an upstream with a capacity.
+        if held {
             return self.wait_for_release(attempt, Waits::Caller).await;
         }
         Ok(())
