@@ -321,18 +321,18 @@ impl Throttle {
             Work::First => first,
             Work::Extra { own } => extra_refusal(sent, accepted, self.config.retry_multiplier, own),
         };
-        let goes = match (kind, accepted) {
-            (Work::First, 0) if p > 0.0 => self.floor_turn(tick),
-            // A first attempt that goes, free, in an upstream's failing spell (the window
-            // forgot its failures) is the floor's turn too: the floor counts from it.
-            (Work::First, _) if p == 0.0 => {
-                if self.failing_since.load(Ordering::Relaxed) != 0 {
+        let goes = match kind {
+            _ if p == 0.0 => {
+                // A first attempt that goes, free, in an upstream's failing spell (the window
+                // forgot its failures) is the floor's turn too: the floor counts from it.
+                if kind == Work::First && self.failing_since.load(Ordering::Relaxed) != 0 {
                     self.floor_at
                         .store(tick.nanos().saturating_add(1), Ordering::Relaxed);
                 }
                 true
             }
-            _ => p == 0.0 || rng() >= p,
+            Work::First if accepted == 0 => self.floor_turn(tick),
+            _ => rng() >= p,
         };
         if !goes {
             self.note_state(true);

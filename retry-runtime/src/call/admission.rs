@@ -298,10 +298,10 @@ impl Permit {
     }
 
     /// Tells every gate how the attempt ended, at `tick` on the upstream's window clock, having
-    /// taken `took` when that was measured: the breaker counts an accepted attempt as a
-    /// success, a failed one as a failure, and an unjudged one not at all (its admission given
-    /// back); the throttle counts it, and notes how long an answer it accepted took. `true`
-    /// when the throttle counted it (in its window at `tick`).
+    /// taken `took` when that was measured (an accepted answer's): the breaker counts an
+    /// accepted attempt as a success, a failed one as a failure, and an unjudged one not at all
+    /// (its admission given back); the throttle counts it, and notes what `took`. `true` when
+    /// the throttle counted it (in its window at `tick`).
     #[inline(always)]
     pub(crate) fn end(
         self,
@@ -341,8 +341,7 @@ impl Permit {
             AttemptEnd::ConnectionFailed | AttemptEnd::Unjudged => return false,
         };
         throttle.record(sent, verdict, tick);
-        // An answer shed at the door (a 429, a pushback) says nothing of the upstream's queue.
-        if let (AttemptEnd::Accepted, Some(took)) = (end, took) {
+        if let Some(took) = took {
             throttle.answered_in(took, tick);
         }
         true

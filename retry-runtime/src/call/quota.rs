@@ -33,6 +33,7 @@ impl Call<'_> {
             .quotas()
             .held(partition, self.upstream.tick(attempt.started))
         {
+            held = true;
             if !self.has_time_at(attempt.started + left) {
                 return Err(self.refused(Rejection::Throttled));
             }
@@ -56,7 +57,6 @@ impl Call<'_> {
                 let tick = self.upstream.tick(now);
                 let ended = self.upstream.quotas().held(partition, tick).is_none();
                 if now >= go_at || ended {
-                    held = true;
                     break;
                 }
             }

@@ -129,29 +129,31 @@ impl<'r> Call<'r> {
     #[inline]
     pub(super) fn ended_at(&mut self, waited: bool, end: AttemptEnd) -> (Tick, Option<Duration>) {
         let failed = end.failed();
-        let started = self.timing.last_started();
         if waited || failed {
             let now = Instant::now();
             if failed {
                 self.outcome.keep_failed_at(now);
             }
             let tick = self.upstream.tick(now);
-            // Only an accepted answer's time is noted (the throttle's queueing signal), read
-            // off the window's clock: the first attempt's start is already on it.
+            // Only an accepted answer's time is noted, for the throttle's queueing signal (an
+            // answer shed at the door, a 429 or a pushback, says nothing of a queue), read off
+            // the window's clock: the first attempt's start is already on it.
             let took = (waited && matches!(end, AttemptEnd::Accepted)).then(|| {
-                let start = match self.timing.known_tick(started) {
-                    Some(start) => start,
-                    None => self.upstream.tick(started),
-                };
-                Duration::from_nanos(tick.nanos().saturating_sub(start.nanos()))
+                Duration::from_nanos(tick.nanos().saturating_sub(self.started_tick().nanos()))
             });
             return (tick, took);
         }
-        let tick = match self.timing.known_tick(started) {
+        (self.started_tick(), None)
+    }
+
+    /// When the last attempt started, on the windows' clock (no clock read for the first).
+    #[inline]
+    fn started_tick(&self) -> Tick {
+        let started = self.timing.last_started();
+        match self.timing.known_tick(started) {
             Some(tick) => tick,
             None => self.upstream.tick(started),
-        };
-        (tick, None)
+        }
     }
 
     /// Sleeps `delay` from `from` on the call's backoff timer, or less if shutdown starts

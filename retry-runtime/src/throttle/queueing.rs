@@ -21,7 +21,7 @@ const RECENT: usize = 4;
 
 /// The least queueing delay that counts as a queue, whatever the base: an answer a few
 /// milliseconds late is the client's or the network's jitter, not the upstream's queue.
-const QUEUE_FLOOR: Duration = Duration::from_millis(10);
+const LEAST_QUEUE_DELAY: Duration = Duration::from_millis(10);
 
 /// Bits of a packed sample that hold its microseconds (about 12 days); the bits above hold
 /// the span it belongs to.
@@ -87,14 +87,15 @@ impl Queueing {
 
     /// Whether the upstream queues at `tick`: the fastest of its last few accepted answers,
     /// those that came within `recent` before `tick`, took longer than its base latency by more
-    /// than the base (and than [`QUEUE_FLOOR`]). So an upstream whose answers take more than
+    /// than the base (and than [`LEAST_QUEUE_DELAY`]). So an upstream whose answers take more than
     /// twice what they take when nothing queues is queueing: an answer waited behind at
-    /// least as much work as its own. No recent answer, or no base, is no sign of a queue.
+    /// least as much work as its own. No recent answer, or no base, is no sign of a queue; at
+    /// a call a second the window holds one answer, which then decides alone.
     pub(super) fn queues_at(&self, tick: Tick, recent: Duration) -> bool {
         let (Some(current), Some(base)) = (self.current(tick, recent), self.base(tick)) else {
             return false;
         };
-        current.saturating_sub(base) > base.max(QUEUE_FLOOR)
+        current.saturating_sub(base) > base.max(LEAST_QUEUE_DELAY)
     }
 
     /// The fastest of the last [`RECENT`] accepted answers that came within `recent` of
