@@ -153,7 +153,7 @@ impl CatalogAdapter {
     /// The order's status. A read: retried on 5xx, 429, timeouts and resets, inside the
     /// operation's deadline, retry allowance and the catalog's budget; hedged when the
     /// catalog's registry entry says when (`[upstreams.catalog.hedge]`). The order's tenant
-    /// is the call's partition: a 429 (the tenant over its quota) holds that tenant's calls
+    /// is the call's partition: a 429 (the tenant over its quota) holds that tenant's retries
     /// until its `Retry-After`, and no other tenant's.
     #[retry(
         upstream = "catalog",

@@ -11,16 +11,23 @@
 //!   [`RetryCall::partition`](crate::RetryCall::partition), the tower layer's
 //!   `RetryLayer::partition_by`), it belongs to the partition:
 //!   until the `Retry-After` the 429 carried (or the upstream's initial backoff without one),
-//!   every call of that partition holds its next attempt, first attempts included, and goes
-//!   after it, spread over as long again as it waited (so the held calls go about as they
-//!   came, not together); a call whose deadline comes before the pushback ends fails at once
-//!   with [`Error::Throttled`](crate::Error::Throttled), sending nothing. An attempt of the
-//!   partition the upstream accepts meanwhile (one already in flight) ends the pushback: the
-//!   quota serves it again (an upstream that answers 429 to some requests at random is not
-//!   holding the partition back). Either way, the held calls then go at the pace of the
-//!   upstream's answers, as the throttle lets its waiting calls go: the backlog the pushback
-//!   built is a burst to an upstream with a capacity, whatever ended it. Other partitions'
-//!   calls go as before.
+//!   every retry of that partition's calls waits (and durable replays of it), and goes after
+//!   it, spread over as long again as it waited (so the held retries go about as they came,
+//!   not together); a retry whose deadline comes before the pushback ends fails at once with
+//!   [`Error::Throttled`](crate::Error::Throttled), sending nothing. An attempt of the
+//!   partition the upstream accepts meanwhile ends the pushback: the quota serves it again
+//!   (an upstream that answers 429 to some requests at random is not holding the partition
+//!   back). Either way, the held retries then go at the pace of the upstream's answers, as the
+//!   throttle lets its waiting calls go: the backlog the pushback built is a burst to an
+//!   upstream with a capacity, whatever ended it. Other partitions' calls go as before.
+//!
+//! A call's first attempt is never held by the pushback, as gRPC's server pushback and the
+//! AWS SDKs' retry quota delay retries and never a first attempt. A first attempt is the
+//! traffic the caller brings, one request a call, what a client without retries sends; what
+//! the pushback saves the quota is the retries. Holding first attempts too would hold the
+//! partition's callers for the whole `Retry-After` after the quota serves them again (many
+//! servers send the same conservative `Retry-After` until the instant the quota lifts), and
+//! the first of them the upstream accepts is what ends the pushback early.
 //!
 //! Memory is bounded whatever the number of partitions: each upstream keeps [`SLOTS`] pushback
 //! times, one word each, allocated at its first 429 with a partition. A partition maps to one

@@ -128,8 +128,8 @@ impl<'r> RetryCall<'r> {
     }
 
     /// The part of the upstream's traffic the call belongs to (a tenant, an API key), for the
-    /// upstream's quotas: a 429 then holds this partition's calls until its `Retry-After`, and
-    /// no other's (see [`partition`](crate::partition)). Without one, a 429 holds only the
+    /// upstream's quotas: a 429 then holds this partition's retries until its `Retry-After`,
+    /// and no other's (see [`partition`](crate::partition)). Without one, a 429 holds only the
     /// call that got it.
     ///
     /// ```

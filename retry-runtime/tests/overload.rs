@@ -347,8 +347,8 @@ async fn one_tenant_over_quota(partitioned: bool) -> (Vec<(bool, Ended)>, usize,
 
 /// A 429 is one tenant's quota, not the upstream's overload: the other tenant's calls are all
 /// served at once while the first is over its quota, with or without partitions. With the
-/// tenant named as the partition, its calls hold their attempts until the `Retry-After` and
-/// send a fraction of what they send without it (each then honours the `Retry-After` alone).
+/// tenant named as the partition, its calls send their first attempts and no retry while the
+/// pushback lasts; without it, each call honours its own `Retry-After` and retries after it.
 #[tokio::test(start_paused = true)]
 async fn one_tenants_429s_never_refuse_another_tenants_calls() {
     let (ended, a_partitioned, b_sent) = one_tenant_over_quota(true).await;
@@ -361,19 +361,28 @@ async fn one_tenants_429s_never_refuse_another_tenants_calls() {
         }
     }
     assert!(b_sent > 40);
+    let a_calls = ended
+        .iter()
+        .filter(|(noisy, e)| *noisy && e.started < Duration::from_secs(2))
+        .count();
+    assert_eq!(
+        a_partitioned, a_calls,
+        "with its partition, tenant A sent one request a call in the phase: no retry"
+    );
     let (ended, a_alone, _) = one_tenant_over_quota(false).await;
     assert!(ended.iter().filter(|(noisy, _)| !noisy).all(|(_, e)| e.ok));
     assert!(
-        a_partitioned * 3 < a_alone,
-        "tenant A sent {a_partitioned} requests in the phase with its partition, {a_alone} without"
+        a_alone > a_calls * 5 / 4,
+        "without a partition each call retries after its own Retry-After: {a_alone} requests \
+         for {a_calls} calls"
     );
 }
 
-/// The calls a partition's pushback held go at the pace of the upstream's answers when an
-/// accepted answer ends the pushback early, as when it runs out: the partition is served
-/// again, but its backlog is still a burst to an upstream with a capacity.
+/// A partition's first attempts go while its pushback lasts (what a client without retries
+/// sends), and its retries wait; an accepted answer ends the pushback early (the quota serves
+/// the partition again), and the retries it held then go, no faster than their calls came.
 #[tokio::test(start_paused = true)]
-async fn a_partitions_backlog_goes_at_the_upstreams_pace_when_an_answer_ends_its_pushback() {
+async fn a_partitions_retries_wait_until_an_accepted_answer_ends_its_pushback() {
     let reg = registry(ThrottleConfig::new(), 3);
     let start = Instant::now();
     let received = Arc::new(Mutex::new(Vec::new()));
@@ -383,15 +392,21 @@ async fn a_partitions_backlog_goes_at_the_upstreams_pace_when_an_answer_ends_its
             Retry::in_registry(&reg, "up")
                 .method(Method::GET)
                 .partition("tenant")
-                .run(|_| {
+                .run(|attempt| {
                     let at = start.elapsed();
-                    received.lock().unwrap().push(at);
+                    received.lock().unwrap().push((at, n, attempt.number()));
                     async move {
-                        // Call 0 is in flight for 250 ms and accepted; call 1 meets the quota.
+                        // Call 0 is in flight for 250 ms and accepted; the others meet the
+                        // quota until then, call 1 with a `Retry-After` that holds the
+                        // partition for a second, the others without one (each alone would
+                        // retry after its backoff).
                         tokio::time::sleep(if n == 0 { ms(250) } else { ms(10) }).await;
-                        match n == 1 && at < ms(100) {
-                            true => Err(Fail::Status(429).with_retry_after(Duration::from_secs(1))),
-                            false => Ok(()),
+                        match (n, at < ms(240)) {
+                            (0, _) | (_, false) => Ok(()),
+                            (1, true) => {
+                                Err(Fail::Status(429).with_retry_after(Duration::from_secs(1)))
+                            }
+                            _ => Err(Fail::Status(429)),
                         }
                     }
                 })
@@ -402,26 +417,46 @@ async fn a_partitions_backlog_goes_at_the_upstreams_pace_when_an_answer_ends_its
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(call(0));
     tokio::time::sleep(ms(10)).await;
-    tasks.spawn(call(1));
-    tokio::time::sleep(ms(20)).await;
-    // Twenty calls of the partition, held by its pushback.
-    for n in 2..22 {
+    // Twenty calls of the partition while it is pushed back, one every 10 ms.
+    for n in 1..21 {
         tasks.spawn(call(n));
         tokio::time::sleep(ms(10)).await;
     }
     let ok = tasks.join_all().await;
     assert!(ok.iter().all(|ok| *ok), "every call is served in the end");
     let received = received.lock().unwrap().clone();
-    let held_went = |from: Duration, to: Duration| {
-        received
-            .iter()
-            .filter(|at| **at >= from && **at < to)
-            .count()
-    };
-    assert_eq!(held_went(ms(40), ms(250)), 0, "held while pushed back");
+    let firsts: Vec<_> = received.iter().filter(|(_, _, a)| *a == 1).collect();
+    assert_eq!(firsts.len(), 21);
     assert!(
-        held_went(ms(250), ms(350)) <= 5,
-        "{} requests in the 100 ms after the accepted answer ended the pushback: {received:?}",
-        held_went(ms(250), ms(350))
+        firsts.iter().all(|(at, n, _)| *at == ms(10) * *n),
+        "first attempts go at once: {received:?}"
+    );
+    // Call 1's own retry honours its own `Retry-After`; the others' wait for the partition.
+    let retries: Vec<Duration> = received
+        .iter()
+        .filter(|(_, n, a)| *a > 1 && *n > 1)
+        .map(|(at, _, _)| *at)
+        .collect();
+    assert_eq!(retries.len(), 19);
+    assert!(
+        retries
+            .iter()
+            .all(|at| *at >= ms(250) && *at < Duration::from_secs(1)),
+        "retries held until the accepted answer ended the pushback, not until its Retry-After: \
+         {received:?}"
+    );
+    let busiest = retries
+        .iter()
+        .map(|from| {
+            retries
+                .iter()
+                .filter(|at| (*from..*from + ms(100)).contains(*at))
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        busiest <= 10,
+        "{busiest} retries in one 100 ms, where the calls came 10 in 100 ms: {received:?}"
     );
 }

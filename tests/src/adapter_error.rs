@@ -2,6 +2,7 @@
 //! and `Display`. Tests script its evidence and status to drive the engine.
 
 use std::fmt;
+use std::time::Duration;
 
 use retry_runtime::{Classify, Evidence, PermanentCategory};
 
@@ -16,6 +17,8 @@ pub enum AdapterError {
         evidence: Evidence,
         /// The response status, if one arrived.
         status: Option<u16>,
+        /// The response's `Retry-After`, as a delay.
+        retry_after: Option<Duration>,
     },
 }
 
@@ -25,6 +28,7 @@ impl AdapterError {
         AdapterError::Failed {
             evidence: Evidence::SentNoResponse,
             status: None,
+            retry_after: None,
         }
     }
 
@@ -33,6 +37,7 @@ impl AdapterError {
         AdapterError::Failed {
             evidence: Evidence::NotSent,
             status: None,
+            retry_after: None,
         }
     }
 
@@ -41,6 +46,16 @@ impl AdapterError {
         AdapterError::Failed {
             evidence: Evidence::ResponseReceived,
             status: Some(status),
+            retry_after: None,
+        }
+    }
+
+    /// A 429 asking the caller to wait `retry_after` before its next request.
+    pub fn over_quota(retry_after: Duration) -> Self {
+        AdapterError::Failed {
+            evidence: Evidence::ResponseReceived,
+            status: Some(429),
+            retry_after: Some(retry_after),
         }
     }
 
@@ -50,6 +65,7 @@ impl AdapterError {
         AdapterError::Failed {
             evidence: Evidence::ResponseReceived,
             status: None,
+            retry_after: None,
         }
     }
 
@@ -74,6 +90,13 @@ impl Classify for AdapterError {
         match self {
             AdapterError::Runtime(e) => e.status(),
             AdapterError::Failed { status, .. } => *status,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AdapterError::Runtime(e) => e.retry_after(),
+            AdapterError::Failed { retry_after, .. } => *retry_after,
         }
     }
 
@@ -102,7 +125,9 @@ impl fmt::Display for AdapterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AdapterError::Runtime(e) => e.fmt(f),
-            AdapterError::Failed { evidence, status } => {
+            AdapterError::Failed {
+                evidence, status, ..
+            } => {
                 write!(f, "scripted failure ({evidence}, status {status:?})")
             }
         }

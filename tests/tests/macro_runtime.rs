@@ -30,7 +30,7 @@ fn setup() {
             ("macro-once", base.clone().with_max_attempts(3)),
             ("macro-reconcile", base.clone().with_max_attempts(3)),
             ("macro-attempts-2", base.clone().with_max_attempts(2)),
-            ("macro-partition", base.clone().with_max_attempts(1)),
+            ("macro-partition", base.clone().with_max_attempts(2)),
             ("macro-attempts-4", base.clone().with_max_attempts(4)),
             (
                 "macro-backoff",
@@ -584,24 +584,36 @@ async fn an_injected_registry_configures_the_call() {
     );
 }
 
-/// `partition = expr` names the call's partition: a 429 holds that partition's next call (for
-/// the upstream's initial backoff, 10 ms here, without a `Retry-After`), and no other's.
+/// `partition = expr` names the call's partition: a 429 holds that partition's retries until
+/// its `Retry-After`, and no other partition's calls.
 #[tokio::test(start_paused = true)]
-async fn a_partitions_429_holds_its_next_call_and_no_other() {
+async fn a_partitions_429_holds_its_retries_and_no_other() {
     setup();
-    let adapter = Adapter::scripted(vec![|| AdapterError::status(429)]);
-    assert!(adapter.stock("tenant-a").await.is_err());
+    let adapter = Adapter::scripted(vec![
+        || AdapterError::over_quota(Duration::from_secs(1)),
+        || AdapterError::status(503),
+    ]);
     let start = Instant::now();
-    assert!(adapter.stock("tenant-b").await.is_ok());
-    assert_eq!(
-        start.elapsed(),
-        Duration::ZERO,
-        "another partition goes at once"
+    let timed = |tenant: &'static str, after: Duration| {
+        let adapter = &adapter;
+        async move {
+            tokio::time::sleep(after).await;
+            let began = start.elapsed();
+            let result = adapter.stock(tenant).await;
+            (result.is_ok(), began, start.elapsed())
+        }
+    };
+    // The first call meets the quota; the second a 503 that its backoff (at most 40 ms) alone
+    // would retry.
+    let (over, failed, other) = tokio::join!(
+        timed("tenant-a", Duration::ZERO),
+        timed("tenant-a", Duration::ZERO),
+        timed("tenant-b", Duration::from_millis(1)),
     );
-    assert!(adapter.stock("tenant-a").await.is_ok());
+    assert!(over.0 && failed.0 && other.0);
     assert!(
-        start.elapsed() >= Duration::from_millis(10),
-        "the partition over its quota waited: {:?}",
-        start.elapsed()
+        failed.2 >= Duration::from_secs(1),
+        "the partition's retry waits for the Retry-After another call got: {failed:?}"
     );
+    assert_eq!(other.2, other.1, "another partition goes at once");
 }

@@ -106,7 +106,8 @@ pub(crate) enum AttemptEnd {
     FailedWithPushback,
     /// Refused with 429: this caller is over its quota, the upstream is working. Accepted to
     /// every upstream-wide gate, so one caller's quota never refuses another's calls; the call
-    /// honours its `Retry-After`, and its partition's other calls do too (`partition`).
+    /// honours its `Retry-After`, and its partition's other calls' retries do too
+    /// (`partition`).
     OverQuota,
 }
 

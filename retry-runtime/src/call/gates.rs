@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::admission::{self, Admitted, Ask, AttemptKind, Permit, Refused, admit};
 use super::events;
 use super::outcome::Local;
-use super::pacing::LetGo;
+use super::pacing::{LetGo, Waits};
 use super::state::Call;
 use crate::attempt::Attempt;
 use crate::budget::Moment;
@@ -53,6 +53,26 @@ impl Call<'_> {
             retries_left: self.scope.retries_left(),
             span: events::attempt_span(self.spans.call(), number, method),
         }
+    }
+
+    /// The next attempt, if time is left for one, held while it must wait, and admitted: a
+    /// replay first goes at the pace of the upstream's answers (`pace`), a retry or replay of
+    /// a partition over its quota waits for its pushback to end (`quota`), and every local
+    /// gate then admits it (the two holds are written out: a call that is neither builds no
+    /// waiting future).
+    pub(super) async fn admitted_attempt(&mut self) -> Result<(Attempt, Permit), Error> {
+        let mut attempt = self.next_attempt()?;
+        let held = matches!(self.pacing.let_go(), LetGo::Held);
+        if held {
+            self.wait_for_release(&mut attempt, Waits::Nobody).await?;
+        }
+        if let Some(partition) = self.pacing.partition()
+            && (held || attempt.number > 1)
+        {
+            self.wait_for_quota(partition, &mut attempt).await?;
+        }
+        let permit = self.admit_next(&mut attempt).await?;
+        Ok((attempt, permit))
     }
 
     /// Admits `attempt` (not a hedge) through every local gate: at once, after a wait for a

@@ -117,34 +117,16 @@ impl Call<'_> {
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        // 1. The next attempt, if time is left for one.
-        let mut attempt = self.next_attempt().map_err(E::from)?;
-        // 2. Held work (a replay) goes at the pace of the upstream's answers, and a partition
-        // over its quota holds the attempt (written out: a call that is neither builds no
-        // waiting future).
-        if matches!(self.pacing.let_go(), LetGo::Held)
-            && let Err(error) = self
-                .wait_for_release(&mut attempt, pacing::Waits::Nobody)
-                .await
-        {
-            return Err(E::from(error));
-        }
-        if let Some(partition) = self.pacing.partition()
-            && let Err(error) = self.wait_for_quota(partition, &mut attempt).await
-        {
-            return Err(E::from(error));
-        }
-        // 3. Admission, and the last check before a retry begins: shutdown may have started
-        // since its decision.
-        let permit = self.admit_next(&mut attempt).await.map_err(E::from)?;
-        // 4. Run the body.
+        // 1. The next attempt, if time is left for one, held while it must wait, admitted.
+        let (attempt, permit) = self.admitted_attempt().await.map_err(E::from)?;
+        // 2. Run the body.
         let body = make(&attempt);
         let (number, ends) = (attempt.number, attempt.ends());
         self.timing.run(attempt.started, ends);
         let scope = self.scope.for_attempt();
         let lent = self.backoff.lend();
         let ended = AttemptFuture::new(Frame::attempt(attempt, scope), ends, lent, body).await;
-        // 5. Its end, told to the gates.
+        // 3. Its end, told to the gates.
         self.end_attempt(ended, permit, number)
     }
 

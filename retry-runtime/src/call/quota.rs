@@ -1,5 +1,5 @@
-//! A partition over its quota: an attempt of a call whose partition a 429 pushed back waits
-//! for the pushback to end, within the deadline; the rules and their reasons:
+//! A partition over its quota: a retry (or replay) of a call whose partition a 429 pushed back
+//! waits for the pushback to end, within the deadline; the rules and their reasons:
 //! [`partition`](crate::partition).
 
 use tokio::time::Instant;

@@ -83,7 +83,7 @@ impl<'r> CallSpec<'r> {
     }
 
     /// The call belongs to `partition` (a tenant, an API key) for the upstream's quotas: a 429
-    /// holds the partition's calls, not the upstream's (see [`partition`](crate::partition)).
+    /// holds the partition's retries, not the upstream's (see [`partition`](crate::partition)).
     pub fn with_partition(mut self, partition: Option<Partition>) -> Self {
         self.partition = partition;
         self

@@ -121,7 +121,7 @@ impl RetryLayer {
     }
 
     /// Names each request's partition (a tenant, an API key) for the upstream's quotas: a 429
-    /// then holds that partition's requests until its `Retry-After`, and no other's (see
+    /// then holds that partition's retries until its `Retry-After`, and no other's (see
     /// [`partition`](crate::partition)). Without it, a 429 holds only the request that got it.
     ///
     /// ```
