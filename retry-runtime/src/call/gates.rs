@@ -55,24 +55,25 @@ impl Call<'_> {
         }
     }
 
-    /// The next attempt, if time is left for one, held while it must wait, and admitted: a
-    /// replay first goes at the pace of the upstream's answers (`pace`), a retry or replay of
-    /// a partition over its quota waits for its pushback to end (`quota`), and every local
-    /// gate then admits it (the two holds are written out: a call that is neither builds no
-    /// waiting future).
-    pub(super) async fn admitted_attempt(&mut self) -> Result<(Attempt, Permit), Error> {
-        let mut attempt = self.next_attempt()?;
+    /// Whether `attempt` waits before the gates: a replay first goes at the pace of the
+    /// upstream's answers (`pace`), and a retry or replay of a partition over its quota waits
+    /// for its pushback to end (`quota`); a live call's first attempt waits for neither.
+    #[inline]
+    pub(super) fn must_wait(&self, attempt: &Attempt) -> bool {
+        matches!(self.pacing.let_go(), LetGo::Held)
+            || (self.pacing.partition().is_some() && attempt.number > 1)
+    }
+
+    /// Holds `attempt` as [`must_wait`](Self::must_wait) says.
+    pub(super) async fn wait_before_gates(&mut self, attempt: &mut Attempt) -> Result<(), Error> {
         let held = matches!(self.pacing.let_go(), LetGo::Held);
         if held {
-            self.wait_for_release(&mut attempt, Waits::Nobody).await?;
+            self.wait_for_release(attempt, Waits::Nobody).await?;
         }
-        if let Some(partition) = self.pacing.partition()
-            && (held || attempt.number > 1)
-        {
-            self.wait_for_quota(partition, &mut attempt).await?;
+        if let Some(partition) = self.pacing.partition() {
+            self.wait_for_quota(partition, attempt).await?;
         }
-        let permit = self.admit_next(&mut attempt).await?;
-        Ok((attempt, permit))
+        Ok(())
     }
 
     /// Admits `attempt` (not a hedge) through every local gate: at once, after a wait for a
