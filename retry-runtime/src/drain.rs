@@ -8,8 +8,8 @@
 //! slot), so no retry begins after [`Drain::start`] returns.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 /// A switch that, once flipped, denies new retries. Cheap to clone; clones share the switch.
 ///
@@ -52,6 +52,9 @@ struct Inner {
     started: tokio::sync::Notify,
     /// The process-wide switch this one follows; `None` for the process-wide switch itself.
     parent: Option<Drain>,
+    /// The switches that follow this one, woken when it starts: a waiting call then waits on
+    /// its own switch alone (one registration a backoff, not one per switch).
+    followers: Mutex<Vec<Weak<Inner>>>,
 }
 
 impl Default for Drain {
@@ -68,12 +71,20 @@ impl Drain {
     }
 
     fn with_parent(parent: Option<Drain>) -> Self {
-        Drain {
-            inner: Arc::new(Inner {
-                parent,
-                ..Inner::default()
-            }),
+        let inner = Arc::new(Inner {
+            parent,
+            ..Inner::default()
+        });
+        if let Some(parent) = &inner.parent {
+            let mut followers = parent
+                .inner
+                .followers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            followers.retain(|follower| follower.strong_count() > 0);
+            followers.push(Arc::downgrade(&inner));
         }
+        Drain { inner }
     }
 
     /// The process-wide switch: the global registry's, and the one every other switch
@@ -89,6 +100,14 @@ impl Drain {
     pub fn start(&self) {
         if !self.inner.flag.swap(true, Ordering::AcqRel) {
             self.inner.started.notify_waiters();
+            let followers = self
+                .inner
+                .followers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            for follower in followers.iter().filter_map(Weak::upgrade) {
+                follower.started.notify_waiters();
+            }
             tracing::info!(target: "retry_runtime::drain", "draining: no new retries will start");
         }
     }
@@ -107,22 +126,14 @@ impl Drain {
     /// [`Drain::global`].
     pub async fn started(&self) {
         // Made before the check: a `Notified` receives every `notify_waiters` from its
-        // creation on, polled or not, so a `start` between the two still wakes it.
-        let own = self.inner.started.notified();
-        let Some(parent) = &self.inner.parent else {
-            if self.is_draining() {
-                return;
-            }
-            return own.await;
-        };
-        let global = parent.inner.started.notified();
+        // creation on, polled or not, so a `start` between the two still wakes it. Starting
+        // the switch this one follows wakes this one's waiters too (`followers`), and its flag
+        // is set before it does.
+        let started = self.inner.started.notified();
         if self.is_draining() {
             return;
         }
-        tokio::select! {
-            () = own => {}
-            () = global => {}
-        }
+        started.await
     }
 
     /// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM, then starts draining. Spawn it at
@@ -222,5 +233,35 @@ mod tests {
         a.start();
         assert!(b.is_draining());
         assert!(!Drain::new().is_draining());
+    }
+
+    /// A call waiting on its registry's switch wakes when the switch it follows starts
+    /// (registered once, on its own switch), and a waiter that comes after finds it started.
+    #[tokio::test(start_paused = true)]
+    async fn starting_the_followed_switch_wakes_a_followers_waiters() {
+        let followed = Drain::with_parent(None);
+        let follower = Drain::with_parent(Some(followed.clone()));
+        let waiting = follower.started();
+        tokio::pin!(waiting);
+        tokio::select! {
+            biased;
+            () = &mut waiting => panic!("nothing started yet"),
+            () = std::future::ready(()) => {}
+        }
+        followed.start();
+        let woken = tokio::time::timeout(std::time::Duration::from_secs(60), waiting).await;
+        assert!(woken.is_ok(), "the follower's waiter was not woken");
+        assert!(follower.is_draining());
+        follower.started().await;
+    }
+
+    #[test]
+    fn a_dropped_follower_is_forgotten() {
+        let followed = Drain::with_parent(None);
+        for _ in 0..100 {
+            drop(Drain::with_parent(Some(followed.clone())));
+        }
+        let _kept = Drain::with_parent(Some(followed.clone()));
+        assert_eq!(followed.inner.followers.lock().unwrap().len(), 1);
     }
 }
