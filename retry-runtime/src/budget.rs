@@ -231,6 +231,12 @@ impl RetryBudget {
         Moment(self.clock.epoch_at(now))
     }
 
+    /// The moment of `tick`, read on the budget's origin (its registry's).
+    #[inline]
+    pub(crate) fn moment_of(&self, tick: Tick) -> Moment {
+        Moment(self.clock.epoch_of(tick))
+    }
+
     /// [`has_token`](Self::has_token) at a moment already read.
     pub(crate) fn has_token_in(&self, at: Moment) -> bool {
         self.balance_milli(at.0) >= 1000

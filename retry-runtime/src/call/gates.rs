@@ -9,7 +9,7 @@ use super::admission::{self, Admitted, Ask, AttemptKind, Permit, Refused, admit}
 use super::events;
 use super::outcome::Local;
 use super::pacing::{LetGo, Waits};
-use super::state::Call;
+use super::state::{Call, Now};
 use crate::attempt::Attempt;
 use crate::budget::Moment;
 use crate::category::Rejection;
@@ -120,8 +120,7 @@ impl Call<'_> {
     /// starts), then it is [spent](admission::spend).
     pub(super) fn grant_retry(
         &mut self,
-        now: Instant,
-        at: Moment,
+        now: Now,
         delay: std::time::Duration,
     ) -> Result<Moment, DenyReason> {
         if let Some(throttle) = self.upstream.throttle() {
@@ -136,7 +135,7 @@ impl Call<'_> {
             // call's included: a client calling one call at a time sends a dead upstream
             // about one request per call, as no retry would; nor does a retry whose backoff
             // ends after the hold (it waits, within the hold, to be let go).
-            let tick = self.upstream.tick(now);
+            let tick = now.tick;
             if throttle
                 .hold_ends_after(tick)
                 .is_none_or(|left| left <= delay)
@@ -154,7 +153,7 @@ impl Call<'_> {
                 return Err(DenyReason::Throttled);
             }
         }
-        admission::spend(&mut self.scope, &self.upstream, at)
+        admission::spend(&mut self.scope, &self.upstream, now.moment)
     }
 
     /// [`admit`] for the call's next attempt (not a hedge), starting `at` (when

@@ -226,9 +226,11 @@ impl Call<'_> {
             && self.upstream.config().max_attempts > 1;
         // One clock read for the decision, the budget and the backoff's start: the one that
         // timed the failure for the breaker, if it did.
-        let now = self.outcome.take_failed_at().unwrap_or_else(Instant::now);
-        self.note_quota(&failure, now);
-        let at = self.now(now);
+        let at = match self.outcome.take_failed_at() {
+            Some((instant, tick)) => self.now_at(instant, tick),
+            None => self.now(Instant::now()),
+        };
+        self.note_quota(&failure, at.instant);
         let decision = self.decide(&failure, free_rotation, at);
         self.carry_out(decision, error, &failure, free_rotation, at)
             .await
@@ -317,7 +319,7 @@ impl Call<'_> {
         // that waits is one the budget already granted (refunded if it never goes), and it
         // holds nothing of the failed attempt while it waits: the error, and any response or
         // connection in it, is dropped; the facts in `failure` say what happened.
-        let paced = match self.grant_retry(now.instant, now.moment, delay) {
+        let paced = match self.grant_retry(now, delay) {
             Ok(_) => {
                 drop(error);
                 false

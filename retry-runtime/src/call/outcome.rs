@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use crate::category::Rejection;
 use crate::decision::{DenyReason, Failure};
 use crate::evidence::Evidence;
+use crate::window::Tick;
 
 /// What the loop itself did to the last attempt: facts it knows first-hand override whatever
 /// the caller's error type reports.
@@ -35,8 +36,9 @@ pub(super) struct Outcome {
     last_failure: Option<Failure>,
     /// What the last attempt's error reported, if the breaker needed it (classified once).
     classified: Option<Failure>,
-    /// When the last attempt failed, if the breaker needed the clock read then.
-    failed_at: Option<Instant>,
+    /// When the last attempt failed, if the breaker needed the clock read then, and that
+    /// instant on the windows' clock.
+    failed_at: Option<(Instant, Tick)>,
     /// Why the call stopped, and on what.
     stopped: Option<(DenyReason, Failure)>,
 }
@@ -86,13 +88,13 @@ impl Outcome {
 
     /// Keeps when the ended attempt failed, for the decision that follows.
     #[inline]
-    pub(super) fn keep_failed_at(&mut self, at: Instant) {
-        self.failed_at = Some(at);
+    pub(super) fn keep_failed_at(&mut self, at: Instant, tick: Tick) {
+        self.failed_at = Some((at, tick));
     }
 
     /// When the last attempt failed, if the clock was read then (once).
     #[inline]
-    pub(super) fn take_failed_at(&mut self) -> Option<Instant> {
+    pub(super) fn take_failed_at(&mut self) -> Option<(Instant, Tick)> {
         self.failed_at.take()
     }
 
@@ -177,7 +179,8 @@ mod tests {
     fn what_was_classified_is_taken_once_and_forgotten_when_an_attempt_ends() {
         let mut outcome = Outcome::new();
         outcome.keep_classified(Failure::new(Evidence::ResponseReceived));
-        outcome.keep_failed_at(Instant::now());
+        let now = Instant::now();
+        outcome.keep_failed_at(now, Tick::at(now, now));
         assert!(outcome.take_classified().is_some());
         assert!(outcome.take_classified().is_none());
         outcome.keep_classified(Failure::new(Evidence::ResponseReceived));

@@ -25,10 +25,12 @@ use crate::upstream::Upstream;
 use crate::window::Tick;
 
 /// One clock read, on the clocks a decision and its retry use (the budget's check and its
-/// withdrawal read the same moment).
+/// withdrawal read the same moment, the throttle the same tick).
 #[derive(Clone, Copy)]
 pub(super) struct Now {
     pub(super) instant: Instant,
+    /// `instant` on the windows' clock.
+    pub(super) tick: Tick,
     /// `instant` on the budget's clock.
     pub(super) moment: Moment,
 }
@@ -116,9 +118,16 @@ impl<'r> Call<'r> {
 
     /// `now`, for a decision and the retry that may follow it.
     pub(super) fn now(&self, now: Instant) -> Now {
+        self.now_at(now, self.upstream.tick(now))
+    }
+
+    /// [`now`](Self::now) for an instant already read on the windows' clock (`tick`).
+    #[inline]
+    pub(super) fn now_at(&self, instant: Instant, tick: Tick) -> Now {
         Now {
-            instant: now,
-            moment: self.upstream.budget().moment(now),
+            instant,
+            tick,
+            moment: self.upstream.budget().moment_of(tick),
         }
     }
 
@@ -131,10 +140,10 @@ impl<'r> Call<'r> {
         let failed = end.failed();
         if waited || failed {
             let now = Instant::now();
-            if failed {
-                self.outcome.keep_failed_at(now);
-            }
             let tick = self.upstream.tick(now);
+            if failed {
+                self.outcome.keep_failed_at(now, tick);
+            }
             // Only an accepted answer's time is noted, for the throttle's queueing signal (an
             // answer shed at the door, a 429 or a pushback, says nothing of a queue), read off
             // the window's clock: the first attempt's start is already on it.
