@@ -185,18 +185,22 @@ fn root_items(krate: Crate) -> BTreeMap<String, String> {
         let Some(rest) = line.trim().strip_prefix("pub use ") else {
             continue;
         };
-        let Some((module, items)) = rest.split_once("::") else {
+        let rest = rest.trim_end_matches(';');
+        // `module::{A, B}` or `module::sub::A`: the module is everything before the items.
+        let split = match rest.split_once("::{") {
+            Some((module, items)) => Some((module, items.trim_end_matches('}'))),
+            None => rest.rsplit_once("::"),
+        };
+        let Some((module, items)) = split else {
             continue;
         };
         if module == "crate" || module.starts_with(':') {
             continue;
         }
-        let items = items
-            .trim_end_matches(';')
-            .trim_matches(|c| c == '{' || c == '}');
+        let module = module.replace("::", "/");
         for item in items.split(',') {
             out.entry(item.trim().to_owned())
-                .or_insert_with(|| module.to_owned());
+                .or_insert_with(|| module.clone());
         }
     }
     out
@@ -401,7 +405,7 @@ fn no_file_imports_through_the_crate_root() {
                     found.push(format!(
                         "{node}: {} (import it from crate::{})",
                         p.join("::"),
-                        roots[&p[0]]
+                        roots[&p[0]].replace('/', "::")
                     ));
                 }
             }

@@ -20,6 +20,10 @@ use crate::upstream::{RefreshAuth, Upstream};
 
 /// Named upstream configurations, swappable at runtime.
 ///
+/// Loaded from a TOML file ([`load_file`](Registry::load_file)) or built in code
+/// ([`builder`](Registry::builder)); the file's format, the environment overrides and reloading
+/// are described on the [`registry`](crate::registry) module.
+///
 /// ```
 /// use retry_runtime::{Registry, UpstreamConfig};
 ///

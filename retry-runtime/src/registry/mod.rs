@@ -168,7 +168,7 @@ mod env;
 mod errors;
 mod file;
 pub(crate) mod keys;
-mod live;
+pub(crate) mod live;
 mod position;
 mod reload;
 mod table;
@@ -178,11 +178,11 @@ pub use builder::RegistryBuilder;
 pub use env::ENV_PREFIX;
 pub use errors::{ConfigError, ConfigErrors, Location};
 pub use file::parse_toml;
-pub use live::Registry;
+pub(crate) use live::Registry;
 pub use table::KNOWN_IN_ERRORS;
 pub use verify::{MissingUpstream, MissingUpstreams, Registration};
 
-pub use crate::upstream::{RefreshAuth, RefreshError, Upstream};
+pub use crate::upstream::{RefreshAuth, RefreshError};
 
 #[cfg(test)]
 mod tests;
