@@ -1,4 +1,8 @@
 //! A tiny hyper HTTP/1.1 server on 127.0.0.1, run inside the benchmark process.
+//!
+//! Not the test kit's scripted upstream: the benchmarks count instructions and allocations on
+//! the client's path over kept-alive connections, and the kit records every request (a lock and
+//! a copy per request) and closes each HTTP/1.1 connection after one answer.
 
 use std::convert::Infallible;
 use std::future::Future;

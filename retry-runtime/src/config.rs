@@ -1,7 +1,4 @@
 //! The configuration of one named upstream, its defaults and the rules it must follow.
-//!
-//! Tuning lives here, not in code: a config in code cannot change without a rebuild, and an
-//! outage is exactly when an operator needs to change it. Every rule is checked at load time and every violation is reported at once.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,17 +9,11 @@ use crate::budget::BudgetConfig;
 use crate::hedge::HedgeConfig;
 use crate::throttle::ThrottleConfig;
 
-/// The longest in-memory retry window allowed: beyond it, a handler holds
-/// a worker for too long; hand the work to a durable queue instead.
-pub const MAX_IN_MEMORY_WINDOW: Duration = Duration::from_secs(5);
-
-/// The attempt timeout of an upstream that does not set one and does not propagate.
-pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The largest `max_attempts` allowed.
-pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
-
-/// Settings of one named upstream.
+/// Settings of one named upstream, its defaults and the rules it must follow.
+///
+/// Tuning lives in the registry, not in code: a config in code cannot change without a
+/// rebuild, and an outage is exactly when an operator needs to change it. Every rule is checked
+/// at load time and every violation is reported at once ([`violations`](Self::violations)).
 ///
 /// # Default
 /// | field | default | why |
@@ -58,7 +49,7 @@ pub struct UpstreamConfig {
     /// through [`attempt_timeout()`](Self::attempt_timeout).
     pub attempt_timeout: Option<Duration>,
     /// Operation deadline used when no enclosing scope sets an earlier one (at most 5 s, the
-    /// in-memory window: see [`MAX_IN_MEMORY_WINDOW`]).
+    /// in-memory window: see [`MAX_IN_MEMORY_WINDOW`](Self::MAX_IN_MEMORY_WINDOW)).
     pub deadline: Duration,
     /// No attempt starts with less than this left before the deadline.
     pub min_attempt_budget: Duration,
@@ -103,6 +94,16 @@ impl Default for UpstreamConfig {
 }
 
 impl UpstreamConfig {
+    /// The longest in-memory retry window allowed: beyond it, a handler holds
+    /// a worker for too long; hand the work to a durable queue instead.
+    pub const MAX_IN_MEMORY_WINDOW: Duration = Duration::from_secs(5);
+
+    /// The attempt timeout of an upstream that does not set one and does not propagate.
+    pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// The largest `max_attempts` allowed.
+    pub const MAX_ATTEMPTS_LIMIT: u32 = 5;
+
     /// The defaults listed on the type.
     pub fn new() -> Self {
         UpstreamConfig {
@@ -143,7 +144,7 @@ impl UpstreamConfig {
         self
     }
 
-    /// The longest single attempt: the one set, or by default [`DEFAULT_ATTEMPT_TIMEOUT`] for
+    /// The longest single attempt: the one set, or by default [`DEFAULT_ATTEMPT_TIMEOUT`](Self::DEFAULT_ATTEMPT_TIMEOUT) for
     /// an upstream that does not propagate, and half the deadline for one that does.
     ///
     /// Why half: behind a propagating hop runs one of your own services, and the retry owner
@@ -158,7 +159,7 @@ impl UpstreamConfig {
         match self.attempt_timeout {
             Some(t) => t,
             None if self.propagate => self.deadline / 2,
-            None => DEFAULT_ATTEMPT_TIMEOUT,
+            None => Self::DEFAULT_ATTEMPT_TIMEOUT,
         }
     }
     /// Sets the default operation deadline.
@@ -245,7 +246,7 @@ impl UpstreamConfig {
     pub fn violations(&self) -> Vec<Violation> {
         let mut v = Vec::new();
         let mut push = |field: &'static str, message: String| v.push(Violation { field, message });
-        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
+        if !(1..=Self::MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
             push(
                 "max_attempts",
                 format!(
@@ -292,7 +293,7 @@ impl UpstreamConfig {
         }
         if self.deadline.is_zero() {
             push("deadline", "deadline must be above zero: use 5s".to_owned());
-        } else if self.deadline > MAX_IN_MEMORY_WINDOW {
+        } else if self.deadline > Self::MAX_IN_MEMORY_WINDOW {
             // The deadline bounds every in-memory wait, a server's `Retry-After` included: a
             // longer one would let a single call hold its caller (a request handler, a
             // connection) for as long as the server asks.
@@ -315,9 +316,9 @@ impl UpstreamConfig {
                 ),
             );
         }
-        if (1..=MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
+        if (1..=Self::MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
             let window = self.retry_window();
-            if window > MAX_IN_MEMORY_WINDOW {
+            if window > Self::MAX_IN_MEMORY_WINDOW {
                 push(
                     "max_attempts",
                     format!(

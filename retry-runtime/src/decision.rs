@@ -91,7 +91,7 @@ pub enum DenyReason {
     /// Step 6: not enough time left before the deadline (or `Retry-After` points past it).
     Deadline,
     /// Step 9: the server's `Retry-After` asks for a wait longer than the in-memory retry
-    /// window ([`MAX_IN_MEMORY_WINDOW`](crate::config::MAX_IN_MEMORY_WINDOW)), even though the
+    /// window ([`MAX_IN_MEMORY_WINDOW`](crate::UpstreamConfig::MAX_IN_MEMORY_WINDOW)), even though the
     /// deadline would allow it: waits that long hold the caller, and belong to a durable queue.
     RetryAfterBeyondWindow,
     /// Step 7: retrying cannot help.

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::config::MAX_IN_MEMORY_WINDOW;
+use crate::config::UpstreamConfig;
 use crate::decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason};
 use crate::evidence::Evidence;
 use crate::replay::Replayability;
@@ -107,7 +107,7 @@ pub struct CallFacts<'a> {
 impl<'a> Context<'a> {
     /// A call that has room to retry, scheduled by `backoff`: its first failed attempt of 2,
     /// one retry left in the operation's allowance, a budget token, the in-memory window's
-    /// time to spare ([`MAX_IN_MEMORY_WINDOW`]) and no minimum per attempt, no shutdown, a
+    /// time to spare ([`MAX_IN_MEMORY_WINDOW`](UpstreamConfig::MAX_IN_MEMORY_WINDOW)) and no minimum per attempt, no shutdown, a
     /// safe read with a replayable body, 500 not transient, no credentials refresh, and no
     /// previous delay. The attempt loop fills every field from the call; a test of a custom
     /// engine changes the ones it is about.
@@ -119,7 +119,7 @@ impl<'a> Context<'a> {
             budget_has_token: true,
             replay: Replayability::Replayable,
             draining: false,
-            remaining: MAX_IN_MEMORY_WINDOW,
+            remaining: UpstreamConfig::MAX_IN_MEMORY_WINDOW,
             min_attempt_budget: Duration::ZERO,
             safety: Safety::Read,
             transient_500: false,
@@ -311,14 +311,17 @@ fn delay(
     // A server's hint is a floor, never a reason to retry past the deadline.
     let floor = match f.retry_after {
         Some(hint) if hint > room => return Err(DenyReason::Deadline),
-        Some(hint) if hint > MAX_IN_MEMORY_WINDOW => {
+        Some(hint) if hint > UpstreamConfig::MAX_IN_MEMORY_WINDOW => {
             return Err(DenyReason::RetryAfterBeyondWindow);
         }
         Some(hint) => hint,
         None => Duration::ZERO,
     };
     let backoff = ctx.backoff.delay(ctx.attempt, ctx.previous_delay, rng);
-    Ok(backoff.min(room).min(MAX_IN_MEMORY_WINDOW).max(floor))
+    Ok(backoff
+        .min(room)
+        .min(UpstreamConfig::MAX_IN_MEMORY_WINDOW)
+        .max(floor))
 }
 
 #[cfg(test)]

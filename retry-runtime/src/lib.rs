@@ -113,6 +113,7 @@ mod bulkhead;
 mod call;
 mod category;
 mod classify;
+mod config;
 mod deadline;
 mod decision;
 mod drain;
@@ -136,7 +137,6 @@ mod window;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
-pub mod config;
 #[cfg(feature = "durable")]
 pub mod durable;
 pub mod engine;
@@ -155,7 +155,7 @@ pub use attempt::Attempt;
 pub use call::Reconciled;
 pub use category::{PermanentCategory, Pushback, Rejection};
 pub use classify::Classify;
-pub use config::UpstreamConfig;
+pub use config::{UpstreamConfig, Violation};
 pub use decision::{AmbiguityReason, Decision, DenyReason, Failure, RetryReason, Stop};
 pub use drain::Drain;
 pub use error::{Ambiguous, Error};
@@ -164,11 +164,11 @@ pub use key::{IdempotencyKey, IntoIdempotencyKey, KeyError};
 #[cfg(feature = "prometheus")]
 pub use observe::prometheus_buckets;
 pub use observe::{ATTEMPT_DURATION_BUCKETS, describe_metrics};
-pub use partition::Partition;
-pub use registry::{Registry, Upstream};
+pub use registry::live::Registry;
 pub use replay::Replayability;
 pub use retry::{HedgedCall, Retry, RetryCall};
 pub use scope::{Operation, OperationBuilder, operation};
+pub use upstream::Upstream;
 
 /// Derives [`Classify`](trait@Classify) for an adapter error: every variant wraps a classifying
 /// error (one field, or `#[classify(transparent)]`; add `from` for a `From` impl) or states its
@@ -241,9 +241,11 @@ pub mod __private {
     pub use crate::macro_support::{
         AttemptArg, ForwardStop, NoStop, StopVia, attempt_arg, classify_ref, idempotency_key,
     };
-    pub use crate::registry::{Registration, Registry};
+    pub use crate::partition::Partition;
+    pub use crate::registry::Registration;
+    pub use crate::registry::live::Registry;
     pub use crate::site::CallSite;
-    pub use crate::{Error, Method, Partition, Replayability};
+    pub use crate::{Error, Method, Replayability};
     pub use ::core;
     pub use ::inventory;
     pub use ::std;

@@ -194,6 +194,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn pushback_values() {
+        assert_eq!(parse_pushback(b"overloaded"), Some(Pushback::Overloaded));
+        assert_eq!(
+            parse_pushback(b" Retries-Spent "),
+            Some(Pushback::RetriesSpent)
+        );
+        assert_eq!(parse_pushback(b"please stop"), None);
+        assert_eq!(parse_pushback(&[0xff, 0x00]), None);
+    }
+
     fn headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
         let mut h = http::HeaderMap::new();
         for (k, v) in pairs {

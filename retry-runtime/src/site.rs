@@ -12,7 +12,8 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 
 use crate::error::Error;
-use crate::registry::{Registry, Upstream};
+use crate::registry::Registry;
+use crate::upstream::Upstream;
 
 /// What `#[retry]` fixes about its calls when it expands: the upstream, the method and the
 /// operation name. One `static` per annotated function.

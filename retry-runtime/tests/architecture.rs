@@ -14,26 +14,21 @@ type Node = String;
 struct Crate {
     dir: &'static str,
     block: &'static str,
-    /// Files that still import their parent module (see [`RUNTIME_PARENT_IMPORTS`]).
-    parent_imports: &'static [(&'static str, &'static str)],
 }
 
 const RUNTIME: Crate = Crate {
     dir: "retry-runtime",
     block: "layers",
-    parent_imports: RUNTIME_PARENT_IMPORTS,
 };
 
 const DURABLE: Crate = Crate {
     dir: "retry-durable",
     block: "layers retry-durable",
-    parent_imports: &[],
 };
 
 const IDEMPOTENCY: Crate = Crate {
     dir: "retry-idempotency",
     block: "layers retry-idempotency",
-    parent_imports: &[],
 };
 
 impl Crate {
@@ -190,18 +185,22 @@ fn root_items(krate: Crate) -> BTreeMap<String, String> {
         let Some(rest) = line.trim().strip_prefix("pub use ") else {
             continue;
         };
-        let Some((module, items)) = rest.split_once("::") else {
+        let rest = rest.trim_end_matches(';');
+        // `module::{A, B}` or `module::sub::A`: the module is everything before the items.
+        let split = match rest.split_once("::{") {
+            Some((module, items)) => Some((module, items.trim_end_matches('}'))),
+            None => rest.rsplit_once("::"),
+        };
+        let Some((module, items)) = split else {
             continue;
         };
         if module == "crate" || module.starts_with(':') {
             continue;
         }
-        let items = items
-            .trim_end_matches(';')
-            .trim_matches(|c| c == '{' || c == '}');
+        let module = module.replace("::", "/");
         for item in items.split(',') {
             out.entry(item.trim().to_owned())
-                .or_insert_with(|| module.to_owned());
+                .or_insert_with(|| module.clone());
         }
     }
     out
@@ -279,33 +278,28 @@ fn layers(krate: Crate, files: &BTreeMap<Node, PathBuf>) -> BTreeMap<Node, usize
     out
 }
 
-/// Files that still import their parent module (`registry/builder` uses `Registry` from
-/// `registry/mod.rs`): a parent sits above its children, so each of these points up. They are named
-/// one by one, so no new one goes unseen; the list only shrinks (an entry that no longer
-/// imports its parent fails the test until it is removed here).
-const RUNTIME_PARENT_IMPORTS: &[(&str, &str)] = &[
-    ("registry/builder", "registry"),
-    ("registry/durable", "registry"),
-    ("registry/reload", "registry"),
-    ("registry/verify", "registry"),
-];
-
 /// Fails naming every import of `krate` that does not point down its layers.
 fn assert_layered(krate: Crate) {
     let files = files(krate);
     let layers = layers(krate, &files);
-    let mut graph = graph(krate);
-    let mut fixed = Vec::new();
-    for &(node, parent) in krate.parent_imports {
-        let still = graph.get_mut(node).is_some_and(|deps| deps.remove(parent));
-        if !still {
-            fixed.push(format!("{node} -> {parent}"));
-        }
-    }
+    let graph = graph(krate);
+    // A folder's `mod.rs` declares its children and re-exports from them, so it sits above
+    // every one: a child importing it points up, whatever the layers say.
+    let parents: Vec<_> = graph
+        .iter()
+        .flat_map(|(node, deps)| {
+            deps.iter()
+                .filter(|dep| node.starts_with(&format!("{dep}/")))
+                .filter(|dep| files[*dep].ends_with("mod.rs"))
+                .map(move |dep| format!("{node} imports its parent {dep}"))
+        })
+        .collect();
     assert!(
-        fixed.is_empty(),
-        "these files no longer import their parent: remove them from the crate's parent_imports: \
-         {fixed:?}"
+        parents.is_empty(),
+        "files of {} that import their folder's mod.rs (move what they need into a sibling \
+         file):\n{}",
+        krate.dir,
+        parents.join("\n")
     );
     let missing: Vec<_> = files.keys().filter(|f| !layers.contains_key(*f)).collect();
     assert!(
@@ -411,7 +405,7 @@ fn no_file_imports_through_the_crate_root() {
                     found.push(format!(
                         "{node}: {} (import it from crate::{})",
                         p.join("::"),
-                        roots[&p[0]]
+                        roots[&p[0]].replace('/', "::")
                     ));
                 }
             }

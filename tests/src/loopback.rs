@@ -2,6 +2,11 @@
 //! `middle` binary: any `tower::Service` (a `ScopeLayer`-wrapped handler included) served through
 //! `hyper_util::service::TowerToHyperService`, with keep-alive and counts of open connections
 //! (now, and the most at once).
+//!
+//! The test kit's scripted upstream does not fit these tests: they serve real services (a
+//! handler that reads the propagated headers and answers by its own logic, the server-side
+//! `ScopeLayer`) over kept-alive connections, where the kit answers a fixed script and closes
+//! each HTTP/1.1 connection after one answer.
 
 use std::convert::Infallible;
 use std::future::Future;

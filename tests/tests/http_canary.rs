@@ -10,9 +10,9 @@ use std::time::Duration;
 use retry_runtime::Evidence;
 use retry_runtime::http::classify::{ChainFacts, REFUSED_STREAM};
 use retry_runtime::http::{HttpError, RequestBuilderExt};
+use retry_testkit::{Protocol, Reply, Step, Upstream};
 use retry_tests::fault::dead_port;
 use retry_tests::fault::dns::{FakeDns, Resolution};
-use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
 use retry_tests::fault::h2::{H2Fault, H2Server, code};
 use retry_tests::support;
 
@@ -58,9 +58,9 @@ async fn connect_timeout_is_connect_and_timeout() {
 
 #[tokio::test]
 async fn refused_stream_is_a_remote_h2_reset_under_hyper_under_legacy() {
-    let server = H2Server::start([H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM)]).await;
+    let upstream = Upstream::h2c([Step::RefuseBeforeRead]).await;
     let e = support::h2_client()
-        .get(server.url("/"))
+        .get(upstream.url("/"))
         .send_attempt()
         .await
         .unwrap_err();
@@ -86,9 +86,9 @@ async fn goaway_is_a_remote_h2_go_away() {
 
 #[tokio::test]
 async fn a_close_after_the_request_was_read_is_incomplete_message_with_connect_info() {
-    let server = H1Server::start([H1Fault::ReadThenClose]).await;
+    let upstream = Upstream::http1([Step::CloseAfterRead]).await;
     let e = support::client()
-        .get(server.url("/"))
+        .get(upstream.url("/"))
         .send_attempt()
         .await
         .unwrap_err();
@@ -104,9 +104,11 @@ async fn a_close_after_the_request_was_read_is_incomplete_message_with_connect_i
 
 #[tokio::test]
 async fn a_total_timeout_before_headers_is_not_connect() {
-    let server = H1Server::start_with_default([], H1Fault::Stall).await;
+    // An answer a minute away: the request was read, no response head comes in time.
+    let stall = Reply::ok("").delay(Duration::from_secs(60));
+    let upstream = Upstream::start_then(Protocol::Http1, [], stall.into()).await;
     let e = support::client()
-        .get(server.url("/"))
+        .get(upstream.url("/"))
         .timeout(Duration::from_millis(100))
         .send_attempt()
         .await
@@ -120,23 +122,22 @@ async fn a_total_timeout_before_headers_is_not_connect() {
 async fn reqwest_default_client_still_retries_refused_stream_by_itself() {
     // Why `retry::never()` is required: the default client re-sends REFUSED_STREAM up to twice,
     // invisible to the retry budget (S12b). If this starts failing, reqwest's default changed.
-    let server = H2Server::start([
-        H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM),
-        H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM),
-        H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM),
-    ])
-    .await;
+    let upstream = Upstream::h2c(std::iter::repeat_n(Step::RefuseBeforeRead, 3)).await;
     let default_client = reqwest::Client::builder()
         .no_proxy()
         .http2_prior_knowledge()
         .build()
         .unwrap();
-    let _ = default_client.get(server.url("/")).send().await;
-    assert_eq!(server.truth().seen(), 3, "reqwest's hidden retries");
+    let _ = default_client.get(upstream.url("/")).send().await;
+    assert_eq!(upstream.requests().len(), 3, "reqwest's hidden retries");
 
-    let server = H2Server::start([H2Fault::ResetBeforeHeaders(code::REFUSED_STREAM)]).await;
-    let _ = support::h2_client().get(server.url("/")).send().await;
-    assert_eq!(server.truth().seen(), 1, "client_builder() turns them off");
+    let upstream = Upstream::h2c([Step::RefuseBeforeRead]).await;
+    let _ = support::h2_client().get(upstream.url("/")).send().await;
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "client_builder() turns them off"
+    );
 }
 
 #[tokio::test]
@@ -144,19 +145,17 @@ async fn followed_redirects_make_is_connect_lie() {
     // Why redirects must be off (S22): the origin executed the POST, then the redirect's hop
     // failed to connect, and the error says `is_connect()` for the original URL.
     let location = format!("http://{}/next", dead_port());
-    let server = H1Server::start([H1Fault::Respond(
-        Reply::status(307).header("Location", &location),
-    )])
-    .await;
+    let upstream = Upstream::http1([Reply::status(307).header("Location", location).into()]).await;
     let following = reqwest::Client::builder().no_proxy().build().unwrap();
     let e = following
-        .post(server.url("/pay"))
+        .post(upstream.url("/pay"))
         .body("x")
         .send()
         .await
         .unwrap_err();
     assert!(e.is_connect(), "{e:?}");
-    assert_eq!(server.truth().processed(), 1);
+    let processed = upstream.requests().iter().filter(|r| r.processed).count();
+    assert_eq!(processed, 1);
 }
 
 /// `User(DispatchGone)` is what a request gets when hyper's dispatch task ends without
@@ -181,19 +180,21 @@ fn a_request_dropped_by_hyper_dispatch_task_is_dispatch_gone_maybe_sent() {
     // The server and the connection's tasks on runtimes of their own; the test on a third.
     let server_runtime = runtime("server");
     let connection_runtime = runtime("connection");
-    let server = server_runtime.block_on(H2Server::start([H2Fault::Respond(200), H2Fault::Silent]));
+    // The second request is read and answered only a minute later.
+    let silent = Reply::ok("").delay(Duration::from_secs(60));
+    let upstream = server_runtime.block_on(Upstream::h2c([200.into(), silent.into()]));
     let client = support::h2_client();
     // The first request opens the connection: its tasks are spawned on `connection_runtime`.
-    let first = connection_runtime.block_on(client.get(server.url("/")).send_attempt());
+    let first = connection_runtime.block_on(client.get(upstream.url("/")).send_attempt());
     assert!(first.is_ok(), "{first:?}");
     let test_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let e = test_runtime.block_on(async {
-        let second = tokio::spawn(client.get(server.url("/")).send_attempt());
-        // Once the server has its HEADERS, the request is in the connection's tasks.
-        server.truth().seen_at_least(2).await;
+        let second = tokio::spawn(client.get(upstream.url("/")).send_attempt());
+        // Once the upstream has the request, it is in the connection's tasks.
+        upstream.received(2).await;
         connection_runtime.shutdown_background();
         second.await.expect("task").unwrap_err()
     });
@@ -204,7 +205,7 @@ fn a_request_dropped_by_hyper_dispatch_task_is_dispatch_gone_maybe_sent() {
     );
     assert!(f.connection_rotated(), "{f:?}");
     assert_eq!(e.evidence(), Evidence::SentNoResponse, "the server saw it");
-    assert_eq!(server.truth().seen(), 2);
-    drop(server);
+    assert_eq!(upstream.requests().len(), 2);
+    drop(upstream);
     server_runtime.shutdown_background();
 }

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use retry_tests::fault::h1::{H1Fault, H1Server, Reply};
+use retry_testkit::{Protocol, Reply, Upstream};
 use retry_tests::support::{KEY, Kind, call_fast};
 
 #[derive(Clone, Default)]
@@ -36,8 +36,9 @@ fn attempt_spans_carry_the_http_semantic_conventions() {
         .unwrap();
     tracing::subscriber::with_default(subscriber, || {
         rt.block_on(async {
-            let server = H1Server::start([H1Fault::Respond(Reply::status(503))]).await;
-            let body = call_fast(Kind::PostWithKey, &server.url("/pay")).await;
+            let upstream =
+                Upstream::start_then(Protocol::Http1, [503.into()], Reply::ok("ok").into()).await;
+            let body = call_fast(Kind::PostWithKey, &upstream.url("/pay")).await;
             assert_eq!(body.unwrap(), "ok");
         })
     });

@@ -116,7 +116,7 @@ fn table() -> Vec<Row> {
             status: Some(503),
         },
         // Redirects are reported, not followed (the Location is a dead port).
-        status_row(Reply::status(307).header("Location", &format!("http://{}/pay", dead_port()))),
+        status_row(Reply::status(307).header("Location", format!("http://{}/pay", dead_port()))),
     ];
     for status in [408, 425, 429, 401, 500, 502, 503, 504] {
         rows.push(status_row(Reply::status(status)));

@@ -23,10 +23,11 @@ use crate::engine::Safety;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
 use crate::partition::Partition;
-use crate::registry::{Registry, Upstream};
+use crate::registry::Registry;
 use crate::replay::Replayability;
 use crate::scope::{CallScope, OpName, Operation, Unopened};
 use crate::site::CallSite;
+use crate::upstream::Upstream;
 
 /// What a retrying call is: which upstream, which method, which key.
 #[derive(Debug)]

@@ -37,7 +37,7 @@ fn a_deadline_beyond_the_in_memory_window_is_refused() {
     assert!(v[0].message.contains("above the 5s"), "{}", v[0].message);
     assert_eq!(
         UpstreamConfig::new()
-            .with_deadline(MAX_IN_MEMORY_WINDOW)
+            .with_deadline(UpstreamConfig::MAX_IN_MEMORY_WINDOW)
             .violations(),
         vec![]
     );
@@ -92,8 +92,8 @@ proptest::proptest! {
         };
         let violations = c.violations();
         if violations.is_empty() {
-            proptest::prop_assert!(c.retry_window() <= MAX_IN_MEMORY_WINDOW);
-            proptest::prop_assert!(c.deadline <= MAX_IN_MEMORY_WINDOW);
+            proptest::prop_assert!(c.retry_window() <= UpstreamConfig::MAX_IN_MEMORY_WINDOW);
+            proptest::prop_assert!(c.deadline <= UpstreamConfig::MAX_IN_MEMORY_WINDOW);
             proptest::prop_assert!(crate::registry::Registry::builder().upstream("u", c).build().is_ok());
         } else {
             proptest::prop_assert!(crate::registry::Registry::builder().upstream("u", c).build().is_err());
@@ -136,7 +136,7 @@ fn window_above_five_seconds_is_refused() {
 fn a_propagating_hop_gives_its_callee_half_the_deadline_by_default() {
     assert_eq!(
         UpstreamConfig::new().attempt_timeout(),
-        DEFAULT_ATTEMPT_TIMEOUT
+        UpstreamConfig::DEFAULT_ATTEMPT_TIMEOUT
     );
     let hop = UpstreamConfig::new().with_propagate(true);
     assert_eq!(hop.attempt_timeout(), Duration::from_millis(2500));

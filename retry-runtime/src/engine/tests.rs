@@ -498,10 +498,10 @@ fn retry_after_beyond_the_in_memory_window_denies_even_when_the_deadline_allows_
         DenyReason::RetryAfterBeyondWindow.as_str(),
         "retry_after_beyond_window"
     );
-    let at_the_window = Failure::status(429).with_retry_after(MAX_IN_MEMORY_WINDOW);
+    let at_the_window = Failure::status(429).with_retry_after(UpstreamConfig::MAX_IN_MEMORY_WINDOW);
     assert!(matches!(
         decide(&long, &at_the_window),
-        Decision::Retry { delay, .. } if delay == MAX_IN_MEMORY_WINDOW
+        Decision::Retry { delay, .. } if delay == UpstreamConfig::MAX_IN_MEMORY_WINDOW
     ));
     // Past the remaining deadline too: the deadline is named, as before.
     assert_eq!(denied(decide(&open(), &f)), Some(DenyReason::Deadline));
@@ -521,7 +521,7 @@ proptest! {
         let mut f = Failure::status(503);
         f.retry_after = retry_after_s.map(Duration::from_secs);
         if let Decision::Retry { delay, .. } = DefaultEngine.decide(&ctx, &f, &mut fastrand::Rng::with_seed(seed)) {
-            prop_assert!(delay <= MAX_IN_MEMORY_WINDOW);
+            prop_assert!(delay <= UpstreamConfig::MAX_IN_MEMORY_WINDOW);
         }
     }
 }

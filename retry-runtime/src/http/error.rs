@@ -8,11 +8,11 @@ use std::time::{Duration, SystemTime};
 use ::http::{HeaderMap, Method, StatusCode};
 
 use super::classify::ChainFacts;
-use super::headers;
 use crate::category::{PermanentCategory, Pushback};
 use crate::classify::Classify;
 use crate::decision::Stop;
 use crate::evidence::Evidence;
+use crate::propagation;
 
 /// Where an HTTP attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -235,7 +235,7 @@ impl HttpError {
         self.inner.retry_after
     }
 
-    /// The callee's pushback header ([`headers::PUSHBACK`]).
+    /// The callee's pushback header ([`propagation::PUSHBACK`]).
     pub fn pushback(&self) -> Option<Pushback> {
         self.inner.pushback
     }
@@ -291,7 +291,7 @@ fn decision_headers(headers: &HeaderMap) -> (Option<Duration>, Option<Pushback>)
         .and_then(|v| crate::retry_after::parse_header(v.as_bytes(), SystemTime::now()));
     let pushback = headers
         .get(&crate::propagation::PUSHBACK_NAME)
-        .and_then(|v| headers::parse_pushback(v.as_bytes()));
+        .and_then(|v| propagation::parse_pushback(v.as_bytes()));
     (retry_after, pushback)
 }
 
@@ -415,10 +415,10 @@ mod tests {
     fn malformed_decision_headers_are_ignored() {
         let mut h = HeaderMap::new();
         h.insert(::http::header::RETRY_AFTER, "soon".parse().unwrap());
-        h.insert(headers::PUSHBACK, "maybe".parse().unwrap());
+        h.insert(propagation::PUSHBACK, "maybe".parse().unwrap());
         assert_eq!(decision_headers(&h), (None, None));
         h.insert(::http::header::RETRY_AFTER, "2".parse().unwrap());
-        h.insert(headers::PUSHBACK, "overloaded".parse().unwrap());
+        h.insert(propagation::PUSHBACK, "overloaded".parse().unwrap());
         assert_eq!(
             decision_headers(&h),
             (Some(Duration::from_secs(2)), Some(Pushback::Overloaded))

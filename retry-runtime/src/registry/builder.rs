@@ -2,11 +2,18 @@
 
 use std::sync::Arc;
 
-use super::Registry;
 use super::errors::{ConfigError, ConfigErrors};
+use super::live::Registry;
 use crate::config::UpstreamConfig;
 use crate::drain::Drain;
 use crate::engine::{DefaultEngine, EligibilityEngine};
+
+impl Registry {
+    /// A builder for a registry configured in code.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+}
 
 /// Builds a [`Registry`] in code.
 ///
@@ -75,12 +82,11 @@ impl RegistryBuilder {
         if !dup.is_empty() {
             return Err(ConfigErrors(dup));
         }
-        let registry = Registry {
-            engine: self.engine.unwrap_or_else(|| Arc::new(DefaultEngine)),
-            drain: self.drain.unwrap_or_default(),
-            seed: self.seed,
-            ..Registry::new()
-        };
+        let registry = Registry::with(
+            self.engine.unwrap_or_else(|| Arc::new(DefaultEngine)),
+            self.drain.unwrap_or_default(),
+            self.seed,
+        );
         registry.replace(self.upstreams)?;
         Ok(registry)
     }

@@ -1,13 +1,9 @@
 //! The durable queue a registry's `#[retry(durable = ...)]` calls hand their work to.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use super::Registry;
+use super::live::Registry;
 use crate::hand_off::{EnqueueOptions, HandOff};
-
-/// The queue and the options of each hand-off; read only when a call defers.
-#[derive(Default)]
-pub(crate) struct DurableSlot(RwLock<Option<(Arc<dyn HandOff>, EnqueueOptions)>>);
 
 impl Registry {
     /// Registers the durable queue that `#[retry(durable = ...)]` calls of this registry hand

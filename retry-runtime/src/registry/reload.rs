@@ -6,10 +6,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::errors::{ConfigError, ConfigErrors, Location};
+use super::file::parse_toml;
+use super::live::Registry;
 use super::table::Snapshot;
-use super::{RefreshAuth, Registry, env, file, parse_toml};
+use super::{env, file};
 use crate::config::UpstreamConfig;
-use crate::upstream::Upstream;
+use crate::upstream::{RefreshAuth, Upstream};
 
 impl Registry {
     /// Validates `configs` and, if every one is valid, swaps them in atomically. Calls in flight

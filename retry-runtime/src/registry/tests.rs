@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::UpstreamConfig;
+use crate::error::Error;
 use std::path::PathBuf;
 use std::time::Duration;
 

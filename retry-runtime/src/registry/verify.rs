@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::Registry;
+use super::live::Registry;
 use crate::suggest::closest;
 
 /// One place in the binary that names an upstream: a `#[retry]` function, or a builder call

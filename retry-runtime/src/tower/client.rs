@@ -125,7 +125,7 @@ impl RetryLayer {
     /// [`partition`](crate::partition)). Without it, a 429 holds only the request that got it.
     ///
     /// ```
-    /// use retry_runtime::Partition;
+    /// use retry_runtime::partition::Partition;
     /// let layer = retry_runtime::tower::RetryLayer::new("catalog").partition_by(|parts| {
     ///     parts.headers.get("x-tenant").map(|tenant| Partition::of(tenant.as_bytes()))
     /// });

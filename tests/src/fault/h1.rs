@@ -1,4 +1,9 @@
 //! A raw HTTP/1.1 fault server: one scripted fault per accepted connection.
+//!
+//! The classification truth table (`http_table`, `http_safety`) runs on it rather than on the
+//! test kit's upstream: it needs faults the kit does not offer (a response head cut off
+//! mid-line, a connection held without an answer) and a ground truth the kit does not keep
+//! (bytes read, each connection served to its end). Its replies are the kit's [`Reply`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,46 +13,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+pub use retry_testkit::Reply;
+
 use super::{GroundTruth, Script, SeenRequest};
-
-/// A reply with a status (any: 2xx, 3xx, 4xx, 5xx).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    /// The status code.
-    pub status: u16,
-    /// Extra headers, written as given (a malformed `Retry-After` included).
-    pub headers: Vec<(String, String)>,
-    /// The body.
-    pub body: String,
-}
-
-impl Reply {
-    /// A reply with `status` and a short body.
-    pub fn status(status: u16) -> Self {
-        Reply {
-            status,
-            headers: Vec::new(),
-            body: format!("status {status}"),
-        }
-    }
-
-    /// Adds a header.
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Adds `Retry-After: value` (seconds, an HTTP-date, or garbage).
-    pub fn retry_after(self, value: &str) -> Self {
-        self.header("Retry-After", value)
-    }
-
-    /// Replaces the body.
-    pub fn body(mut self, body: &str) -> Self {
-        self.body = body.to_owned();
-        self
-    }
-}
 
 /// What the server does with one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +56,7 @@ impl Drop for H1Server {
 impl H1Server {
     /// Starts a server applying `script` to successive connections, then answering 200.
     pub async fn start(script: impl IntoIterator<Item = H1Fault>) -> H1Server {
-        H1Server::start_with_default(script, H1Fault::Respond(Reply::status(200).body("ok"))).await
+        H1Server::start_with_default(script, H1Fault::Respond(Reply::ok("ok"))).await
     }
 
     /// Starts a server applying `script` to successive connections, then `default` forever.
@@ -169,6 +137,9 @@ async fn serve(mut stream: TcpStream, fault: H1Fault, truth: Arc<GroundTruth>) {
             drop(stream);
         }
         H1Fault::Respond(reply) => {
+            if !reply.delay.is_zero() {
+                tokio::time::sleep(reply.delay).await;
+            }
             let mut head = format!(
                 "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
                 reply.status,

@@ -1,6 +1,11 @@
 //! A raw HTTP/2 (prior knowledge) fault server: one scripted fault per stream, in arrival
 //! order across connections.
 //!
+//! The test kit's h2c upstream cannot stand in for it: the kit speaks through the `h2` crate,
+//! which picks a GOAWAY's last-stream-id itself and keeps the protocol well-formed, while the
+//! truth table needs a GOAWAY below or at a given stream and resets with any error code,
+//! written frame by frame.
+//!
 //! It writes frames by hand (no codec): the client preface is checked, an empty SETTINGS is
 //! sent and the client's SETTINGS and PINGs are acknowledged. Request headers are HPACK-encoded
 //! and not decoded, so [`SeenRequest`] records only the stream id and whether it was processed.

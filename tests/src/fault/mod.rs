@@ -8,6 +8,10 @@
 //! - [`dns::FakeDns`]: a scripted reqwest resolver (DNS failure, a never-answering lookup for
 //!   connect timeouts, a dead port for refused connections) so no test leaves loopback.
 //! - [`dead_port`]: a port nothing listens on (bind, read the port, drop the listener).
+//!
+//! A test whose upstream the test kit can script (statuses, delays, the resets and closes of
+//! `retry_testkit::Step`) uses `retry_testkit::Upstream`; these servers are for the wire-level
+//! faults and the ground truth it does not offer (see each server's docs).
 
 pub mod dns;
 pub mod h1;

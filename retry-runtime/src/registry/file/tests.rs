@@ -3,7 +3,6 @@ use proptest::prelude::*;
 use std::time::Duration;
 
 use crate::backoff::Jitter;
-use crate::config::DEFAULT_ATTEMPT_TIMEOUT;
 
 const EXAMPLE: &str = include_str!("../../../examples/upstreams.toml");
 
@@ -42,7 +41,7 @@ fn the_example_file_loads_with_its_documented_values() {
     // `propagate`, the default would be half the deadline instead).
     assert_eq!(
         sber,
-        &UpstreamConfig::new().with_attempt_timeout(DEFAULT_ATTEMPT_TIMEOUT)
+        &UpstreamConfig::new().with_attempt_timeout(UpstreamConfig::DEFAULT_ATTEMPT_TIMEOUT)
     );
     let catalog = &configs[0].1;
     assert_eq!(catalog.max_attempts, 2);
