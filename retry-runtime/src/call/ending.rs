@@ -114,7 +114,7 @@ impl Call<'_> {
         E: Display,
     {
         self.on_ambiguous(reason, failure);
-        let ambiguous = Ambiguous {
+        let ambiguous = Box::new(Ambiguous {
             upstream: self.upstream.name_arc().clone(),
             operation: self.scope.name(self.upstream.name()).to_owned(),
             attempts: self.timing.attempts(),
@@ -123,7 +123,7 @@ impl Call<'_> {
             reason,
             idempotency_key: self.request.key().cloned(),
             last_error: error.to_string(),
-        };
+        });
         Step::Ambiguous { error, ambiguous }
     }
 
@@ -229,11 +229,11 @@ impl Call<'_> {
     }
 
     /// Reports an ambiguous outcome as the caller's error type.
-    pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Ambiguous) -> E {
+    pub fn ambiguous<E: From<Error>>(&mut self, ambiguous: Box<Ambiguous>) -> E {
         self.on_finished(CallKind::Ambiguous);
         if self.timing.attempts() > 1 {
             self.scope.note_retried_failure();
         }
-        E::from(Error::from(ambiguous))
+        E::from(Error::Ambiguous(ambiguous))
     }
 }

@@ -14,7 +14,9 @@ pub enum Step<T, E> {
     Ambiguous {
         /// The last attempt's error.
         error: E,
-        /// What is known.
-        ambiguous: Ambiguous,
+        /// What is known (boxed, as [`Error::Ambiguous`](crate::Error::Ambiguous) keeps it:
+        /// every step is returned by value, and a rare ambiguous one should not make each of
+        /// them large to move).
+        ambiguous: Box<Ambiguous>,
     },
 }

@@ -49,7 +49,7 @@ pub async fn defer<T, E, P>(
     call: &mut Call<'_>,
     operation: &'static str,
     error: E,
-    ambiguous: Option<Ambiguous>,
+    ambiguous: Option<Box<Ambiguous>>,
     payload: P,
 ) -> Result<Durable<T>, E>
 where
