@@ -18,8 +18,11 @@
 //!   partition the upstream accepts meanwhile ends the pushback: the quota serves it again
 //!   (an upstream that answers 429 to some requests at random is not holding the partition
 //!   back). Either way, the held retries then go at the pace of the upstream's answers, as the
-//!   throttle lets its waiting calls go: the backlog the pushback built is a burst to an
-//!   upstream with a capacity, whatever ended it. Other partitions' calls go as before.
+//!   throttle lets its waiting calls go, and so do the retries of the calls that met the
+//!   quota themselves (each honoured its own `Retry-After`, so those that met it during a
+//!   spell of 429s all come back a `Retry-After` later, on top of the calls that keep coming):
+//!   the backlog the quota built is a burst to an upstream with a capacity, whatever ended
+//!   it. Other partitions' calls go as before.
 //!
 //! A call's first attempt is never held by the pushback, as gRPC's server pushback and the
 //! AWS SDKs' retry quota delay retries and never a first attempt. A first attempt is the

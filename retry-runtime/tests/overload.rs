@@ -460,3 +460,57 @@ async fn a_partitions_retries_wait_until_an_accepted_answer_ends_its_pushback() 
         "{busiest} retries in one 100 ms, where the calls came 10 in 100 ms: {received:?}"
     );
 }
+
+/// The retries a partition's quota held go at the pace of the upstream's answers when the
+/// quota lifts, also those each call's own `Retry-After` held (every call that met the quota
+/// retries a `Retry-After` later, about as the calls came, on top of the calls that keep
+/// coming): the backlog the quota built is a burst to an upstream with a capacity.
+#[tokio::test(start_paused = true)]
+async fn the_retries_a_quota_held_go_at_the_upstreams_pace_when_it_lifts() {
+    let upstream = Upstream::new(|_| false);
+    let reg = registry(ThrottleConfig::new(), 5);
+    let over = |at: Duration| (ms(1000)..ms(2000)).contains(&at);
+    let mut tasks = tokio::task::JoinSet::new();
+    // 66 calls a second, the capacity 1.5 times that; the tenant is over its quota for a
+    // second, each 429 asking for a second's wait.
+    while upstream.start.elapsed() < Duration::from_secs(4) {
+        let (reg, upstream) = (reg.clone(), upstream.clone());
+        tasks.spawn(async move {
+            let started = upstream.start.elapsed();
+            let ok = Retry::in_registry(&reg, "up")
+                .method(Method::GET)
+                .partition("tenant")
+                .run(|_| {
+                    let at = upstream.start.elapsed();
+                    let request = (!over(at)).then(|| upstream.request());
+                    async move {
+                        match request {
+                            Some(request) => request.await,
+                            None => Err(Fail::Status(429).with_retry_after(Duration::from_secs(1))),
+                        }
+                    }
+                })
+                .await
+                .is_ok();
+            Ended {
+                started,
+                ended: upstream.start.elapsed(),
+                ok,
+            }
+        });
+        tokio::time::sleep(ms(15)).await;
+    }
+    let ended = tasks.join_all().await;
+    let healthy = upstream.busiest(Duration::ZERO, ms(1000));
+    let after = upstream.busiest(ms(2000), Duration::from_secs(10));
+    assert!(
+        after <= healthy * 3 / 2,
+        "{after} requests in one 250 ms after the quota lifted, against a healthy busiest of \
+         {healthy}"
+    );
+    let late = ended
+        .iter()
+        .filter(|e| e.started >= ms(2000) && !e.ok)
+        .count();
+    assert_eq!(late, 0, "calls started after the quota lifted failed");
+}

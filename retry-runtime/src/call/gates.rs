@@ -59,13 +59,13 @@ impl Call<'_> {
     /// upstream's answers (`pace`), and a retry or replay of a partition over its quota waits
     /// for its pushback to end (`quota`); a live call's first attempt waits for neither.
     #[inline]
-    pub(super) fn must_wait(&self, attempt: &Attempt) -> bool {
+    fn must_wait(&self, attempt: &Attempt) -> bool {
         matches!(self.pacing.let_go(), LetGo::Held)
             || (self.pacing.partition().is_some() && attempt.number > 1)
     }
 
     /// Holds `attempt` as [`must_wait`](Self::must_wait) says.
-    pub(super) async fn wait_before_gates(&mut self, attempt: &mut Attempt) -> Result<(), Error> {
+    async fn wait_before_gates(&mut self, attempt: &mut Attempt) -> Result<(), Error> {
         let held = matches!(self.pacing.let_go(), LetGo::Held);
         if held {
             self.wait_for_release(attempt, Waits::Nobody).await?;
@@ -76,11 +76,16 @@ impl Call<'_> {
         Ok(())
     }
 
-    /// Admits `attempt` (not a hedge) through every local gate: at once, after a wait for a
-    /// bulkhead slot, or, refused by the throttle, after waiting to be let go; the attempt then
-    /// starts when admitted. The last step before a retry begins: once shutdown has started
-    /// since its decision, it does not ([`retry_not_begun`](Self::retry_not_begun)).
+    /// Admits `attempt` (not a hedge) through every local gate, once it has waited as it must
+    /// ([`must_wait`](Self::must_wait): a call that need not builds no waiting future): at
+    /// once, after a wait for a bulkhead slot, or, refused by the throttle, after waiting to
+    /// be let go; the attempt then starts when admitted. The last step before a retry begins:
+    /// once shutdown has started since its decision, it does not
+    /// ([`retry_not_begun`](Self::retry_not_begun)).
     pub(super) async fn admit_next(&mut self, attempt: &mut Attempt) -> Result<Permit, Error> {
+        if self.must_wait(attempt) {
+            self.wait_before_gates(attempt).await?;
+        }
         let kind = AttemptKind::after(attempt.number - 1);
         let permit = match self.try_admit(kind, attempt.started) {
             Ok(Admitted::Now(permit)) => permit,

@@ -73,13 +73,7 @@ impl Call<'_> {
         // Every copy installs the call's scope: it must be one scope, opened now.
         self.scope
             .open_now(self.upstream.name_arc(), self.timing.deadline());
-        // As in `attempt_with`.
         let mut attempt = self.next_attempt().map_err(E::from)?;
-        if self.must_wait(&attempt) {
-            self.wait_before_gates(&mut attempt)
-                .await
-                .map_err(E::from)?;
-        }
         let permit = self.admit_next(&mut attempt).await.map_err(E::from)?;
         let max_copies = hedge.max_copies as usize;
         let mut copies = Vec::with_capacity(max_copies);

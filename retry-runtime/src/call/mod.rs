@@ -117,14 +117,8 @@ impl Call<'_> {
         F: Future<Output = Result<T, E>>,
         E: Classify + From<Error>,
     {
-        // 1. The next attempt, if time is left for one, held while it must wait (a call that
-        // need not builds no waiting future), and admitted.
+        // 1. The next attempt, if time is left for one, admitted.
         let mut attempt = self.next_attempt().map_err(E::from)?;
-        if self.must_wait(&attempt) {
-            self.wait_before_gates(&mut attempt)
-                .await
-                .map_err(E::from)?;
-        }
         let permit = self.admit_next(&mut attempt).await.map_err(E::from)?;
         // 2. Run the body.
         let body = make(&attempt);
