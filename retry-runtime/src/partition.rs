@@ -7,6 +7,9 @@
 //!
 //! - **Without a partition** (the default), it belongs to the call: the call's retry waits
 //!   for the `Retry-After` the 429 carried (or its backoff), and no other call is affected.
+//!   The retry then goes at the pace of the upstream's answers, as the throttle lets its
+//!   waiting calls go: the calls that met a spell of 429s each waited their own
+//!   `Retry-After` and come back together, on top of the calls that keep coming.
 //! - **With a partition** (`#[retry(.., partition = tenant)]`,
 //!   [`RetryCall::partition`](crate::RetryCall::partition), the tower layer's
 //!   `RetryLayer::partition_by`), it belongs to the partition:

@@ -372,7 +372,7 @@ async fn one_tenants_429s_never_refuse_another_tenants_calls() {
     let (ended, a_alone, _) = one_tenant_over_quota(false).await;
     assert!(ended.iter().filter(|(noisy, _)| !noisy).all(|(_, e)| e.ok));
     assert!(
-        a_alone > a_calls * 5 / 4,
+        a_alone > a_calls,
         "without a partition each call retries after its own Retry-After: {a_alone} requests \
          for {a_calls} calls"
     );
@@ -467,19 +467,33 @@ async fn a_partitions_retries_wait_until_an_accepted_answer_ends_its_pushback() 
 /// coming): the backlog the quota built is a burst to an upstream with a capacity.
 #[tokio::test(start_paused = true)]
 async fn the_retries_a_quota_held_go_at_the_upstreams_pace_when_it_lifts() {
+    quota_lifts(true).await;
+}
+
+/// The same without a partition: each call's own `Retry-After` held its retry, and the calls
+/// that met a spell of 429s come back together all the same.
+#[tokio::test(start_paused = true)]
+async fn the_retries_an_upstreams_429s_held_go_at_its_pace_when_they_end() {
+    quota_lifts(false).await;
+}
+
+/// A second of 429s in the middle of 66 calls a second (the capacity 1.5 times that), each
+/// 429 asking for a second's wait; the calls name a partition when `partitioned`.
+async fn quota_lifts(partitioned: bool) {
     let upstream = Upstream::new(|_| false);
     let reg = registry(ThrottleConfig::new(), 5);
     let over = |at: Duration| (ms(1000)..ms(2000)).contains(&at);
     let mut tasks = tokio::task::JoinSet::new();
-    // 66 calls a second, the capacity 1.5 times that; the tenant is over its quota for a
-    // second, each 429 asking for a second's wait.
     while upstream.start.elapsed() < Duration::from_secs(4) {
         let (reg, upstream) = (reg.clone(), upstream.clone());
         tasks.spawn(async move {
             let started = upstream.start.elapsed();
-            let ok = Retry::in_registry(&reg, "up")
-                .method(Method::GET)
-                .partition("tenant")
+            let call = Retry::in_registry(&reg, "up").method(Method::GET);
+            let call = match partitioned {
+                true => call.partition("tenant"),
+                false => call,
+            };
+            let ok = call
                 .run(|_| {
                     let at = upstream.start.elapsed();
                     let request = (!over(at)).then(|| upstream.request());

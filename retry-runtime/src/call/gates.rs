@@ -56,12 +56,24 @@ impl Call<'_> {
     }
 
     /// Whether `attempt` waits before the gates: a replay first goes at the pace of the
-    /// upstream's answers (`pace`), and a retry or replay of a partition over its quota waits
-    /// for its pushback to end (`quota`); a live call's first attempt waits for neither.
+    /// upstream's answers (`pace`), a retry or replay of a partition over its quota waits for
+    /// its pushback to end (`quota`), and a retry after the call's own 429 goes at the pace of
+    /// the upstream's answers; a live call's first attempt waits for none of them.
     #[inline]
     fn must_wait(&self, attempt: &Attempt) -> bool {
         matches!(self.pacing.let_go(), LetGo::Held)
-            || (self.pacing.partition().is_some() && attempt.number > 1)
+            || (attempt.number > 1 && (self.pacing.partition().is_some() || self.met_quota()))
+    }
+
+    /// Whether the call's last failure was a 429: its retry is part of a backlog the quota
+    /// built. Each call honours its own `Retry-After`, so the calls that met a spell of 429s
+    /// all come back a `Retry-After` later, on top of the calls that keep coming, a burst to
+    /// an upstream with a capacity: it goes at the pace of the upstream's answers.
+    #[inline]
+    pub(super) fn met_quota(&self) -> bool {
+        self.outcome
+            .last_failure()
+            .is_some_and(|failure| failure.status == Some(429))
     }
 
     /// Holds `attempt` as [`must_wait`](Self::must_wait) says.
@@ -70,8 +82,12 @@ impl Call<'_> {
         if held {
             self.wait_for_release(attempt, Waits::Nobody).await?;
         }
-        if let Some(partition) = self.pacing.partition() {
-            self.wait_for_quota(partition, attempt).await?;
+        match self.pacing.partition() {
+            Some(partition) => self.wait_for_quota(partition, attempt).await?,
+            None if !held && self.met_quota() => {
+                self.wait_for_release(attempt, Waits::Caller).await?;
+            }
+            None => {}
         }
         Ok(())
     }

@@ -26,12 +26,9 @@ impl Call<'_> {
     ) -> Result<(), Error> {
         let latest = self.latest_start();
         // A retry after the call's own 429 is part of the backlog the quota built, whether
-        // the partition's pushback or the call's own `Retry-After` held it: it goes at the
-        // pace of the upstream's answers too (below).
-        let mut held = self
-            .outcome
-            .last_failure()
-            .is_some_and(|failure| failure.status == Some(429));
+        // the partition's pushback or the call's own `Retry-After` held it (`met_quota`): it
+        // goes at the pace of the upstream's answers too (below).
+        let mut held = self.met_quota();
         // Asked again after each wait: a call of the partition let go meanwhile may have met
         // the quota again and pushed it further.
         while let Some(left) = self
