@@ -42,6 +42,7 @@ use crate::window::{Clock, Counter, Tick};
 /// - `min_per_second`: 10
 /// - `window`: 10 s
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct BudgetConfig {
     /// Retries allowed per call seen in the window (0.2 = one retry per five calls).
     pub ratio: f64,

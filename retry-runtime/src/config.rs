@@ -391,6 +391,7 @@ impl UpstreamConfig {
 
 /// One broken rule of an upstream config.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Violation {
     /// The config key at fault.
     pub field: &'static str,

@@ -7,6 +7,10 @@ use crate::category::{PermanentCategory, Pushback, Rejection};
 use crate::evidence::Evidence;
 
 /// The engine's answer for one failed attempt.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): the loop carries out every answer a custom
+/// engine may give, so the set of answers is part of the engine's contract; the reasons
+/// inside them are the open part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Retry after `delay`.

@@ -14,6 +14,9 @@ use crate::evidence::Evidence;
 use crate::replay::Replayability;
 
 /// Whether repeating the operation is harmless.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): the three kinds of operation the macro and the
+/// engine tell apart (a read, a keyed write the upstream deduplicates, any other write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Safety {
     /// A read method (GET, HEAD, OPTIONS).

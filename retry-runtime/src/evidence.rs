@@ -9,6 +9,10 @@
 use std::fmt;
 
 /// How far a failed attempt is proven to have got.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): the four levels are the whole question the
+/// library asks of a failure (did anything reach the upstream, and did an answer come back),
+/// and every classifier and custom engine must answer each of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Evidence {
     /// Proven that the server never received (or never processed) the request: a local

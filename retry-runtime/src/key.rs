@@ -19,6 +19,7 @@ pub struct IdempotencyKey(Arc<str>);
 
 /// Why a string cannot be an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The key is empty.
     Empty,

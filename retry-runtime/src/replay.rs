@@ -4,6 +4,9 @@ use std::fmt;
 
 /// Whether a request body can be produced again for another attempt.
 ///
+/// Closed on purpose (not `#[non_exhaustive]`): a body can be produced again or not, and an
+/// integration that reports it must place every body on this order.
+///
 /// Ordered from weakest to strongest, so the replayability of a composite body (multipart) is
 /// the minimum of its parts: see [`Replayability::weakest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 /// Why a `Retry-After` value was ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryAfterError {
     /// Empty or whitespace only.
     Empty,

@@ -1,6 +1,8 @@
 //! The breaker's states: their names in traces and metrics, and their encoding in one byte.
 
 /// The breaker's state.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): the three states of a circuit breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BreakerState {
     /// Attempts flow; outcomes are counted.

@@ -18,6 +18,9 @@ use crate::observe::CallKind;
 /// The answer of a reconcile check for a write whose outcome was ambiguous: a write without an
 /// idempotency key may be retried after it may have executed only if something can tell
 /// whether it did.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): a check finds the write happened, finds it
+/// did not, or cannot tell; a check written by hand answers exactly one of the three.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reconciled<T> {
     /// The write happened; here is its result.

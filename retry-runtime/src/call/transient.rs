@@ -13,6 +13,7 @@ use crate::replay::Replayability;
 /// the upstream's breaker or bulkhead turned the attempt away. A durable call hands such a
 /// call to its queue instead of failing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TransientStop {
     /// What stopped the retries.
     pub reason: DenyReason,

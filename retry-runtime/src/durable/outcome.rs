@@ -16,6 +16,9 @@ use crate::hand_off::{Deferred, TaskId};
 /// `#[retry(durable = "...")]` functions return `Result<Durable<T>, E>`: `Err` is a failure
 /// retrying cannot fix (returned at once) or a write whose outcome is unknown; `Ok` is either
 /// the result or the promise of one.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): a durable call either completed or was handed
+/// to the queue, and its caller must handle both.
 #[must_use = "a deferred call is not finished: keep its task id to learn the outcome"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Durable<T> {

@@ -59,6 +59,9 @@ impl TaskContext {
 }
 
 /// Why an attempt did not succeed, and whether trying again can help.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): a handler's failure is either worth another
+/// attempt or not, and every worker must decide both cases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptError {
     /// A transient failure (timeout, 5xx, 429, connection reset): try again after backoff.

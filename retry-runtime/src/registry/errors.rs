@@ -8,6 +8,7 @@ use std::path::PathBuf;
 /// Displayed as `file:line:column`, or as the source alone when it has no lines (an environment
 /// variable: `environment: RETRY__SBER__MAX_ATTEMPTS`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Location {
     /// The file (or a description of the source, such as `environment: RETRY__SBER__DEADLINE`).
     pub source: PathBuf,
@@ -60,6 +61,7 @@ impl fmt::Display for Location {
 
 /// One configuration mistake.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigError {
     /// The upstream concerned (empty for file-level errors).
     pub upstream: String,

@@ -156,6 +156,7 @@ inventory::collect!(Registration);
 
 /// An upstream named by `#[retry]` functions but missing from the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MissingUpstream {
     /// The upstream's name.
     pub upstream: &'static str,
@@ -167,6 +168,7 @@ pub struct MissingUpstream {
 ///
 /// `Debug` prints the same list as `Display`, so `?` in `main` shows it as a person reads it.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MissingUpstreams {
     /// The missing upstreams, sorted by name.
     pub missing: Vec<MissingUpstream>,

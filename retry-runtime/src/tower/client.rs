@@ -159,6 +159,7 @@ pub struct RetryService<S> {
 
 /// Why a request through [`RetryService`] produced no response.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TowerError {
     /// The runtime refused or gave up (ambiguous outcome, unknown upstream, deadline, breaker...).
     Runtime(Error),
