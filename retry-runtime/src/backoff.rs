@@ -22,6 +22,7 @@ use std::time::Duration;
 
 /// Which jitter scheme spreads retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Jitter {
     /// `random(0, min(cap, base * multiplier^(n-1)))`: the least total work in AWS's study.
     #[default]

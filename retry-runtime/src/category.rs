@@ -54,6 +54,7 @@ impl fmt::Display for PermanentCategory {
 /// A callee's explicit "do not retry" signal on its error response (like gRPC's pushback or the
 /// SRE book's "overloaded; don't retry").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Pushback {
     /// The callee is overloaded: do not add retries to its load.
     Overloaded,
@@ -73,6 +74,7 @@ impl Pushback {
 
 /// An attempt refused locally, before anything was sent, to protect the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Rejection {
     /// The upstream's circuit breaker is open.
     CircuitOpen,

@@ -29,6 +29,7 @@ pub enum Decision {
 
 /// Why a retry was allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryReason {
     /// Proven not sent: safe for any method.
     NotSent,
@@ -161,6 +162,7 @@ impl fmt::Display for DenyReason {
 
 /// Why the outcome is ambiguous.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AmbiguityReason {
     /// Step 8: the request was (partly) sent, no response came, and the operation is not safely
     /// idempotent.

@@ -35,6 +35,9 @@ impl fmt::Display for TaskId {
 /// `pending` → `running` (claimed, lease held) → `succeeded`, or back to `pending` with a later
 /// `next_attempt_at`, or `failed` (permanent error or attempts exhausted). An operator can
 /// requeue a `failed` or `cancelled` task and cancel a `pending` or `failed` one.
+///
+/// Closed on purpose (not `#[non_exhaustive]`): the states are the queue's table schema, and
+/// a store must handle every one of them; a new state is a migration, not a minor release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskStatus {
     /// Waiting for `next_attempt_at`.

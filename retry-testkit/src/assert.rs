@@ -182,6 +182,8 @@ fn bounds(backoff: &Backoff, retry: u32) -> (Duration, Duration) {
         ),
         Jitter::Equal => (backoff.ceiling(retry) / 2, backoff.ceiling(retry)),
         Jitter::None => (backoff.ceiling(retry), backoff.ceiling(retry)),
+        // A scheme this kit does not know yet: any delay up to the cap.
+        _ => (Duration::ZERO, backoff.max_backoff),
     };
     let floor = Duration::from_millis(u64::try_from(low.as_millis()).unwrap_or(u64::MAX));
     let ceil =
