@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// A switch that, once flipped, denies new retries. Cheap to clone; clones share the switch.
 ///
@@ -57,6 +57,16 @@ struct Inner {
     followers: Mutex<Vec<Weak<Inner>>>,
 }
 
+impl Inner {
+    /// The switches that follow this one (a list no panic can leave half-written: a poisoned
+    /// lock is taken as it is).
+    fn followers(&self) -> MutexGuard<'_, Vec<Weak<Inner>>> {
+        self.followers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 impl Default for Drain {
     /// [`Drain::new`].
     fn default() -> Self {
@@ -76,11 +86,7 @@ impl Drain {
             ..Inner::default()
         });
         if let Some(parent) = &inner.parent {
-            let mut followers = parent
-                .inner
-                .followers
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut followers = parent.inner.followers();
             followers.retain(|follower| follower.strong_count() > 0);
             followers.push(Arc::downgrade(&inner));
         }
@@ -100,12 +106,7 @@ impl Drain {
     pub fn start(&self) {
         if !self.inner.flag.swap(true, Ordering::AcqRel) {
             self.inner.started.notify_waiters();
-            let followers = self
-                .inner
-                .followers
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            for follower in followers.iter().filter_map(Weak::upgrade) {
+            for follower in self.inner.followers().iter().filter_map(Weak::upgrade) {
                 follower.started.notify_waiters();
             }
             tracing::info!(target: "retry_runtime::drain", "draining: no new retries will start");
