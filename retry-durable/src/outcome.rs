@@ -12,9 +12,14 @@ use crate::store::DurableStore;
 use crate::task::Task;
 
 /// Where a deferred call is.
+///
+/// The four cases are closed on purpose: they are the task's states (pending or running,
+/// succeeded, failed, cancelled), which every store keeps. What is known in a case may grow, so
+/// a pattern on `Pending` or `Failed` names the fields it reads and ends with `..`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome<T> {
     /// Not finished: waiting for its next replay, or being replayed.
+    #[non_exhaustive]
     Pending {
         /// Durable replays started so far.
         attempts: u32,
@@ -24,6 +29,7 @@ pub enum Outcome<T> {
     /// A replay completed; its result.
     Completed(T),
     /// Given up (a permanent failure, or the last attempt spent): an alert was raised.
+    #[non_exhaustive]
     Failed {
         /// The last replay's error.
         last_error: String,

@@ -53,6 +53,7 @@ pub fn default_fingerprint(parts: &Parts, body: &[u8], fp: &mut Fingerprint) {
 
 /// A setting the builder refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigError {
     /// The setting.
     pub field: &'static str,

@@ -127,6 +127,7 @@ impl std::error::Error for StoreError {
 
 /// A run taking a key: the values of its record.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct NewRun<'a> {
     /// SHA-256 of the client scope.
     pub scope: &'a [u8],
@@ -144,7 +145,27 @@ pub struct NewRun<'a> {
     pub now: Timestamp,
 }
 
-impl NewRun<'_> {
+impl<'a> NewRun<'a> {
+    /// The run fenced by `held`, for a request with this `fingerprint`, taking the key `now`
+    /// with a lease until `lease_until` and a record kept until `expires_at` (in time order).
+    pub fn new(
+        held: Held<'a>,
+        fingerprint: &'a [u8],
+        now: Timestamp,
+        lease_until: Timestamp,
+        expires_at: Timestamp,
+    ) -> Self {
+        NewRun {
+            scope: held.scope,
+            key: held.key,
+            fingerprint,
+            token: held.token,
+            lease_until,
+            expires_at,
+            now,
+        }
+    }
+
     /// The fence of this run.
     pub fn held(&self) -> Held<'_> {
         Held {
@@ -157,6 +178,7 @@ impl NewRun<'_> {
 
 /// The fence of a run: its key and token.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Held<'a> {
     /// SHA-256 of the client scope.
     pub scope: &'a [u8],
@@ -166,8 +188,16 @@ pub struct Held<'a> {
     pub token: i64,
 }
 
+impl<'a> Held<'a> {
+    /// The run with `token` on `key` in the client scope `scope` (its SHA-256).
+    pub fn new(scope: &'a [u8], key: &'a str, token: i64) -> Self {
+        Held { scope, key, token }
+    }
+}
+
 /// A response to store with a completed key.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Completed<'a> {
     /// Its status.
     pub status: u16,
@@ -179,8 +209,30 @@ pub struct Completed<'a> {
     pub not_stored: Option<&'a str>,
 }
 
+impl<'a> Completed<'a> {
+    /// A response with its body kept.
+    pub fn new(status: u16, headers: &'a [u8], body: &'a [u8]) -> Self {
+        Completed {
+            status,
+            headers,
+            body,
+            not_stored: None,
+        }
+    }
+
+    /// The same response without its body, for the named `reason`.
+    pub fn not_stored(self, reason: &'a str) -> Self {
+        Completed {
+            body: &[],
+            not_stored: Some(reason),
+            ..self
+        }
+    }
+}
+
 /// A key's record as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
     /// SHA-256 of the first request's fingerprint.
     pub fingerprint: Vec<u8>,
@@ -192,7 +244,27 @@ pub struct Record {
     pub state: RecordState,
 }
 
+impl Record {
+    /// A record as a store reads it back.
+    pub fn new(
+        fingerprint: Vec<u8>,
+        token: i64,
+        expires_at: Timestamp,
+        state: RecordState,
+    ) -> Self {
+        Record {
+            fingerprint,
+            token,
+            expires_at,
+            state,
+        }
+    }
+}
+
 /// Where a key's first run is.
+///
+/// Closed on purpose: a key is taken by one run, which is running or done, and the layer decides
+/// on exactly these two; a third state would change that decision, and every store with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
     /// Running, under a lease.
@@ -206,6 +278,7 @@ pub enum RecordState {
 
 /// A stored response.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoredResponse {
     /// Its status.
     pub status: u16,
@@ -215,6 +288,27 @@ pub struct StoredResponse {
     pub body: Vec<u8>,
     /// Why the body was not stored, if it was not.
     pub not_stored: Option<String>,
+}
+
+impl StoredResponse {
+    /// A stored response with its body.
+    pub fn new(status: u16, headers: Vec<u8>, body: Vec<u8>) -> Self {
+        StoredResponse {
+            status,
+            headers,
+            body,
+            not_stored: None,
+        }
+    }
+
+    /// The same response, stored without its body for the named `reason`.
+    pub fn not_stored(self, reason: impl Into<String>) -> Self {
+        StoredResponse {
+            body: Vec::new(),
+            not_stored: Some(reason.into()),
+            ..self
+        }
+    }
 }
 
 impl RecordState {

@@ -169,6 +169,19 @@ impl Backoff {
         }
     }
 
+    /// The shortest and the longest delay [`delay`](Self::delay) can return before retry number
+    /// `retry` (1-based), whatever the previous delay and the random draw: what a test checks a
+    /// logged delay against.
+    pub fn bounds(&self, retry: u32) -> (Duration, Duration) {
+        let step = self.ceiling(retry);
+        match self.jitter {
+            Jitter::Full => (Duration::ZERO, step),
+            Jitter::Equal => (step / 2, step),
+            Jitter::None => (step, step),
+            Jitter::Decorrelated => (self.initial.min(self.max_backoff), self.max_backoff),
+        }
+    }
+
     /// The largest total of `retries` delays this backoff can produce (the in-memory retry
     /// window, without attempt time). Saturates at [`Duration::MAX`].
     ///
@@ -246,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn worst_case_total_matches_spec_003_example() {
+    fn worst_case_total_of_two_retries_adds_both_ceilings() {
         // 500 ms, x2, 3 attempts: 500 + 1000 ms between attempts.
         let b = Backoff::new()
             .with_initial(ms(500))
@@ -360,6 +373,31 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn every_delay_is_within_the_bounds(
+            initial_ms in 0u64..5_000,
+            multiplier in 1.0f64..10.0,
+            max_ms in 0u64..60_000,
+            jitter in prop_oneof![
+                Just(Jitter::Full),
+                Just(Jitter::Decorrelated),
+                Just(Jitter::Equal),
+                Just(Jitter::None),
+            ],
+            retry in 1u32..64,
+            previous_ms in 0u64..120_000,
+            seed in any::<u64>(),
+        ) {
+            let b = Backoff::new()
+                .with_initial(ms(initial_ms))
+                .with_multiplier(multiplier)
+                .with_max_backoff(ms(max_ms))
+                .with_jitter(jitter);
+            let (low, high) = b.bounds(retry);
+            let delay = b.delay(retry, ms(previous_ms), &mut fastrand::Rng::with_seed(seed));
+            prop_assert!(low <= delay && delay <= high, "{delay:?} outside [{low:?}, {high:?}]");
+        }
+
         #[test]
         fn equal_jitter_stays_within_half_the_step_and_the_step(
             seed: u64,

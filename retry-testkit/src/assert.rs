@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use retry_runtime::DenyReason;
-use retry_runtime::backoff::{Backoff, Jitter};
+use retry_runtime::backoff::Backoff;
 
 use crate::kit::Run;
 
@@ -174,17 +174,7 @@ fn is_rotation(reason: Option<&str>) -> bool {
 /// The range a delay before retry `retry` (1-based) falls in, at the millisecond resolution
 /// the runtime logs (the low end rounded down, the high end up).
 fn bounds(backoff: &Backoff, retry: u32) -> (Duration, Duration) {
-    let (low, high) = match backoff.jitter {
-        Jitter::Full => (Duration::ZERO, backoff.ceiling(retry)),
-        Jitter::Decorrelated => (
-            backoff.initial.min(backoff.max_backoff),
-            backoff.max_backoff,
-        ),
-        Jitter::Equal => (backoff.ceiling(retry) / 2, backoff.ceiling(retry)),
-        Jitter::None => (backoff.ceiling(retry), backoff.ceiling(retry)),
-        // A scheme this kit does not know yet: any delay up to the cap.
-        _ => (Duration::ZERO, backoff.max_backoff),
-    };
+    let (low, high) = backoff.bounds(retry);
     let floor = Duration::from_millis(u64::try_from(low.as_millis()).unwrap_or(u64::MAX));
     let ceil =
         Duration::from_millis(u64::try_from(high.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
@@ -194,6 +184,7 @@ fn bounds(backoff: &Backoff, retry: u32) -> (Duration, Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use retry_runtime::backoff::Jitter;
 
     #[test]
     fn bounds_follow_the_jitter_scheme_at_millisecond_resolution() {

@@ -8,6 +8,7 @@ use retry_runtime::http::HttpError;
 /// call accepts (`Classify`, `From<retry_runtime::Error>`, `Display`), for tests that do not
 /// go through an adapter's own error. `?` converts both.
 #[derive(Debug, retry_runtime::Classify)]
+#[non_exhaustive]
 pub enum CallError {
     /// The HTTP attempt failed (status or transport), with its evidence.
     #[classify(from)]

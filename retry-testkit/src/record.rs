@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 /// One request as the scripted upstream received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Request {
     /// The method (`POST`).
     pub method: String,

@@ -14,6 +14,7 @@ use std::time::Duration;
 /// assert_eq!(busy.status, 503);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reply {
     /// The status code (any: 2xx, 3xx, 4xx, 5xx).
     pub status: u16,
@@ -96,6 +97,7 @@ impl From<Reply> for Step {
 ///
 /// A [`Reply`] delayed past the attempt timeout is `sent_no_response` too.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Step {
     /// Read the request and answer.
     Respond(Reply),

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 /// One fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fault {
     /// The request waits this long before it goes on to the inner service (a slow network or
     /// a slow upstream; the attempt timeout may cut it).
@@ -48,6 +49,7 @@ impl Fault {
 
 /// A fault, the requests it applies to, and the share of them that get it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Rule {
     /// Only requests with this method (any when `None`).
     pub method: Option<http::Method>,

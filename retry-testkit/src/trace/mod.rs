@@ -19,6 +19,7 @@ use std::time::Duration;
 /// the same decisions, reasons and delays: with a seeded registry, running the same script
 /// twice gives equal traces (no wall-clock time is part of it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Trace {
     /// The calls.
     pub calls: Vec<CallTrace>,
@@ -26,6 +27,7 @@ pub struct Trace {
 
 /// One retrying call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallTrace {
     /// The upstream's name in the registry.
     pub upstream: String,
@@ -48,6 +50,7 @@ pub struct CallTrace {
 
 /// One attempt and the decision taken after it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AttemptTrace {
     /// 1 for the first attempt.
     pub number: u32,
@@ -64,6 +67,7 @@ pub struct AttemptTrace {
 
 /// One decision: the runtime's answer and its named reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DecisionRecord {
     /// `retry`, `denied`, `ambiguous`, `succeeded`, `hedge`, `no_hedge`, `reconciled`.
     pub decision: String,

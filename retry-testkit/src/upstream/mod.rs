@@ -22,6 +22,7 @@ use crate::script::{Script, Step};
 
 /// The protocol the upstream speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Protocol {
     /// HTTP/1.1, one step per connection (every answer closes it).
     Http1,

@@ -474,24 +474,20 @@ pub async fn the_handler_sees_its_lease<D: Db>(db: &D) {
 }
 
 pub async fn the_driver_fences_every_write_on_the_run<D: Db>(db: &D) {
-    use retry_idempotency::store::{Completed, NewRun, RecordState};
+    use retry_idempotency::store::{Completed, Held, NewRun, RecordState};
     let keys = db.open().await;
     let at = Timestamp::from_unix_millis;
-    let run = |token, now: i64| NewRun {
-        scope: &[7; 32],
-        key: "k",
-        fingerprint: &[1; 32],
-        token,
-        lease_until: at(now + 60_000),
-        expires_at: at(now + 3_600_000),
-        now: at(now),
+    let run = |token, now: i64| {
+        let held = Held::new(&[7; 32], "k", token);
+        NewRun::new(
+            held,
+            &[1; 32],
+            at(now),
+            at(now + 60_000),
+            at(now + 3_600_000),
+        )
     };
-    let done = Completed {
-        status: 201,
-        headers: &[],
-        body: b"first",
-        not_stored: None,
-    };
+    let done = Completed::new(201, &[], b"first");
     let first = run(1, 0);
     assert!(keys.insert(&first).await.unwrap());
     assert!(
