@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use retry_fixtures::{AdapterError, DropProbe};
 use retry_runtime::backoff::{Backoff, Jitter};
 use retry_runtime::budget::BudgetConfig;
 use retry_runtime::{
@@ -12,9 +13,6 @@ use retry_runtime::{
     Replayability, Retry, UpstreamConfig, operation,
 };
 use tokio::time::Instant;
-
-mod common;
-use common::{DropProbe, Fail};
 
 fn registry(config: UpstreamConfig) -> Registry {
     // The throttle is tested on its own (`throttle` unit tests, `throttle_admission`); here
@@ -38,8 +36,8 @@ fn ms(n: u64) -> Duration {
 /// Runs a GET that always fails with `fail()` and returns the attempt start times.
 async fn starts_of_failing_call(
     reg: &Registry,
-    fail: impl Fn() -> Fail,
-) -> (Vec<Instant>, Result<(), Fail>) {
+    fail: impl Fn() -> AdapterError,
+) -> (Vec<Instant>, Result<(), AdapterError>) {
     let starts = Mutex::new(Vec::new());
     let result = Retry::in_registry(reg, "up")
         .method(Method::GET)
@@ -64,7 +62,7 @@ async fn full_jitter_delays_stay_within_the_exponential_ceiling() {
             .with_attempt_timeout(ms(500)),
     );
     for _ in 0..20 {
-        let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
+        let (starts, result) = starts_of_failing_call(&reg, || AdapterError::Status(503)).await;
         assert_eq!(starts.len(), 5);
         assert_eq!(
             result.unwrap_err().status(),
@@ -95,7 +93,7 @@ async fn decorrelated_jitter_delays_stay_between_initial_and_cap() {
             .with_attempt_timeout(ms(500)),
     );
     for _ in 0..20 {
-        let (starts, _) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
+        let (starts, _) = starts_of_failing_call(&reg, || AdapterError::Status(503)).await;
         let gaps: Vec<_> = starts.windows(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(gaps.len(), 4);
         for (i, gap) in gaps.iter().enumerate() {
@@ -113,8 +111,9 @@ async fn same_seed_gives_the_same_schedule() {
         .with_max_attempts(4)
         .with_attempt_timeout(ms(300));
     let gaps = |starts: Vec<Instant>| starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
-    let (a, _) = starts_of_failing_call(&registry(config.clone()), || Fail::Status(503)).await;
-    let (b, _) = starts_of_failing_call(&registry(config), || Fail::Status(503)).await;
+    let (a, _) =
+        starts_of_failing_call(&registry(config.clone()), || AdapterError::Status(503)).await;
+    let (b, _) = starts_of_failing_call(&registry(config), || AdapterError::Status(503)).await;
     assert_eq!(gaps(a), gaps(b));
 }
 
@@ -122,7 +121,7 @@ async fn same_seed_gives_the_same_schedule() {
 async fn a_retry_after_above_the_backoff_is_the_delay() {
     let reg = registry(UpstreamConfig::new());
     let (starts, _) = starts_of_failing_call(&reg, || {
-        Fail::Status(429).with_retry_after(Duration::from_secs(1))
+        AdapterError::Status(429).with_retry_after(Duration::from_secs(1))
     })
     .await;
     assert_eq!(starts.len(), 3);
@@ -137,11 +136,13 @@ async fn a_retry_after_above_the_backoff_is_the_delay() {
 async fn retry_after_zero_still_waits_the_backoff() {
     let gaps = |starts: Vec<Instant>| starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
     let (hinted, _) = starts_of_failing_call(&registry(UpstreamConfig::new()), || {
-        Fail::Status(429).with_retry_after(Duration::ZERO)
+        AdapterError::Status(429).with_retry_after(Duration::ZERO)
     })
     .await;
-    let (plain, _) =
-        starts_of_failing_call(&registry(UpstreamConfig::new()), || Fail::Status(429)).await;
+    let (plain, _) = starts_of_failing_call(&registry(UpstreamConfig::new()), || {
+        AdapterError::Status(429)
+    })
+    .await;
     assert_eq!(hinted.len(), 3);
     let hinted = gaps(hinted);
     assert!(hinted.iter().all(|gap| !gap.is_zero()), "{hinted:?}");
@@ -153,7 +154,7 @@ async fn retry_after_beyond_the_deadline_denies_instead_of_sleeping() {
     let reg = registry(UpstreamConfig::new());
     let t0 = Instant::now();
     let (starts, result) = starts_of_failing_call(&reg, || {
-        Fail::Status(503).with_retry_after(Duration::from_secs(60))
+        AdapterError::Status(503).with_retry_after(Duration::from_secs(60))
     })
     .await;
     assert_eq!(starts.len(), 1);
@@ -175,7 +176,7 @@ async fn the_deadline_cuts_the_loop() {
     );
     let t0 = Instant::now();
     let calls = AtomicU32::new(0);
-    let result: Result<(), Fail> = operation("checkout")
+    let result: Result<(), AdapterError> = operation("checkout")
         .deadline(ms(300))
         .run(
             Retry::in_registry(&reg, "up")
@@ -185,7 +186,7 @@ async fn the_deadline_cuts_the_loop() {
                     assert!(a.timeout() <= a.remaining());
                     async move {
                         tokio::time::sleep(ms(120)).await;
-                        Err(Fail::Status(503))
+                        Err(AdapterError::Status(503))
                     }
                 }),
         )
@@ -281,7 +282,7 @@ async fn nothing_from_a_failed_attempt_is_held_during_the_backoff() {
             async move {
                 tokio::time::sleep(ms(10)).await;
                 ends.lock().unwrap().push(Instant::now());
-                Err::<(), _>(Fail::Status(503).holding(DropProbe(drops)))
+                Err::<(), _>(AdapterError::Status(503).holding(DropProbe(drops)))
             }
         })
         .await;
@@ -307,11 +308,11 @@ async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
     let reg = registry(config);
     let calls = AtomicU32::new(0);
     for _ in 0..100 {
-        let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+        let _: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
             .method(Method::GET)
             .run(|_| {
                 calls.fetch_add(1, Ordering::SeqCst);
-                async { Err(Fail::Status(503)) }
+                async { Err(AdapterError::Status(503)) }
             })
             .await;
     }
@@ -322,9 +323,9 @@ async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
     // Denied retries spent nothing: 404s (denied) do not drain what remains.
     let before = reg.upstream("up").unwrap().budget().available();
     for _ in 0..50 {
-        let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+        let _: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
             .method(Method::GET)
-            .run(|_| async { Err(Fail::Status(404)) })
+            .run(|_| async { Err(AdapterError::Status(404)) })
             .await;
     }
     // ... and the 50 calls deposited 5 tokens.
@@ -335,7 +336,7 @@ async fn the_budget_bounds_retries_across_calls_and_denials_are_free() {
 async fn draining_stops_new_retries() {
     let reg = registry(UpstreamConfig::new());
     reg.drain().start();
-    let (starts, _) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
+    let (starts, _) = starts_of_failing_call(&reg, || AdapterError::Status(503)).await;
     assert_eq!(starts.len(), 1);
 }
 
@@ -384,7 +385,7 @@ async fn nested_retrying_calls_share_one_allowance() {
 async fn the_key_is_fixed_once_and_visible_to_every_attempt() {
     let reg = registry(UpstreamConfig::new());
     let seen = Mutex::new(Vec::new());
-    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::POST)
         .idempotency("order-7:register")
         .run(|a| {
@@ -392,7 +393,7 @@ async fn the_key_is_fixed_once_and_visible_to_every_attempt() {
             seen.lock()
                 .unwrap()
                 .push((a.idempotency_key().cloned(), current));
-            async { Err(Fail::new(Evidence::SentNoResponse)) }
+            async { Err(AdapterError::new(Evidence::SentNoResponse)) }
         })
         .await;
     // Out of attempts with the last one unanswered: the write may have happened, so the outcome
@@ -452,13 +453,13 @@ async fn an_unknown_upstream_is_an_error_never_a_default() {
 async fn a_one_shot_body_is_sent_once() {
     let reg = registry(UpstreamConfig::new());
     let calls = AtomicU32::new(0);
-    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::PUT)
         .idempotency("k")
         .body(Replayability::OneShot)
         .run(|_| {
             calls.fetch_add(1, Ordering::SeqCst);
-            async { Err(Fail::Status(503)) }
+            async { Err(AdapterError::Status(503)) }
         })
         .await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -518,7 +519,7 @@ async fn a_401_refreshes_once_then_replays() {
         r.fetch_add(1, Ordering::SeqCst);
         async { Ok(()) }
     });
-    let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(401)).await;
+    let (starts, result) = starts_of_failing_call(&reg, || AdapterError::Status(401)).await;
     assert_eq!(starts.len(), 2, "one refresh-and-replay, then denied");
     assert_eq!(refreshes.load(Ordering::SeqCst), 1);
     assert_eq!(result.unwrap_err().status(), Some(401));
@@ -536,7 +537,7 @@ async fn the_bulkhead_permit_is_released_before_the_backoff() {
             .push(upstream.in_flight());
         async {
             tokio::time::sleep(ms(10)).await;
-            Err::<(), _>(Fail::Status(503).with_retry_after(Duration::from_secs(1)))
+            Err::<(), _>(AdapterError::Status(503).with_retry_after(Duration::from_secs(1)))
         }
     });
     let probe = async {
@@ -672,7 +673,13 @@ async fn an_open_breaker_fails_fast_without_calling_the_upstream_and_recovers() 
         Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
             calls.fetch_add(1, Ordering::SeqCst);
             let ok = healthy.load(Ordering::SeqCst);
-            async move { if ok { Ok(()) } else { Err(Fail::Status(503)) } }
+            async move {
+                if ok {
+                    Ok(())
+                } else {
+                    Err(AdapterError::Status(503))
+                }
+            }
         })
     };
     for _ in 0..2 {
@@ -713,7 +720,13 @@ async fn the_breaker_judges_a_failure_against_every_earlier_success() {
     let call = |ok: bool| {
         Retry::in_registry(&reg, "up")
             .method(Method::GET)
-            .run(move |_| async move { if ok { Ok(()) } else { Err(Fail::Status(503)) } })
+            .run(move |_| async move {
+                if ok {
+                    Ok(())
+                } else {
+                    Err(AdapterError::Status(503))
+                }
+            })
     };
     for _ in 0..10 {
         call(true).await.unwrap();
@@ -740,11 +753,11 @@ async fn a_burst_against_a_dead_upstream_is_bounded_by_the_budget() {
     for _ in 0..1000 {
         let (reg, calls) = (reg.clone(), calls.clone());
         tasks.spawn(async move {
-            let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+            let _: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
                 .method(Method::GET)
                 .run(|_| {
                     calls.fetch_add(1, Ordering::SeqCst);
-                    async { Err(Fail::Status(503)) }
+                    async { Err(AdapterError::Status(503)) }
                 })
                 .await;
         });
@@ -788,9 +801,9 @@ async fn a_write_stopped_by_any_gate_after_an_unanswered_attempt_is_ambiguous_an
         "a read is simply failed"
     );
     // A response that settles the write is a plain failure even for a write.
-    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::POST)
-        .run(|_| async { Err(Fail::Status(409)) })
+        .run(|_| async { Err(AdapterError::Status(409)) })
         .await;
     assert_eq!(result.unwrap_err().status(), Some(409));
 }
@@ -830,7 +843,7 @@ async fn an_attempt_that_uses_up_the_cooperative_budget_is_still_cut_at_its_time
 async fn an_attempt_handle_kept_past_its_attempt_still_describes_that_attempt() {
     let reg = registry(UpstreamConfig::new());
     let kept = Mutex::new(Vec::new());
-    let result: Result<u32, Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<u32, AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::GET)
         .run(|a| {
             kept.lock().unwrap().push(a.clone());
@@ -838,7 +851,7 @@ async fn an_attempt_handle_kept_past_its_attempt_still_describes_that_attempt() 
                 let installed = Attempt::current().map(|c| c.number());
                 assert_eq!(installed, Some(a.number()), "installed while polled");
                 if a.number() < 3 {
-                    Err(Fail::new(Evidence::NotSent))
+                    Err(AdapterError::new(Evidence::NotSent))
                 } else {
                     Ok(a.number())
                 }
@@ -864,7 +877,7 @@ async fn a_refresh_hook_that_hangs_is_cut_at_the_deadline() {
         Ok(())
     });
     let start = Instant::now();
-    let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(401)).await;
+    let (starts, result) = starts_of_failing_call(&reg, || AdapterError::Status(401)).await;
     assert_eq!(
         starts.len(),
         1,
@@ -903,7 +916,7 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
         reg.drain().start();
     };
     let ((starts, result), ()) = tokio::join!(
-        starts_of_failing_call(&reg, || Fail::Status(503)),
+        starts_of_failing_call(&reg, || AdapterError::Status(503)),
         drain_soon
     );
     assert_eq!(starts.len(), 1, "the scheduled attempt is never sent");
@@ -924,7 +937,7 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
     let attempts = AtomicU32::new(0);
     let read = Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
         attempts.fetch_add(1, Ordering::SeqCst);
-        async { Err::<(), _>(Fail::new(Evidence::SentNoResponse)) }
+        async { Err::<(), _>(AdapterError::new(Evidence::SentNoResponse)) }
     });
     let drain_soon = async {
         tokio::time::sleep(ms(300)).await;
@@ -948,7 +961,7 @@ async fn draining_wakes_a_call_waiting_out_its_backoff_and_sends_nothing_more() 
     let write = Retry::in_registry(&reg, "up")
         .method(Method::POST)
         .idempotency("order-7:pay")
-        .run(|_| async { Err::<(), _>(Fail::Status(503)) });
+        .run(|_| async { Err::<(), _>(AdapterError::Status(503)) });
     let drain_soon = async {
         tokio::time::sleep(ms(300)).await;
         reg.drain().start();
@@ -988,7 +1001,7 @@ async fn a_deadline_after_a_retry_keeps_what_the_last_attempt_got() {
             .with_min_attempt_budget(Duration::ZERO)
             .with_dedups_idempotency_key(true),
     );
-    let (starts, result) = starts_of_failing_call(&reg, || Fail::Status(503)).await;
+    let (starts, result) = starts_of_failing_call(&reg, || AdapterError::Status(503)).await;
     assert_eq!(starts.len(), 1);
     let error = result.unwrap_err();
     assert!(
@@ -1008,10 +1021,10 @@ async fn a_deadline_after_a_retry_keeps_what_the_last_attempt_got() {
         "{error}"
     );
 
-    let write: Result<(), Fail> = Retry::in_registry(&reg, "up")
+    let write: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::POST)
         .idempotency("order-9:pay")
-        .run(|_| async { Err(Fail::new(Evidence::SentNoResponse)) })
+        .run(|_| async { Err(AdapterError::new(Evidence::SentNoResponse)) })
         .await;
     let error = write.unwrap_err();
     let ambiguous = error
@@ -1091,11 +1104,11 @@ fn a_calls_future_is_send() {
     let registry = registry(UpstreamConfig::new());
     let call = Retry::in_registry(&registry, "up")
         .method(Method::GET)
-        .call(|| async { Ok::<u32, Fail>(1) });
+        .call(|| async { Ok::<u32, AdapterError>(1) });
     send(&call);
     let run = Retry::in_registry(&registry, "up")
         .method(Method::GET)
-        .run(|attempt: Attempt| async move { Ok::<u32, Fail>(attempt.number()) });
+        .run(|attempt: Attempt| async move { Ok::<u32, AdapterError>(attempt.number()) });
     send(&run);
     send(&operation("op").run(call));
 }

@@ -7,12 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::backoff::{Backoff, Jitter};
 use retry_runtime::{Error, Method, Registry, Retry, UpstreamConfig};
 use tokio::sync::Notify;
-
-mod common;
-use common::Fail;
 
 /// The throttle is tested on its own: these tests script failures to reach a retry, which it
 /// would refuse at random.
@@ -43,7 +41,7 @@ async fn draining_during_a_credentials_refresh_sends_no_retry() {
     let attempts = AtomicU32::new(0);
     let call = Retry::in_registry(&reg, "up").method(Method::GET).run(|_| {
         attempts.fetch_add(1, Ordering::SeqCst);
-        async { Err::<(), _>(Fail::Status(401)) }
+        async { Err::<(), _>(AdapterError::Status(401)) }
     });
     let drain_during_refresh = async {
         refreshing.notified().await;
@@ -58,7 +56,7 @@ async fn draining_during_a_credentials_refresh_sends_no_retry() {
     );
     let error = result.unwrap_err();
     assert!(
-        matches!(&error, Fail::Runtime(Error::Draining { attempts: 1, last_error, .. }) if last_error.contains("401")),
+        matches!(&error, AdapterError::Runtime(Error::Draining { attempts: 1, last_error, .. }) if last_error.contains("401")),
         "{error:?}"
     );
 }
@@ -101,7 +99,7 @@ async fn retry_queued_for_a_slot_while_draining_starts(hedged: bool) {
         if a.number() == 1 {
             first_failed.notify_one();
         }
-        async { Err::<(), _>(Fail::Status(503)) }
+        async { Err::<(), _>(AdapterError::Status(503)) }
     };
     let call = async {
         let call = Retry::in_registry(&reg, "up").method(Method::GET);
@@ -118,7 +116,7 @@ async fn retry_queued_for_a_slot_while_draining_starts(hedged: bool) {
             .run(|_| async {
                 holder_in.notify_one();
                 holder_release.notified().await;
-                Ok::<(), Fail>(())
+                Ok::<(), AdapterError>(())
             })
             .await
     };
@@ -140,7 +138,10 @@ async fn retry_queued_for_a_slot_while_draining_starts(hedged: bool) {
     );
     let error = result.unwrap_err();
     assert!(
-        matches!(&error, Fail::Runtime(Error::Draining { attempts: 1, .. })),
+        matches!(
+            &error,
+            AdapterError::Runtime(Error::Draining { attempts: 1, .. })
+        ),
         "{error:?}"
     );
 }

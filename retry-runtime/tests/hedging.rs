@@ -5,14 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::breaker::{BreakerConfig, BreakerState};
 use retry_runtime::budget::BudgetConfig;
 use retry_runtime::hedge::HedgeConfig;
 use retry_runtime::{Attempt, Classify, Error, Method, Registry, Retry, UpstreamConfig, operation};
 use tokio::time::Instant;
-
-mod common;
-use common::Fail;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -86,7 +84,7 @@ impl Upstream {
     }
 
     /// One attempt's body: reads the attempt installed around it, waits, answers.
-    async fn serve(self) -> Result<u32, Fail> {
+    async fn serve(self) -> Result<u32, AdapterError> {
         let attempt = Attempt::current().expect("each copy runs inside its own attempt");
         let number = attempt.number();
         let plan = self
@@ -116,7 +114,7 @@ impl Upstream {
         guard.answered = true;
         match plan.status {
             200 => Ok(number),
-            s => Err(Fail::Status(s)),
+            s => Err(AdapterError::Status(s)),
         }
     }
 
@@ -145,7 +143,7 @@ fn registry(config: UpstreamConfig) -> Registry {
         .unwrap()
 }
 
-async fn get(reg: &Registry, up: &Upstream) -> Result<u32, Fail> {
+async fn get(reg: &Registry, up: &Upstream) -> Result<u32, AdapterError> {
     Retry::in_registry(reg, "up")
         .method(Method::GET)
         .hedged()
@@ -326,7 +324,7 @@ async fn an_unkeyed_write_is_never_hedged() {
     let reg =
         registry(config().with_hedge(Some(HedgeConfig::after(ms(50)).with_dedups_in_flight(true))));
     let up = Upstream::new(vec![ok(1000), ok(10)]);
-    let result: Result<u32, Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<u32, AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::POST)
         .hedged()
         .call(|| up.clone().serve())
@@ -335,7 +333,7 @@ async fn an_unkeyed_write_is_never_hedged() {
     assert_eq!(up.starts(), [ms(0)]);
 }
 
-async fn keyed_write(reg: &Registry, up: &Upstream) -> Result<u32, Fail> {
+async fn keyed_write(reg: &Registry, up: &Upstream) -> Result<u32, AdapterError> {
     Retry::in_registry(reg, "up")
         .method(Method::POST)
         .idempotency("order-42")
@@ -372,7 +370,7 @@ async fn no_hedge_without_time_left_and_the_deadline_cuts_every_copy() {
     let start = Instant::now();
     let err = get(&reg, &up).await.unwrap_err();
     assert!(
-        matches!(err, Fail::Runtime(Error::AttemptTimeout { .. })),
+        matches!(err, AdapterError::Runtime(Error::AttemptTimeout { .. })),
         "{err:?}"
     );
     assert_eq!(start.elapsed(), ms(100));
@@ -383,7 +381,7 @@ async fn no_hedge_without_time_left_and_the_deadline_cuts_every_copy() {
 async fn a_call_not_marked_hedged_is_never_hedged() {
     let reg = registry(config());
     let up = Upstream::new(vec![ok(1000), ok(10)]);
-    let result: Result<u32, Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<u32, AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::GET)
         .call(|| up.clone().serve())
         .await;

@@ -10,11 +10,9 @@ use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
     Unit,
 };
+use retry_fixtures::AdapterError;
 use retry_runtime::backoff::Backoff;
 use retry_runtime::{Error, Evidence, Method, Registry, Retry, UpstreamConfig};
-
-mod common;
-use common::Fail;
 
 /// Counters by `name{label=value,...}`.
 #[derive(Default, Clone)]
@@ -249,8 +247,8 @@ fn every_decision_is_an_event_with_its_named_reason_and_the_key_never_appears() 
 #[test]
 fn a_waiting_attempt_says_how_it_was_let_go() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let fast: fn() -> Fail = || Fail::Status(503);
-    let slow: fn() -> Fail = || Fail::Runtime(timeout());
+    let fast: fn() -> AdapterError = || AdapterError::Status(503);
+    let slow: fn() -> AdapterError = || AdapterError::Runtime(timeout());
     for failure in [fast, slow] {
         let out = logged(tracing::Level::DEBUG, async move {
             let reg = Arc::new(
@@ -265,7 +263,7 @@ fn a_waiting_attempt_says_how_it_was_let_go() {
             for _ in 0..50 {
                 let reg = reg.clone();
                 tasks.spawn(async move {
-                    let _: Result<(), Fail> = Retry::in_registry(&reg, "up")
+                    let _: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
                         .method(Method::GET)
                         .run(|_| {
                             let failed =

@@ -8,11 +8,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::{Method, Registry, Retry, UpstreamConfig, throttle::ThrottleConfig};
 use tokio::time::Instant;
-
-mod common;
-use common::Fail;
 
 const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -39,7 +37,7 @@ impl Upstream {
     }
 
     /// One request: the future the attempt awaits.
-    fn request(&self) -> impl Future<Output = Result<(), Fail>> + Send + 'static {
+    fn request(&self) -> impl Future<Output = Result<(), AdapterError>> + Send + 'static {
         let at = self.start.elapsed();
         self.received.lock().unwrap().push(at);
         let down = (self.down)(at);
@@ -55,8 +53,8 @@ impl Upstream {
         }
         async move {
             match down {
-                true => Err(Fail::Status(503)),
-                false => answer.await.map_err(|_| Fail::Status(500)),
+                true => Err(AdapterError::Status(503)),
+                false => answer.await.map_err(|_| AdapterError::Status(500)),
             }
         }
     }
@@ -328,7 +326,10 @@ async fn one_tenant_over_quota(partitioned: bool) -> (Vec<(bool, Ended)>, usize,
                     async move {
                         tokio::time::sleep(ms(10)).await;
                         match over {
-                            true => Err(Fail::Status(429).with_retry_after(Duration::from_secs(1))),
+                            true => {
+                                Err(AdapterError::Status(429)
+                                    .with_retry_after(Duration::from_secs(1)))
+                            }
                             false => Ok(()),
                         }
                     }
@@ -386,34 +387,34 @@ async fn a_partitions_retries_wait_until_an_accepted_answer_ends_its_pushback() 
     let reg = registry(ThrottleConfig::new(), 3);
     let start = Instant::now();
     let received = Arc::new(Mutex::new(Vec::new()));
-    let call = |n: u32| {
-        let (reg, received) = (reg.clone(), received.clone());
-        async move {
-            Retry::in_registry(&reg, "up")
-                .method(Method::GET)
-                .partition("tenant")
-                .run(|attempt| {
-                    let at = start.elapsed();
-                    received.lock().unwrap().push((at, n, attempt.number()));
-                    async move {
-                        // Call 0 is in flight for 250 ms and accepted; the others meet the
-                        // quota until then, call 1 with a `Retry-After` that holds the
-                        // partition for a second, the others without one (each alone would
-                        // retry after its backoff).
-                        tokio::time::sleep(if n == 0 { ms(250) } else { ms(10) }).await;
-                        match (n, at < ms(240)) {
-                            (0, _) | (_, false) => Ok(()),
-                            (1, true) => {
-                                Err(Fail::Status(429).with_retry_after(Duration::from_secs(1)))
+    let call =
+        |n: u32| {
+            let (reg, received) = (reg.clone(), received.clone());
+            async move {
+                Retry::in_registry(&reg, "up")
+                    .method(Method::GET)
+                    .partition("tenant")
+                    .run(|attempt| {
+                        let at = start.elapsed();
+                        received.lock().unwrap().push((at, n, attempt.number()));
+                        async move {
+                            // Call 0 is in flight for 250 ms and accepted; the others meet the
+                            // quota until then, call 1 with a `Retry-After` that holds the
+                            // partition for a second, the others without one (each alone would
+                            // retry after its backoff).
+                            tokio::time::sleep(if n == 0 { ms(250) } else { ms(10) }).await;
+                            match (n, at < ms(240)) {
+                                (0, _) | (_, false) => Ok(()),
+                                (1, true) => Err(AdapterError::Status(429)
+                                    .with_retry_after(Duration::from_secs(1))),
+                                _ => Err(AdapterError::Status(429)),
                             }
-                            _ => Err(Fail::Status(429)),
                         }
-                    }
-                })
-                .await
-                .is_ok()
-        }
-    };
+                    })
+                    .await
+                    .is_ok()
+            }
+        };
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(call(0));
     tokio::time::sleep(ms(10)).await;
@@ -500,7 +501,10 @@ async fn quota_lifts(partitioned: bool) {
                     async move {
                         match request {
                             Some(request) => request.await,
-                            None => Err(Fail::Status(429).with_retry_after(Duration::from_secs(1))),
+                            None => {
+                                Err(AdapterError::Status(429)
+                                    .with_retry_after(Duration::from_secs(1)))
+                            }
                         }
                     }
                 })

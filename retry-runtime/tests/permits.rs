@@ -13,12 +13,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
 use retry_runtime::hedge::HedgeConfig;
 use retry_runtime::{Attempt, Method, Registry, Retry, Upstream, UpstreamConfig};
-
-mod common;
-use common::Fail;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -80,7 +78,7 @@ async fn a_call_dropped_mid_attempt_gives_its_slot_and_its_probe_back() {
     {
         let call = Retry::in_registry(&reg, "up")
             .method(Method::GET)
-            .call(std::future::pending::<Result<u32, Fail>>);
+            .call(std::future::pending::<Result<u32, AdapterError>>);
         let mut call = pin!(call);
         assert!(poll_once(call.as_mut()).is_pending());
         assert_eq!(up.in_flight(), 1, "the attempt holds the only slot");
@@ -97,7 +95,7 @@ async fn a_call_dropped_mid_backoff_holds_nothing() {
     {
         let call = Retry::in_registry(&reg, "up")
             .method(Method::GET)
-            .call(|| async { Err::<u32, _>(Fail::Status(503)) });
+            .call(|| async { Err::<u32, _>(AdapterError::Status(503)) });
         let mut call = pin!(call);
         // The first attempt fails at once; the call then waits out its backoff.
         assert!(poll_once(call.as_mut()).is_pending());
@@ -132,7 +130,7 @@ async fn a_body_that_panics_gives_its_slot_and_its_probe_back() {
                     if Attempt::current().is_some() {
                         panic!("the body panics inside its attempt");
                     }
-                    Ok::<u32, Fail>(1)
+                    Ok::<u32, AdapterError>(1)
                 })
                 .await
         }
@@ -158,7 +156,7 @@ async fn hedged_copies_that_lose_the_race_give_their_slots_and_probes_back() {
                 1 => std::future::pending().await,
                 n => {
                     tokio::time::sleep(ms(10)).await;
-                    Ok::<u32, Fail>(n)
+                    Ok::<u32, AdapterError>(n)
                 }
             }
         })
@@ -181,10 +179,10 @@ async fn hedged_copies_that_all_fail_leave_nothing_taken() {
         .hedged()
         .call(|| async {
             tokio::time::sleep(ms(100)).await;
-            Err::<u32, _>(Fail::Status(503))
+            Err::<u32, _>(AdapterError::Status(503))
         })
         .await;
-    assert!(matches!(lost, Err(Fail::Status(503))), "{lost:?}");
+    assert!(matches!(lost, Err(AdapterError::Status(503))), "{lost:?}");
     assert_eq!(up.in_flight(), 0);
     assert_eq!(breaker(&up).state(), BreakerState::Open, "failed probes");
     tokio::time::advance(OPEN_FOR).await;

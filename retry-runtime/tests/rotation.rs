@@ -7,22 +7,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::breaker::{BreakerConfig, BreakerState};
 use retry_runtime::budget::BudgetConfig;
 use retry_runtime::{Error, Evidence, Method, Registry, Retry, UpstreamConfig};
 use tokio::time::Instant;
 
-mod common;
-use common::Fail;
-
 /// A GOAWAY with `NO_ERROR`: sent, maybe processed, rotation.
-fn goaway() -> Fail {
-    Fail::new(Evidence::SentNoResponse).rotated()
+fn goaway() -> AdapterError {
+    AdapterError::new(Evidence::SentNoResponse).rotated()
 }
 
 /// A reset after the request was sent: not rotation.
-fn reset() -> Fail {
-    Fail::new(Evidence::SentNoResponse)
+fn reset() -> AdapterError {
+    AdapterError::new(Evidence::SentNoResponse)
 }
 
 fn registry(config: UpstreamConfig) -> Registry {
@@ -39,8 +37,8 @@ async fn call(
     reg: &Registry,
     method: Method,
     key: bool,
-    outcome: impl Fn(u32) -> Result<(), Fail>,
-) -> (Result<(), Fail>, u32) {
+    outcome: impl Fn(u32) -> Result<(), AdapterError>,
+) -> (Result<(), AdapterError>, u32) {
     let attempts = AtomicU32::new(0);
     let retry = Retry::in_registry(reg, "up").method(method);
     let retry = match key {

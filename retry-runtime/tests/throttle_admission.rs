@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::{
     Error, Evidence, Method, Pushback, Registry, Retry, UpstreamConfig, throttle::ThrottleConfig,
 };
-
-mod common;
-use common::Fail;
 
 /// A registry whose one upstream keeps the library's defaults (the throttle on), with one
 /// attempt per call, so that each call is one first attempt the throttle judges, and refused
@@ -33,11 +31,11 @@ fn registry() -> Arc<Registry> {
 
 /// Runs `n` calls one after another, each answered by `fail()`; returns how many reached the
 /// upstream and how many the throttle refused.
-async fn calls(reg: &Registry, n: u32, fail: impl Fn() -> Fail) -> (u32, u32) {
+async fn calls(reg: &Registry, n: u32, fail: impl Fn() -> AdapterError) -> (u32, u32) {
     let reached = AtomicU32::new(0);
     let mut refused = 0;
     for _ in 0..n {
-        let result: Result<(), Fail> = Retry::in_registry(reg, "up")
+        let result: Result<(), AdapterError> = Retry::in_registry(reg, "up")
             .method(Method::GET)
             .run(|_| {
                 reached.fetch_add(1, Ordering::SeqCst);
@@ -57,9 +55,9 @@ async fn connections_that_fail_with_no_answer_are_not_held_against_the_upstream(
     let reg = registry();
     // Resets after the request was written (a server closing a connection it was rotating
     // looks the same), then refused connections: all within one window.
-    let (reached, refused) = calls(&reg, 100, || Fail::new(Evidence::SentNoResponse)).await;
+    let (reached, refused) = calls(&reg, 100, || AdapterError::new(Evidence::SentNoResponse)).await;
     assert_eq!((reached, refused), (100, 0));
-    let (reached, refused) = calls(&reg, 100, || Fail::new(Evidence::NotSent)).await;
+    let (reached, refused) = calls(&reg, 100, || AdapterError::new(Evidence::NotSent)).await;
     assert_eq!((reached, refused), (100, 0));
     let upstream = reg.upstream("up").unwrap();
     let throttle = upstream.throttle().unwrap();
@@ -69,7 +67,7 @@ async fn connections_that_fail_with_no_answer_are_not_held_against_the_upstream(
 #[tokio::test(start_paused = true)]
 async fn failing_answers_lower_admission_and_refusals_never_reach_the_upstream() {
     let reg = registry();
-    let (reached, refused) = calls(&reg, 100, || Fail::Status(503)).await;
+    let (reached, refused) = calls(&reg, 100, || AdapterError::Status(503)).await;
     // Every call either reached the upstream or was refused locally, and most were refused:
     // with nothing accepted, the window settles at about the square root of the calls.
     assert_eq!(reached + refused, 100);
@@ -80,7 +78,7 @@ async fn failing_answers_lower_admission_and_refusals_never_reach_the_upstream()
     // The window forgets: once it has passed, the next call goes through.
     tokio::time::advance(Duration::from_millis(600)).await;
     assert_eq!(throttle.refusal_probability(), 0.0);
-    let (reached, refused) = calls(&reg, 1, || Fail::Status(503)).await;
+    let (reached, refused) = calls(&reg, 1, || AdapterError::Status(503)).await;
     assert_eq!((reached, refused), (1, 0));
 }
 
@@ -96,7 +94,7 @@ async fn attempts_that_time_out_are_not_accepted() {
                 .method(Method::GET)
                 .run(|_| async {
                     tokio::time::sleep(Duration::from_secs(2)).await;
-                    Ok::<(), Fail>(())
+                    Ok::<(), AdapterError>(())
                 })
                 .await
                 .unwrap_err()
@@ -118,8 +116,10 @@ async fn attempts_that_time_out_are_not_accepted() {
 async fn an_answer_with_a_pushback_counts_as_accepted() {
     let reg = registry();
     for pushback in [Pushback::RetriesSpent, Pushback::Overloaded] {
-        let (reached, refused) =
-            calls(&reg, 100, || Fail::Status(503).with_pushback(pushback)).await;
+        let (reached, refused) = calls(&reg, 100, || {
+            AdapterError::Status(503).with_pushback(pushback)
+        })
+        .await;
         assert_eq!((reached, refused), (100, 0), "{pushback:?}");
     }
 }
@@ -129,7 +129,7 @@ async fn a_timeout_the_error_reports_is_not_accepted() {
     // The adapter's own client gave up waiting (no status, the request may have been sent).
     let reg = registry();
     let (reached, refused) = calls(&reg, 100, || {
-        Fail::new(Evidence::SentNoResponse).with_timed_out()
+        AdapterError::new(Evidence::SentNoResponse).with_timed_out()
     })
     .await;
     assert_eq!(reached + refused, 100);
@@ -140,7 +140,7 @@ async fn a_timeout_the_error_reports_is_not_accepted() {
     // The same through the runtime's own error, passed on by an adapter.
     let reg = registry();
     let (reached, _) = calls(&reg, 100, || {
-        Fail::new(Evidence::SentNoResponse).passing_on(Error::AttemptTimeout {
+        AdapterError::new(Evidence::SentNoResponse).passing_on(Error::AttemptTimeout {
             upstream: "up".into(),
             attempt: 1,
             timeout: Duration::from_secs(1),

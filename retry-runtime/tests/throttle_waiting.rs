@@ -8,11 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
+use retry_fixtures::AdapterError;
 use retry_runtime::{Error, Method, Registry, Retry, UpstreamConfig, throttle::ThrottleConfig};
 use tokio::time::Instant;
-
-mod common;
-use common::Fail;
 
 /// How the scripted upstream behaves.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -29,7 +27,7 @@ enum Mode {
 struct Ended {
     started: Instant,
     ended: Instant,
-    result: Result<(), Fail>,
+    result: Result<(), AdapterError>,
 }
 
 /// The upstream `up` with the library's defaults but `max_attempts` and the throttle's `wait`.
@@ -70,10 +68,10 @@ async fn traffic(
                     async move {
                         match mode {
                             Mode::Up => Ok(()),
-                            Mode::Down => Err(Fail::Status(503)),
+                            Mode::Down => Err(AdapterError::Status(503)),
                             Mode::DownAfter20ms => {
                                 tokio::time::sleep(Duration::from_millis(20)).await;
-                                Err(Fail::Status(503))
+                                Err(AdapterError::Status(503))
                             }
                         }
                     }
@@ -95,8 +93,8 @@ async fn traffic(
     (ended, received)
 }
 
-fn throttled(result: &Result<(), Fail>) -> bool {
-    matches!(result, Err(Fail::Runtime(Error::Throttled { .. })))
+fn throttled(result: &Result<(), AdapterError>) -> bool {
+    matches!(result, Err(AdapterError::Runtime(Error::Throttled { .. })))
 }
 
 /// Asserts that many calls were refused, each at the instant it started.
@@ -348,7 +346,7 @@ async fn slowdown_of_a_queue(throttle: ThrottleConfig) -> Queued {
                         }
                         let _ = done.send(());
                     });
-                    async move { answer.await.map_err(|_| Fail::Status(500)) }
+                    async move { answer.await.map_err(|_| AdapterError::Status(500)) }
                 })
                 .await
                 .is_ok()
@@ -400,9 +398,9 @@ async fn a_slow_upstreams_backlog_goes_at_the_pace_of_its_answers() {
 async fn burst<A>(
     reg: Arc<Registry>,
     answer: impl Fn(u32, Duration) -> A + Send + Sync + 'static,
-) -> (Vec<(Result<(), Fail>, Duration)>, Vec<Duration>)
+) -> (Vec<(Result<(), AdapterError>, Duration)>, Vec<Duration>)
 where
-    A: Future<Output = Result<(), Fail>> + Send + 'static,
+    A: Future<Output = Result<(), AdapterError>> + Send + 'static,
 {
     let start = Instant::now();
     let answer = Arc::new(answer);
@@ -459,7 +457,7 @@ async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
     let (ended, received) = burst(registry(3, true), |_, at| async move {
         match outage(at) {
             Mode::Up => Ok(()),
-            _ => Err(Fail::Status(503)),
+            _ => Err(AdapterError::Status(503)),
         }
     })
     .await;
@@ -484,7 +482,7 @@ async fn a_burst_met_by_an_outage_completes_after_it_with_no_other_traffic() {
 async fn a_burst_against_a_dead_upstream_probes_it_one_at_a_time_until_the_hold_ends() {
     let (ended, received) = burst(registry(3, true), |_, _| async {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        Err(Fail::Status(503))
+        Err(AdapterError::Status(503))
     })
     .await;
     assert!(ended.iter().all(|(r, _)| r.is_err()));
@@ -515,12 +513,18 @@ async fn a_wait_ends_when_shutdown_starts() {
         let (reg2, sent2, down2) = (reg.clone(), sent.clone(), down.clone());
         let call = tokio::spawn(async move {
             let started = Instant::now();
-            let result: Result<(), Fail> = Retry::in_registry(&reg2, "up")
+            let result: Result<(), AdapterError> = Retry::in_registry(&reg2, "up")
                 .method(Method::GET)
                 .run(|_| {
                     sent2.fetch_add(1, Ordering::SeqCst);
                     let down = down2.load(Ordering::SeqCst);
-                    async move { if down { Err(Fail::Status(503)) } else { Ok(()) } }
+                    async move {
+                        if down {
+                            Err(AdapterError::Status(503))
+                        } else {
+                            Ok(())
+                        }
+                    }
                 })
                 .await;
             (started, Instant::now(), result)
@@ -540,7 +544,7 @@ async fn a_wait_ends_when_shutdown_starts() {
     let (started, ended, result) = waiting.await.unwrap();
     assert!(matches!(
         result,
-        Err(Fail::Runtime(Error::Throttled { .. }))
+        Err(AdapterError::Runtime(Error::Throttled { .. }))
     ));
     assert!(
         ended - started < Duration::from_secs(1),

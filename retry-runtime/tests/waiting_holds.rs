@@ -7,14 +7,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use retry_fixtures::{AdapterError, DropProbe};
 use retry_runtime::backoff::Backoff;
 use retry_runtime::budget::BudgetConfig;
 use retry_runtime::throttle::ThrottleConfig;
 use retry_runtime::{Method, Registry, Retry, UpstreamConfig};
 use tokio::time::Instant;
-
-mod common;
-use common::{DropProbe, Fail};
 
 const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -32,10 +30,13 @@ fn registry(config: UpstreamConfig) -> Registry {
 /// unread response and its connection), then succeeds. Another call has just failed with a 500
 /// (not retried, counted against the upstream), so the throttle refuses the retry (the others'
 /// attempts: none accepted), and the retry waits to be let go, as the probe.
-async fn refused_retry(reg: &Registry, probe: DropProbe) -> (Result<(), Fail>, Vec<Instant>) {
-    let other: Result<(), Fail> = Retry::in_registry(reg, "up")
+async fn refused_retry(
+    reg: &Registry,
+    probe: DropProbe,
+) -> (Result<(), AdapterError>, Vec<Instant>) {
+    let other: Result<(), AdapterError> = Retry::in_registry(reg, "up")
         .method(Method::GET)
-        .run(|_| async { Err(Fail::Status(500)) })
+        .run(|_| async { Err(AdapterError::Status(500)) })
         .await;
     assert!(other.is_err());
     let attempts = Mutex::new(Vec::new());
@@ -47,7 +48,7 @@ async fn refused_retry(reg: &Registry, probe: DropProbe) -> (Result<(), Fail>, V
             let held = probe.lock().unwrap().take();
             async move {
                 match held {
-                    Some(probe) => Err(Fail::Status(503).holding(probe)),
+                    Some(probe) => Err(AdapterError::Status(503).holding(probe)),
                     None => Ok(()),
                 }
             }
@@ -127,11 +128,14 @@ async fn a_retry_never_let_go_gets_its_budget_back() {
     let upstream = reg.upstream("up").unwrap();
     let before = upstream.budget().available();
     // Every attempt fails: the retry waits, the hold ends, the call fails unsent.
-    let result: Result<(), Fail> = Retry::in_registry(&reg, "up")
+    let result: Result<(), AdapterError> = Retry::in_registry(&reg, "up")
         .method(Method::GET)
-        .run(|_| async { Err(Fail::Status(503)) })
+        .run(|_| async { Err(AdapterError::Status(503)) })
         .await;
-    assert!(result.as_ref().is_err_and(Fail::is_throttled), "{result:?}");
+    assert!(
+        result.as_ref().is_err_and(AdapterError::is_throttled),
+        "{result:?}"
+    );
     assert_eq!(upstream.budget().available(), before);
 }
 

@@ -4,9 +4,9 @@
 //! (connections, bytes read, requests seen, executions by idempotency key): reusable by the
 //! examples crate to demonstrate outages without a network.
 
-pub mod adapter_error;
 pub mod fault;
 pub mod loopback;
 pub mod nginx;
 pub mod support;
-pub use adapter_error::AdapterError;
+/// The failure the tests' adapters and UI files return (the workspace's one fixture error).
+pub use retry_fixtures::AdapterError;
