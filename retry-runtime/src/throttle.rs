@@ -74,7 +74,10 @@
 //! A call that cannot wait, or whose wait ends without being let go, fails with
 //! [`Error::Throttled`](crate::Error::Throttled) (evidence `NotSent`, reason `throttled`), or
 //! [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded) with the last attempt's facts
-//! when its time ran out. A waiting retry holds nothing of its failed attempt but its facts
+//! when its time ran out. Either way the operation counts as overloaded, so the
+//! [server layer](crate::tower::ScopeLayer) answers with the `overloaded` pushback: a caller
+//! above that retried the chain would send the held call again as a first attempt, past the
+//! hold and unpaced. A waiting retry holds nothing of its failed attempt but its facts
 //! (the error, and the response or connection in it, is dropped before the wait), and has
 //! already spent its retry (the operation's allowance and a budget token), given back if it is
 //! never let go. Each step is a `paced` decision event at `DEBUG`.
@@ -86,12 +89,16 @@
 //! less one per attempt of the window that timed out:
 //!
 //! ```text
-//! released + 1 <= r x (accepted - released) - timed_out
+//! released + 1 <= allowance = r x (accepted - released) - timed_out
 //! ```
 //!
-//! or, with no other call left, one at a time on its own answers (every call let go in the
-//! window was answered and accepted). So new and released calls together stay near `1 + r`
-//! times what the upstream currently accepts: the backlog drains at the pace of its answers,
+//! and one at a time, at least `window / allowance` after the last call the pace let go; or,
+//! with no other call left, one at a time on its own answers (every call let go in the window
+//! was answered and accepted). So new and released calls together stay near `1 + r` times
+//! what the upstream currently accepts, spread over the window as its answers were: never the
+//! window's allowance at one instant, on top of the live calls whose answers made it (behind a
+//! chain of services, those are often a burst of their own). The backlog drains at the pace of
+//! its answers,
 //! as acknowledgements clock out TCP's packets (Jacobson, "Congestion Avoidance and Control",
 //! 1988), never as a burst into an upstream that has just come back, and it slows as soon as
 //! the upstream's attempts start to time out. A backlog let go together queues behind itself
@@ -236,6 +243,9 @@ pub struct Throttle {
     /// (see [`floor_turn`](Self::floor_turn)), in nanoseconds after the origin, plus one; 0
     /// before any.
     floor_at: AtomicU64,
+    /// When the pace last let a waiting call go (see [`lets_go_at`](Self::lets_go_at)), in
+    /// nanoseconds after the origin, plus one; 0 before any.
+    paced_at: AtomicU64,
     /// How long its accepted answers take: whether it queues, for held work.
     queueing: Queueing,
     /// Calls waiting for admission now (at most [`ThrottleConfig::max_waiting`]).
@@ -282,6 +292,7 @@ impl Throttle {
             released_ever: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
             floor_at: AtomicU64::new(0),
+            paced_at: AtomicU64::new(0),
             queueing: Queueing::new(config.window.saturating_mul(BASE_WINDOWS)),
             waiting: AtomicU32::new(0),
             throttling: AtomicBool::new(false),

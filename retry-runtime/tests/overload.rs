@@ -143,8 +143,7 @@ async fn fast_fault(throttle: ThrottleConfig, fault: Duration) -> (usize, usize,
 /// gets at most twice its healthy busiest 250 ms, its queue stays short, and every call started
 /// half a second after the fault succeeds. Through a fault shorter than the hold (600 ms) the
 /// calls it met mostly succeed after it; through a longer one they fail once it has failed
-/// everything for the hold, not at their deadlines. Released together (a release ratio of 10:
-/// the rule switched off), they arrive as a burst.
+/// everything for the hold, not at their deadlines.
 #[tokio::test(start_paused = true)]
 async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
     for fault in [ms(300), ms(450), ms(1500)] {
@@ -182,11 +181,13 @@ async fn calls_held_through_a_fast_fault_go_at_the_pace_of_the_answers() {
             assert!(held <= Duration::from_secs(1), "{report}: held {held:?}");
         }
     }
+    // At ten times the pace the calls still go one at a time, but the upstream gets half as
+    // much again as its busiest: the pace, not only the spacing, keeps it near the load.
     let (healthy, after, _) =
         fast_fault(ThrottleConfig::new().with_release_ratio(10.0), ms(550)).await;
     assert!(
-        after > 2 * healthy,
-        "released together: {after} against {healthy}"
+        2 * after > 3 * healthy,
+        "released at ten times the pace: {after} against {healthy}"
     );
 }
 

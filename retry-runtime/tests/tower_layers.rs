@@ -41,6 +41,15 @@ where
     }
 }
 
+/// An attempt that timed out.
+fn timed_out() -> Error {
+    Error::AttemptTimeout {
+        upstream: "catalog".into(),
+        attempt: 1,
+        timeout: Duration::ZERO,
+    }
+}
+
 fn status(code: u16) -> Resp {
     let mut r = http::Response::new(Full::new(Bytes::from_static(b"x")));
     *r.status_mut() = http::StatusCode::from_u16(code).unwrap();
@@ -392,6 +401,77 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
         calls.middle.load(Ordering::SeqCst),
         1,
         "the API did not retry what the middle's budget refused"
+    );
+}
+
+/// A retry the middle's catalog throttle held until no time was left is answered `overloaded`,
+/// and the API does not retry the chain: its retry would reach the catalog as a first attempt
+/// that nothing paces, past the hold, which is how calls held through a slowdown came back
+/// together as the callers above retried them.
+#[tokio::test(start_paused = true)]
+async fn a_retry_held_below_until_no_time_was_left_is_answered_overloaded() {
+    use retry_runtime::throttle::ThrottleConfig;
+    let reg = Arc::new(
+        Registry::builder()
+            .seed(3)
+            .upstream(
+                "middle",
+                UpstreamConfig::new()
+                    .with_breaker(None)
+                    .with_throttle(None)
+                    .with_propagate(true),
+            )
+            .upstream(
+                "catalog",
+                UpstreamConfig::new()
+                    .with_breaker(None)
+                    .with_min_attempt_budget(Duration::from_millis(10))
+                    // A window long enough that nobody probes within the middle's deadline.
+                    .with_throttle(Some(
+                        ThrottleConfig::new().with_window(Duration::from_secs(2)),
+                    )),
+            )
+            .build()
+            .unwrap(),
+    );
+    let calls = Arc::new(Calls::default());
+    // Another call's attempts timed out a moment ago: the chain's retry, judged on what the
+    // other calls met, is refused and waits for an accepted answer that never comes.
+    let other: Result<(), Error> = Retry::in_registry(&reg, "catalog")
+        .method(Method::GET)
+        .run(|_| async { Err(timed_out()) })
+        .await;
+    assert!(other.is_err());
+    let (r, c) = (reg.clone(), calls.clone());
+    let middle = FnService(move |_req: Req| {
+        c.middle.fetch_add(1, Ordering::SeqCst);
+        let (r, c) = (r.clone(), c.clone());
+        async move {
+            let result: Result<(), Error> = Retry::in_registry(&r, "catalog")
+                .method(Method::GET)
+                .run(|_| {
+                    c.catalog.fetch_add(1, Ordering::SeqCst);
+                    async { Err(timed_out()) }
+                })
+                .await;
+            status(if result.is_ok() { 200 } else { 503 })
+        }
+    });
+    let limits = InboundLimits::new().with_deadline(Duration::from_millis(150));
+    let middle = ScopeLayer::new(limits).layer(middle);
+    let mut api = RetryLayer::with_registry(reg.clone(), "middle").layer(middle);
+    let response = api.call(request(Method::GET)).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()[PUSHBACK], "overloaded");
+    assert_eq!(
+        calls.catalog.load(Ordering::SeqCst),
+        1,
+        "the retry was held"
+    );
+    assert_eq!(
+        calls.middle.load(Ordering::SeqCst),
+        1,
+        "the API did not retry what the middle's throttle held"
     );
 }
 

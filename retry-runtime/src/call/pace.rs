@@ -127,6 +127,10 @@ impl Call<'_> {
             // attempt still has its minimum budget when the call is let go.
             let time_left = latest.saturating_duration_since(at);
             if time_left < 2 * SHORTEST_WAIT {
+                // The throttle held the call until no time was left: the upstream is not taking
+                // its share, and a caller above that retried the whole chain would send it
+                // again past the hold, as a first attempt nothing paces.
+                self.scope.note_overloaded();
                 return Err(GaveUp::NoTime);
             }
             let wait_now = wait

@@ -50,14 +50,18 @@ impl Throttle {
     }
 
     /// Whether a waiting call goes at `tick`, counting it when it does: the upstream [accepts
-    /// again](Self::accepts_again_at), and either the calls let go in the window stay within
-    /// `release_ratio` times the answers it accepted from the others, less one per attempt of
-    /// the window that timed out (`released + 1 <= r x (accepted - released) - timed_out`,
-    /// each call let go counted as accepted), or the backlog has nothing in flight (every call
-    /// let go in the window was answered, and accepted). So the backlog adds at most `r` times
-    /// what the upstream currently accepts from the others, shrinking as its attempts start to
-    /// time out, plus one call at a time on its own answers when no other call is left. Read
-    /// and count are two steps: calls asking at the same instant may let a few more go.
+    /// again](Self::accepts_again_at), and either the pace lets it go or the backlog has
+    /// nothing in flight (every call let go in the window was answered, and accepted).
+    ///
+    /// The pace: the calls let go in the window stay within `release_ratio` times the answers
+    /// the upstream accepted from the others, less one per attempt of the window that timed
+    /// out (`released + 1 <= allowance = r x (accepted - released) - timed_out`, each call let
+    /// go counted as accepted), and they go one at a time, a window's `allowance`-th part
+    /// apart: the window's allowance let go at one instant would land on the upstream
+    /// together, on top of the live calls whose answers made it. So the backlog adds at most
+    /// `r` times what the upstream currently accepts from the others, spread as they are,
+    /// shrinking as its attempts start to time out; plus one call at a time on its own answers
+    /// when no other call is left.
     #[inline]
     pub(crate) fn lets_go_at(&self, tick: Tick) -> bool {
         let epoch = self.clock.epoch_of(tick);
@@ -67,19 +71,34 @@ impl Throttle {
         }
         let released = self.released.sum(epoch) as f64;
         let timed_out = self.slow.sum(epoch) as f64;
-        let paced =
-            released + 1.0 <= self.config.release_ratio * (accepted as f64 - released) - timed_out;
+        let allowance = self.config.release_ratio * (accepted as f64 - released) - timed_out;
         // With too few other calls' answers in the window for the pace to let one go, one at a
         // time on the backlog's own answers (never beside a pace that lets calls go).
         let released_accepted = self.released_accepted.sum(epoch);
         let others = accepted.saturating_sub(released_accepted) as f64;
         let alone = self.config.release_ratio * others < 1.0;
         let idle = alone && released as u64 <= released_accepted;
-        if !(paced || idle) {
+        let paced = || released + 1.0 <= allowance && self.paced_turn(tick, allowance);
+        if !(idle || paced()) {
             return false;
         }
         self.count_released(epoch);
         true
+    }
+
+    /// Whether the pace's next call goes at `tick`, claiming the turn: the first to ask at
+    /// least `window / allowance` after the last call the pace let go (`allowance` >= 1).
+    #[inline]
+    fn paced_turn(&self, tick: Tick, allowance: f64) -> bool {
+        let gap = duration_nanos(self.config.window) as f64 / allowance;
+        let last = self.paced_at.load(Ordering::Relaxed);
+        let now = tick.nanos().saturating_add(1);
+        if last != 0 && (now as f64) < last as f64 + gap {
+            return false;
+        }
+        self.paced_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Whether held work (a durable replay: nobody waits for its answer) goes at `tick`,

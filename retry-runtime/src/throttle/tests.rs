@@ -60,6 +60,20 @@ fn answer(throttle: &Throttle, tick: Tick, n: usize, accepted: bool) {
     }
 }
 
+/// The instants, in milliseconds after `from`, at which a waiting call asking every
+/// millisecond from `start` to `end` is let go: within one window of answers counted at
+/// `from`.
+fn let_go_between(throttle: &Throttle, from: Tick, start: u64, end: u64) -> Vec<u64> {
+    let origin = throttle.clock.origin();
+    let base = Duration::from_nanos(from.nanos());
+    (start..end)
+        .filter(|&ms| {
+            let at = Tick::at(origin, origin + base + Duration::from_millis(ms));
+            throttle.lets_go_at(at)
+        })
+        .collect()
+}
+
 #[test]
 fn a_healthy_upstream_gets_every_attempt() {
     let bins = simulate(ThrottleConfig::new(), 200, 10, 1, |_| 1.0);
@@ -331,14 +345,18 @@ fn the_backlog_goes_at_the_pace_of_the_upstreams_answers() {
     answer(&throttle, tick, 4, false);
     assert!(!throttle.lets_go_at(tick), "nothing accepted: nothing goes");
     answer(&throttle, tick, 6, true);
-    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
-    assert_eq!(let_go, 3, "released <= 1 x (6 - released)");
+    let let_go = let_go_between(&throttle, tick, 0, 250);
+    assert_eq!(
+        let_go.len(),
+        3,
+        "released <= 1 x (6 - released): {let_go:?}"
+    );
     // The calls let go are answered (accepted), as are two new calls: three more go, counted
     // against the 11 accepted less the 6 let go, so the backlog never sends more than the
     // others' accepted answers (6 let go, 8 others accepted).
     answer(&throttle, tick, 3 + 2, true);
-    let more = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
-    assert_eq!(more, 3, "6 released <= 1 x (11 - 5)");
+    let more = let_go_between(&throttle, tick, 250, 480);
+    assert_eq!(more.len(), 3, "6 released <= 1 x (11 - 5)");
     // A window later, the count starts again from what the upstream accepts then.
     let later = Tick::at(
         throttle.clock.origin(),
@@ -352,15 +370,43 @@ fn the_backlog_goes_at_the_pace_of_the_upstreams_answers() {
     // At the default 0.25, a quarter of the others' accepted answers.
     let (throttle, tick) = fresh();
     answer(&throttle, tick, 12, true);
-    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
-    assert_eq!(let_go, 2, "released + 1 <= 0.25 x (12 - released)");
+    let let_go = let_go_between(&throttle, tick, 0, 450);
+    assert_eq!(let_go.len(), 2, "released + 1 <= 0.25 x (12 - released)");
     // At 2, twice.
     let origin = Instant::now();
     let throttle = Throttle::counting_from(ThrottleConfig::new().with_release_ratio(2.0), origin);
     let tick = Tick::at(origin, origin);
     answer(&throttle, tick, 6, true);
-    let let_go = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
-    assert_eq!(let_go, 4, "released + 1 <= 2 x (6 - released)");
+    let let_go = let_go_between(&throttle, tick, 0, 450);
+    assert_eq!(let_go.len(), 4, "released + 1 <= 2 x (6 - released)");
+}
+
+/// The pace lets its calls go one at a time, spread over the window as the answers that
+/// allow them were, never the window's allowance at one instant: let go together, they would
+/// reach the upstream together, on top of the live calls whose answers made the allowance.
+#[test]
+fn the_backlog_goes_one_call_at_a_time_spread_over_the_window() {
+    let (throttle, tick) = fresh();
+    answer(&throttle, tick, 40, true);
+    let asked_at_once = (0..100).filter(|_| throttle.lets_go_at(tick)).count();
+    assert_eq!(
+        asked_at_once, 1,
+        "a hundred calls asking at one instant: one goes"
+    );
+    // released + 1 <= 0.25 x (40 - released): 8 a window, each at least the window over the
+    // allowance left (9.75, 9.5, ...) after the one before: 50 ms apart or more.
+    let let_go = let_go_between(&throttle, tick, 1, 450);
+    assert_eq!(let_go.len(), 7, "{let_go:?}");
+    let mut previous = 0;
+    for (n, &at) in let_go.iter().enumerate() {
+        let allowance = 0.25 * (40.0 - (n as f64 + 1.0));
+        let gap = (500.0 / allowance).ceil() as u64;
+        assert!(
+            at - previous >= gap - 1,
+            "{let_go:?}: {at} after {previous}"
+        );
+        previous = at;
+    }
 }
 
 /// Timeouts shrink the pace: each attempt of the window that timed out holds back one call.
@@ -377,7 +423,7 @@ fn timeouts_shrink_the_backlogs_pace() {
     assert_eq!(let_go, 1);
     let (throttle, tick) = fresh();
     answer(&throttle, tick, 20, true);
-    assert_eq!((0..100).filter(|_| throttle.lets_go_at(tick)).count(), 4);
+    assert_eq!(let_go_between(&throttle, tick, 0, 450).len(), 4);
 }
 
 /// A refused call waits only until the upstream has failed every attempt for the hold, and
@@ -705,11 +751,20 @@ fn held_work_goes_only_into_capacity_no_caller_needs() {
     );
     throttle.record(throttle.granted(), Verdict::Accepted, tick);
     throttle.accepted_let_go(tick);
+    // The pace's next turn: a window over the allowance (0.25 x (13 - 1)) after the caller.
+    let next = Tick::at(
+        throttle.clock.origin(),
+        throttle.clock.origin() + Duration::from_millis(170),
+    );
     assert!(
-        throttle.lets_held_go_at(tick),
+        !throttle.lets_held_go_at(tick),
+        "the pace's next turn has not come"
+    );
+    assert!(
+        throttle.lets_held_go_at(next),
         "nothing in flight, nobody waits"
     );
-    assert!(!throttle.lets_held_go_at(tick), "one at a time");
+    assert!(!throttle.lets_held_go_at(next), "one at a time");
     throttle.record(throttle.granted(), Verdict::Accepted, tick);
     throttle.accepted_let_go(tick);
     // An attempt times out: the upstream queues, and held work stops until the window

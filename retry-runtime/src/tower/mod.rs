@@ -11,8 +11,9 @@
 //!   allowance, *shrunk* to the server's own limits ([`InboundLimits`]), stops the handler when
 //!   the caller's deadline has passed, and answers a failed
 //!   request whose retries were spent here (`retries-spent`), or whose retry here was refused by
-//!   the upstream's budget, breaker or bulkhead (`overloaded`), with the pushback header, so the
-//!   caller does not retry it again.
+//!   the upstream's budget, breaker, bulkhead or throttle, or held by its throttle until no
+//!   time was left (`overloaded`), with the pushback header, so the caller does not retry it
+//!   again.
 
 mod body;
 mod client;

@@ -2,7 +2,8 @@
 //!
 //! A 5xx answer gets `retry-pushback: retries-spent` when the request already retried below,
 //! and `retry-pushback: overloaded` when a retry below was refused because the upstream's retry
-//! budget is exhausted, its breaker is open or its bulkhead is full. The layer's own 504 (the
+//! budget is exhausted, its breaker is open, its bulkhead is full or its throttle refused it,
+//! or when the throttle held a call below until no time was left. The layer's own 504 (the
 //! deadline passed before the handler answered) follows the same rules: it says
 //! `retries-spent` only if a retry really happened below, never by default.
 
@@ -200,8 +201,9 @@ fn pushback(op: &Operation) -> Option<Pushback> {
         // A failure this request already retried below must not be retried above.
         Some(Pushback::RetriesSpent)
     } else if op.overloaded() {
-        // A retry below was refused because the upstream is failing for everyone (budget,
-        // breaker, bulkhead): retrying above would bypass it.
+        // A retry below was refused, or a call held until no time was left, because the
+        // upstream is failing or saturated for everyone (budget, breaker, bulkhead, throttle):
+        // retrying above would bypass it.
         Some(Pushback::Overloaded)
     } else {
         None
