@@ -168,14 +168,6 @@ pub(crate) enum Verdict {
     TimedOut,
 }
 
-/// A mark of what the upstream had answered (accepted and failed attempts, ever) at some
-/// instant: see [`Throttle::failing_all_since`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Answers {
-    accepted: u64,
-    failed: u64,
-}
-
 /// What an attempt is to the upstream: a call's first attempt, or extra work (a retry or a hedge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Work {
@@ -444,30 +436,6 @@ impl Throttle {
         self.queueing.note(took, tick);
     }
 
-    /// What the upstream has answered so far: a mark to compare with later.
-    #[inline]
-    pub(crate) fn answers(&self) -> Answers {
-        Answers {
-            accepted: self.accepted_ever.load(Ordering::Relaxed),
-            failed: self.failed_ever.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Whether, since `mark`, the upstream failed more than `own` attempts (the asking call's
-    /// own) and accepted none: it is failing every call now, whatever the window still holds
-    /// of the time before. A retry asked then waits for it to accept again.
-    #[inline]
-    pub(crate) fn failing_all_since(&self, mark: Answers, own: u64) -> bool {
-        let now = self.answers();
-        now.accepted == mark.accepted && now.failed.wrapping_sub(mark.failed) > own
-    }
-
-    /// Whether the upstream accepted an attempt since `mark`.
-    #[inline]
-    pub(crate) fn accepted_since(&self, mark: Answers) -> bool {
-        self.accepted_ever.load(Ordering::Relaxed) != mark.accepted
-    }
-
     /// Notes that the upstream failed an attempt at `tick`: the start of its failing spell,
     /// unless one is already under way.
     #[inline]
@@ -504,3 +472,4 @@ mod release;
 mod tests;
 
 pub use config::ThrottleConfig;
+pub(crate) use marks::Answers;

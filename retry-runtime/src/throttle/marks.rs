@@ -1,5 +1,6 @@
 //! Marks a call keeps of its upstream's throttle between its steps: its own attempts in the
-//! window, when the upstream was last asked anything, and its place among the waiting calls.
+//! window, what the upstream had answered, when it was last asked anything, and its place among
+//! the waiting calls.
 
 use std::sync::atomic::Ordering;
 
@@ -37,6 +38,40 @@ impl Own {
             .flatten()
             .filter(|counted| throttle.clock.in_window(**counted, tick))
             .count() as u32
+    }
+}
+
+/// A mark of what the upstream had answered (accepted and failed attempts, ever) at some
+/// instant: see [`Throttle::failing_all_since`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Answers {
+    pub(super) accepted: u64,
+    pub(super) failed: u64,
+}
+
+impl Throttle {
+    /// What the upstream has answered so far: a mark to compare with later.
+    #[inline]
+    pub(crate) fn answers(&self) -> Answers {
+        Answers {
+            accepted: self.accepted_ever.load(Ordering::Relaxed),
+            failed: self.failed_ever.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether, since `mark`, the upstream failed more than `own` attempts (the asking call's
+    /// own) and accepted none: it is failing every call now, whatever the window still holds
+    /// of the time before. A retry asked then waits for it to accept again.
+    #[inline]
+    pub(crate) fn failing_all_since(&self, mark: Answers, own: u64) -> bool {
+        let now = self.answers();
+        now.accepted == mark.accepted && now.failed.wrapping_sub(mark.failed) > own
+    }
+
+    /// Whether the upstream accepted an attempt since `mark`.
+    #[inline]
+    pub(crate) fn accepted_since(&self, mark: Answers) -> bool {
+        self.accepted_ever.load(Ordering::Relaxed) != mark.accepted
     }
 }
 
