@@ -366,31 +366,33 @@ async fn two_layers_of_three_attempts_make_three_catalog_calls_not_nine() {
     );
 }
 
+/// A registry with a `middle` upstream that propagates (no breaker, no throttle) and `catalog`.
+fn middle_and_catalog(catalog: UpstreamConfig) -> Arc<Registry> {
+    let middle = UpstreamConfig::new()
+        .with_breaker(None)
+        .with_throttle(None)
+        .with_propagate(true);
+    Arc::new(
+        Registry::builder()
+            .seed(3)
+            .upstream("middle", middle)
+            .upstream("catalog", catalog)
+            .build()
+            .unwrap(),
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_retried_above() {
     // The middle's catalog budget allows no retry at all: its call makes one attempt, is denied
     // `budget_exhausted`, and the middle answers 503. Without a pushback the API would retry
     // the whole chain, each retry a fresh catalog call the budget never sees refused.
     use retry_runtime::budget::BudgetConfig;
-    let reg = Arc::new(
-        Registry::builder()
-            .seed(3)
-            .upstream(
-                "middle",
-                UpstreamConfig::new()
-                    .with_breaker(None)
-                    .with_throttle(None)
-                    .with_propagate(true),
-            )
-            .upstream(
-                "catalog",
-                UpstreamConfig::new()
-                    .with_breaker(None)
-                    .with_throttle(None)
-                    .with_budget(BudgetConfig::new().with_ratio(0.0).with_min_per_second(0)),
-            )
-            .build()
-            .unwrap(),
+    let reg = middle_and_catalog(
+        UpstreamConfig::new()
+            .with_breaker(None)
+            .with_throttle(None)
+            .with_budget(BudgetConfig::new().with_ratio(0.0).with_min_per_second(0)),
     );
     let (mut api, calls) = chain(reg, false);
     let response = api.call(request(Method::GET)).await.unwrap();
@@ -411,28 +413,14 @@ async fn a_retry_refused_by_the_middles_budget_is_answered_overloaded_and_not_re
 #[tokio::test(start_paused = true)]
 async fn a_retry_held_below_until_no_time_was_left_is_answered_overloaded() {
     use retry_runtime::throttle::ThrottleConfig;
-    let reg = Arc::new(
-        Registry::builder()
-            .seed(3)
-            .upstream(
-                "middle",
-                UpstreamConfig::new()
-                    .with_breaker(None)
-                    .with_throttle(None)
-                    .with_propagate(true),
-            )
-            .upstream(
-                "catalog",
-                UpstreamConfig::new()
-                    .with_breaker(None)
-                    .with_min_attempt_budget(Duration::from_millis(10))
-                    // A window long enough that nobody probes within the middle's deadline.
-                    .with_throttle(Some(
-                        ThrottleConfig::new().with_window(Duration::from_secs(2)),
-                    )),
-            )
-            .build()
-            .unwrap(),
+    let reg = middle_and_catalog(
+        UpstreamConfig::new()
+            .with_breaker(None)
+            .with_min_attempt_budget(Duration::from_millis(10))
+            // A window long enough that nobody probes within the middle's deadline.
+            .with_throttle(Some(
+                ThrottleConfig::new().with_window(Duration::from_secs(2)),
+            )),
     );
     let calls = Arc::new(Calls::default());
     // Another call's attempts timed out a moment ago: the chain's retry, judged on what the
