@@ -139,7 +139,7 @@ impl Call<'_> {
     {
         let error = E::from(self.draining_error(failure));
         // The retry that was granted did not happen (a free rotation retry spent nothing).
-        if !self.rotations.granted_free {
+        if !self.rotations.last_was_free() {
             self.scope.give_back_retry();
         }
         self.stop(DenyReason::RuntimeDraining, error, failure)

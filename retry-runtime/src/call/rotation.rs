@@ -34,17 +34,13 @@ impl Call<'_> {
     /// upstream had a successful attempt since the call's rotation before last.
     pub(super) fn rotation_is_free(&mut self) -> bool {
         self.on_rotated();
-        let now = self.upstream.budget().progress();
-        let [older, newer] = self.rotations.marks;
-        self.rotations.marks = [newer, Some(now)];
-        older.is_none_or(|mark| now > mark)
+        self.rotations.seen(self.upstream.budget().progress())
     }
 
     /// The engine retries an attempt lost to rotation, and the retry is free: at once,
     /// spending nothing.
     pub(super) fn free_rotation_retry<T, E>(&mut self, failure: &Failure) -> Step<T, E> {
-        self.rotations.free += 1;
-        self.rotations.granted_free = true;
+        self.rotations.granted_free();
         // What the caller is told if the retry cannot begin (shutdown, no time left).
         self.outcome.retrying_after(*failure);
         self.on_free_rotation(failure);
@@ -54,6 +50,6 @@ impl Call<'_> {
     /// A retry that spends is granted: the retry granted last is not a free one.
     #[inline]
     pub(super) fn retry_paid(&mut self) {
-        self.rotations.granted_free = false;
+        self.rotations.granted_paid();
     }
 }

@@ -90,7 +90,7 @@ impl<'r> Call<'r> {
     /// retries.
     #[inline]
     pub(super) fn counted_attempts(&self) -> u32 {
-        self.timing.attempts() - self.rotations.free
+        self.timing.attempts() - self.rotations.free()
     }
 
     /// Whether an attempt starting at `now` has time: the minimum attempt budget fits before
