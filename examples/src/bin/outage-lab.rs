@@ -82,6 +82,10 @@ struct Args {
     /// after it) instead of an SQLite file in a temporary directory.
     #[arg(long)]
     database_url: Option<String>,
+    /// Write every operation and every catalog request of each run to this directory, one
+    /// tab-separated file of each per scenario, design and seed: which calls went when.
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Two seconds of every scenario (about 20 s in all; every design side by side, the
     /// limited-capacity scenarios too), asserting the headline properties: B
     /// and B-tuned make at most one catalog call per operation under a dead catalog and no
@@ -168,6 +172,7 @@ fn main() -> std::process::ExitCode {
         upstreams,
         database_url: args.database_url,
         max_in_flight: args.max_in_flight.map(|n| n as usize),
+        trace: args.trace,
     };
     // Before anything starts: a run the open-file limit cannot hold says so, with the fix.
     let limit = lab::files::raise_limit();

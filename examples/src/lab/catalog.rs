@@ -58,6 +58,8 @@ pub struct CatalogState {
     service_time: Duration,
     /// When each request arrived (every order, the warm-up's included).
     arrivals: Mutex<Vec<Instant>>,
+    /// Each request: when it arrived and ended, its order and the status answered.
+    answers: Mutex<Vec<Line>>,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +92,50 @@ pub struct CatalogCounts {
     /// When each request arrived, in seconds from the start of the measured load (the
     /// warm-up's before it, negative).
     pub arrivals: Vec<f64>,
+    /// Each request, in the order they ended (for `--trace`).
+    pub answers: Vec<Answered>,
+}
+
+/// One request to the catalog.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answered {
+    /// When it arrived, in seconds from the start of the measured load (negative before).
+    pub arrived: f64,
+    /// When it was answered, or its client left, on the same clock.
+    pub ended: f64,
+    /// The order it was for (`None`: no such route).
+    pub order: Option<u64>,
+    /// The status answered (`None`: the client left before the answer).
+    pub status: Option<u16>,
+}
+
+/// A request's line in the catalog's log.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    arrived: Instant,
+    ended: Instant,
+    order: Option<u64>,
+    status: Option<u16>,
+}
+
+/// A request being handled: its [`Line`] is written when its handler ends or is dropped.
+struct Logged {
+    state: Arc<CatalogState>,
+    arrived: Instant,
+    order: Option<u64>,
+    status: Option<u16>,
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let line = Line {
+            arrived: self.arrived,
+            ended: Instant::now(),
+            order: self.order,
+            status: self.status,
+        };
+        self.state.answers.lock().unwrap().push(line);
+    }
 }
 
 impl CatalogState {
@@ -110,6 +156,7 @@ impl CatalogState {
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
             service_time: scenario.service_time(load),
             arrivals: Mutex::new(Vec::new()),
+            answers: Mutex::new(Vec::new()),
         })
     }
 
@@ -157,19 +204,27 @@ impl CatalogState {
     /// A copy of the counts.
     pub fn counts(&self) -> CatalogCounts {
         let start = self.start.lock().unwrap().unwrap_or_else(Instant::now);
-        let arrivals = self
-            .arrivals
+        let since = |at: &Instant| match at.checked_duration_since(start) {
+            Some(after) => after.as_secs_f64(),
+            None => -start.duration_since(*at).as_secs_f64(),
+        };
+        let arrivals = self.arrivals.lock().unwrap().iter().map(since).collect();
+        let answers = self
+            .answers
             .lock()
             .unwrap()
             .iter()
-            .map(|at| match at.checked_duration_since(start) {
-                Some(after) => after.as_secs_f64(),
-                None => -start.duration_since(*at).as_secs_f64(),
+            .map(|line| Answered {
+                arrived: since(&line.arrived),
+                ended: since(&line.ended),
+                order: line.order,
+                status: line.status,
             })
             .collect();
         let books = self.books.lock().unwrap();
         CatalogCounts {
             arrivals,
+            answers,
             calls: books.calls.clone(),
             executions: books.executions.clone(),
             overlapping: books.overlapping.clone(),
@@ -196,7 +251,25 @@ impl CatalogState {
         request: Req,
         registrations: Idempotency<Register, SqliteKeys>,
     ) -> Resp {
-        self.arrivals.lock().unwrap().push(Instant::now());
+        let arrived = Instant::now();
+        self.arrivals.lock().unwrap().push(arrived);
+        // Logged when dropped, so a request whose client left before the answer is logged too.
+        let mut logged = Logged {
+            state: self.clone(),
+            arrived,
+            order: servers::order_of(request.uri().path()),
+            status: None,
+        };
+        let response = self.serve(request, registrations).await;
+        logged.status = Some(response.status().as_u16());
+        response
+    }
+
+    async fn serve(
+        self: Arc<Self>,
+        request: Req,
+        registrations: Idempotency<Register, SqliteKeys>,
+    ) -> Resp {
         let _in_flight = self.enter();
         let Some(order) = servers::order_of(request.uri().path()) else {
             return servers::respond(404, "no such route");

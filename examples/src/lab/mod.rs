@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
+pub mod trace;
 pub mod users;
 
 use std::path::PathBuf;
@@ -92,6 +93,9 @@ pub struct LabConfig {
     /// Operations each design and seed serves at once (`None`: as many as a user can keep in
     /// flight at the load, within the open-file limit; see [`files::bound`]).
     pub max_in_flight: Option<usize>,
+    /// Where `--trace` writes every operation and catalog request of each run ([`trace`]);
+    /// `None`: nowhere.
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for LabConfig {
@@ -109,6 +113,7 @@ impl Default for LabConfig {
             upstreams: config::LabUpstreams::builtin(),
             database_url: None,
             max_in_flight: None,
+            trace: None,
         }
     }
 }
@@ -443,17 +448,17 @@ async fn run_together(
     while let Some(run) = runs.join_next().await {
         let (design, seed, state, records, refused, backlog) =
             run.expect("a run task does not panic");
-        let mut metrics = metrics::compute(
-            metrics::Run {
-                scenario,
-                design,
-                seed,
-                duration,
-            },
-            &records,
-            &state.counts(),
-            state.series(),
-        );
+        let run = metrics::Run {
+            scenario,
+            design,
+            seed,
+            duration,
+        };
+        let counts = state.counts();
+        if let Some(dir) = &config.trace {
+            trace::write(dir, &run, &records, &counts)?;
+        }
+        let mut metrics = metrics::compute(run, &records, &counts, state.series());
         metrics.local_refusals = refused;
         metrics.set_backlog(backlog);
         results.push(metrics);
