@@ -5,6 +5,7 @@
 //! going all at once into the recovered upstream; a client calling one call at a time, and a
 //! fleet of small replicas, must not send more than no retry would.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,22 +102,43 @@ async fn load(
     every: Duration,
     run: Duration,
 ) -> Vec<Ended> {
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut n = 0;
-    while upstream.start.elapsed() < run {
+    calls_every(upstream, every, run, |n| {
         let reg = registries[n % registries.len()].clone();
         let upstream = upstream.clone();
-        n += 1;
-        tasks.spawn(async move {
-            let started = upstream.start.elapsed();
-            let ok = Retry::in_registry(&reg, "up")
+        async move {
+            Retry::in_registry(&reg, "up")
                 .method(Method::GET)
                 .run(|_| upstream.request())
                 .await
-                .is_ok();
+                .is_ok()
+        }
+    })
+    .await
+}
+
+/// Starts the `n`th call, `call(n)` (whether it succeeded), every `every` until `run` has
+/// passed on `upstream`'s clock; what each got.
+async fn calls_every<F, C>(
+    upstream: &Upstream,
+    every: Duration,
+    run: Duration,
+    call: F,
+) -> Vec<Ended>
+where
+    F: Fn(usize) -> C,
+    C: Future<Output = bool> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut n = 0;
+    while upstream.start.elapsed() < run {
+        let (call, clock) = (call(n), upstream.clone());
+        n += 1;
+        tasks.spawn(async move {
+            let started = clock.start.elapsed();
+            let ok = call.await;
             Ended {
                 started,
-                ended: upstream.start.elapsed(),
+                ended: clock.start.elapsed(),
                 ok,
             }
         });
@@ -485,41 +507,31 @@ async fn quota_lifts(partitioned: bool) {
     let upstream = Upstream::new(|_| false);
     let reg = registry(ThrottleConfig::new(), 5);
     let over = |at: Duration| (ms(1000)..ms(2000)).contains(&at);
-    let mut tasks = tokio::task::JoinSet::new();
-    while upstream.start.elapsed() < Duration::from_secs(4) {
+    let ended = calls_every(&upstream, ms(15), Duration::from_secs(4), |_| {
         let (reg, upstream) = (reg.clone(), upstream.clone());
-        tasks.spawn(async move {
-            let started = upstream.start.elapsed();
+        async move {
             let call = Retry::in_registry(&reg, "up").method(Method::GET);
             let call = match partitioned {
                 true => call.partition("tenant"),
                 false => call,
             };
-            let ok = call
-                .run(|_| {
-                    let at = upstream.start.elapsed();
-                    let request = (!over(at)).then(|| upstream.request());
-                    async move {
-                        match request {
-                            Some(request) => request.await,
-                            None => {
-                                Err(AdapterError::Status(429)
-                                    .with_retry_after(Duration::from_secs(1)))
-                            }
+            call.run(|_| {
+                let at = upstream.start.elapsed();
+                let request = (!over(at)).then(|| upstream.request());
+                async move {
+                    match request {
+                        Some(request) => request.await,
+                        None => {
+                            Err(AdapterError::Status(429).with_retry_after(Duration::from_secs(1)))
                         }
                     }
-                })
-                .await
-                .is_ok();
-            Ended {
-                started,
-                ended: upstream.start.elapsed(),
-                ok,
-            }
-        });
-        tokio::time::sleep(ms(15)).await;
-    }
-    let ended = tasks.join_all().await;
+                }
+            })
+            .await
+            .is_ok()
+        }
+    })
+    .await;
     let healthy = upstream.busiest(Duration::ZERO, ms(1000));
     let after = upstream.busiest(ms(2000), Duration::from_secs(10));
     assert!(
