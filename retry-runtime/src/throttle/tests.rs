@@ -60,17 +60,18 @@ fn answer(throttle: &Throttle, tick: Tick, n: usize, accepted: bool) {
     }
 }
 
-/// The instants, in milliseconds after `from`, at which a waiting call asking every
-/// millisecond from `start` to `end` is let go: within one window of answers counted at
-/// `from`.
-fn let_go_between(throttle: &Throttle, from: Tick, start: u64, end: u64) -> Vec<u64> {
+/// The tick `ms` milliseconds after `throttle`'s origin.
+fn after_ms(throttle: &Throttle, ms: u64) -> Tick {
     let origin = throttle.clock.origin();
-    let base = Duration::from_nanos(from.nanos());
+    Tick::at(origin, origin + Duration::from_millis(ms))
+}
+
+/// The instants, in milliseconds after `throttle`'s origin, at which a waiting call asking
+/// every millisecond from `start` to `end` is let go (within one window of answers counted at
+/// the origin).
+fn let_go_between(throttle: &Throttle, start: u64, end: u64) -> Vec<u64> {
     (start..end)
-        .filter(|&ms| {
-            let at = Tick::at(origin, origin + base + Duration::from_millis(ms));
-            throttle.lets_go_at(at)
-        })
+        .filter(|&ms| throttle.lets_go_at(after_ms(throttle, ms)))
         .collect()
 }
 
@@ -345,7 +346,7 @@ fn the_backlog_goes_at_the_pace_of_the_upstreams_answers() {
     answer(&throttle, tick, 4, false);
     assert!(!throttle.lets_go_at(tick), "nothing accepted: nothing goes");
     answer(&throttle, tick, 6, true);
-    let let_go = let_go_between(&throttle, tick, 0, 250);
+    let let_go = let_go_between(&throttle, 0, 250);
     assert_eq!(
         let_go.len(),
         3,
@@ -355,29 +356,25 @@ fn the_backlog_goes_at_the_pace_of_the_upstreams_answers() {
     // against the 11 accepted less the 6 let go, so the backlog never sends more than the
     // others' accepted answers (6 let go, 8 others accepted).
     answer(&throttle, tick, 3 + 2, true);
-    let more = let_go_between(&throttle, tick, 250, 480);
+    let more = let_go_between(&throttle, 250, 480);
     assert_eq!(more.len(), 3, "6 released <= 1 x (11 - 5)");
     // A window later, the count starts again from what the upstream accepts then.
-    let later = Tick::at(
-        throttle.clock.origin(),
-        throttle.clock.origin() + Duration::from_secs(2),
-    );
     assert!(
-        !throttle.lets_go_at(later),
+        !throttle.lets_go_at(after_ms(&throttle, 2_000)),
         "an empty window is no evidence"
     );
 
     // At the default 0.25, a quarter of the others' accepted answers.
     let (throttle, tick) = fresh();
     answer(&throttle, tick, 12, true);
-    let let_go = let_go_between(&throttle, tick, 0, 450);
+    let let_go = let_go_between(&throttle, 0, 450);
     assert_eq!(let_go.len(), 2, "released + 1 <= 0.25 x (12 - released)");
     // At 2, twice.
     let origin = Instant::now();
     let throttle = Throttle::counting_from(ThrottleConfig::new().with_release_ratio(2.0), origin);
     let tick = Tick::at(origin, origin);
     answer(&throttle, tick, 6, true);
-    let let_go = let_go_between(&throttle, tick, 0, 450);
+    let let_go = let_go_between(&throttle, 0, 450);
     assert_eq!(let_go.len(), 4, "released + 1 <= 2 x (6 - released)");
 }
 
@@ -395,7 +392,7 @@ fn the_backlog_goes_one_call_at_a_time_spread_over_the_window() {
     );
     // released + 1 <= 0.25 x (40 - released): 8 a window, each at least the window over the
     // allowance left (9.75, 9.5, ...) after the one before: 50 ms apart or more.
-    let let_go = let_go_between(&throttle, tick, 1, 450);
+    let let_go = let_go_between(&throttle, 1, 450);
     assert_eq!(let_go.len(), 7, "{let_go:?}");
     let mut previous = 0;
     for (n, &at) in let_go.iter().enumerate() {
@@ -423,7 +420,7 @@ fn timeouts_shrink_the_backlogs_pace() {
     assert_eq!(let_go, 1);
     let (throttle, tick) = fresh();
     answer(&throttle, tick, 20, true);
-    assert_eq!(let_go_between(&throttle, tick, 0, 450).len(), 4);
+    assert_eq!(let_go_between(&throttle, 0, 450).len(), 4);
 }
 
 /// A refused call waits only until the upstream has failed every attempt for the hold, and
@@ -752,10 +749,7 @@ fn held_work_goes_only_into_capacity_no_caller_needs() {
     throttle.record(throttle.granted(), Verdict::Accepted, tick);
     throttle.accepted_let_go(tick);
     // The pace's next turn: a window over the allowance (0.25 x (13 - 1)) after the caller.
-    let next = Tick::at(
-        throttle.clock.origin(),
-        throttle.clock.origin() + Duration::from_millis(170),
-    );
+    let next = after_ms(&throttle, 170);
     assert!(
         !throttle.lets_held_go_at(tick),
         "the pace's next turn has not come"
