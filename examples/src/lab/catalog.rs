@@ -59,7 +59,7 @@ pub struct CatalogState {
     /// When each request arrived (every order, the warm-up's included).
     arrivals: Mutex<Vec<Instant>>,
     /// Each request: when it arrived and ended, its order and the status answered.
-    answers: Mutex<Vec<Line>>,
+    requests: Mutex<Vec<Line>>,
 }
 
 #[derive(Debug, Default)]
@@ -93,12 +93,12 @@ pub struct CatalogCounts {
     /// warm-up's before it, negative).
     pub arrivals: Vec<f64>,
     /// Each request, in the order they ended (for `--trace`).
-    pub answers: Vec<Answered>,
+    pub requests: Vec<CatalogRequest>,
 }
 
 /// One request to the catalog.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Answered {
+pub struct CatalogRequest {
     /// When it arrived, in seconds from the start of the measured load (negative before).
     pub arrived: f64,
     /// When it was answered, or its client left, on the same clock.
@@ -134,7 +134,7 @@ impl Drop for Logged {
             order: self.order,
             status: self.status,
         };
-        self.state.answers.lock().unwrap().push(line);
+        self.state.requests.lock().unwrap().push(line);
     }
 }
 
@@ -156,7 +156,7 @@ impl CatalogState {
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
             service_time: scenario.service_time(load),
             arrivals: Mutex::new(Vec::new()),
-            answers: Mutex::new(Vec::new()),
+            requests: Mutex::new(Vec::new()),
         })
     }
 
@@ -209,12 +209,12 @@ impl CatalogState {
             None => -start.duration_since(*at).as_secs_f64(),
         };
         let arrivals = self.arrivals.lock().unwrap().iter().map(since).collect();
-        let answers = self
-            .answers
+        let requests = self
+            .requests
             .lock()
             .unwrap()
             .iter()
-            .map(|line| Answered {
+            .map(|line| CatalogRequest {
                 arrived: since(&line.arrived),
                 ended: since(&line.ended),
                 order: line.order,
@@ -224,7 +224,7 @@ impl CatalogState {
         let books = self.books.lock().unwrap();
         CatalogCounts {
             arrivals,
-            answers,
+            requests,
             calls: books.calls.clone(),
             executions: books.executions.clone(),
             overlapping: books.overlapping.clone(),
@@ -253,27 +253,29 @@ impl CatalogState {
     ) -> Resp {
         let arrived = Instant::now();
         self.arrivals.lock().unwrap().push(arrived);
+        let order = servers::order_of(request.uri().path());
         // Logged when dropped, so a request whose client left before the answer is logged too.
         let mut logged = Logged {
             state: self.clone(),
             arrived,
-            order: servers::order_of(request.uri().path()),
+            order,
             status: None,
         };
-        let response = self.serve(request, registrations).await;
+        let _in_flight = self.enter();
+        let response = match order {
+            Some(order) => self.serve(order, request, registrations).await,
+            None => servers::respond(404, "no such route"),
+        };
         logged.status = Some(response.status().as_u16());
         response
     }
 
     async fn serve(
         self: Arc<Self>,
+        order: u64,
         request: Req,
         registrations: Idempotency<Register, SqliteKeys>,
     ) -> Resp {
-        let _in_flight = self.enter();
-        let Some(order) = servers::order_of(request.uri().path()) else {
-            return servers::respond(404, "no such route");
-        };
         let write = request.method() == http::Method::POST;
         let nth = {
             let mut books = self.books.lock().unwrap();

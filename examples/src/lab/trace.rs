@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::catalog::{Answered, CatalogCounts};
+use super::catalog::{CatalogCounts, CatalogRequest};
 use super::load::OpRecord;
 use super::metrics::Run;
 
@@ -35,7 +35,7 @@ pub fn write(
     let operations = dir.join(format!("{stem}.operations.tsv"));
     let catalog = dir.join(format!("{stem}.catalog.tsv"));
     std::fs::write(&operations, operations_tsv(records, counts))?;
-    std::fs::write(&catalog, catalog_tsv(&counts.answers))?;
+    std::fs::write(&catalog, catalog_tsv(&counts.requests))?;
     Ok([operations, catalog])
 }
 
@@ -56,8 +56,8 @@ fn operations_tsv(records: &[OpRecord], counts: &CatalogCounts) -> String {
     text
 }
 
-fn catalog_tsv(answers: &[Answered]) -> String {
-    let mut by_arrival: Vec<&Answered> = answers.iter().collect();
+fn catalog_tsv(requests: &[CatalogRequest]) -> String {
+    let mut by_arrival: Vec<&CatalogRequest> = requests.iter().collect();
     by_arrival.sort_by(|a, b| a.arrived.total_cmp(&b.arrived));
     let mut nth = HashMap::<u64, u32>::new();
     let mut text = String::from("arrived_s\tended_s\torder\tnth\tstatus\n");
@@ -89,8 +89,8 @@ mod tests {
     use crate::lab::load::Outcome;
     use crate::lab::scenarios::Scenario;
 
-    fn answered(arrived: f64, order: Option<u64>, status: Option<u16>) -> Answered {
-        Answered {
+    fn request(arrived: f64, order: Option<u64>, status: Option<u16>) -> CatalogRequest {
+        CatalogRequest {
             arrived,
             ended: arrived + 0.01,
             order,
@@ -101,14 +101,14 @@ mod tests {
     #[test]
     fn requests_are_listed_by_arrival_and_counted_per_order() {
         // Ended out of order: the second request for order 7 ended first.
-        let answers = [
-            answered(0.5, Some(7), Some(503)),
-            answered(0.2, Some(7), None),
-            answered(0.3, None, Some(404)),
-            answered(-1.0, Some(3), Some(200)),
+        let requests = [
+            request(0.5, Some(7), Some(503)),
+            request(0.2, Some(7), None),
+            request(0.3, None, Some(404)),
+            request(-1.0, Some(3), Some(200)),
         ];
         assert_eq!(
-            catalog_tsv(&answers),
+            catalog_tsv(&requests),
             "arrived_s\tended_s\torder\tnth\tstatus\n\
              -1.000\t-0.990\t3\t0\t200\n\
              0.200\t0.210\t7\t0\t-\n\
@@ -135,9 +135,9 @@ mod tests {
         }];
         let counts = CatalogCounts {
             calls: HashMap::from([(7, 2)]),
-            answers: vec![
-                answered(0.2, Some(7), Some(503)),
-                answered(0.5, Some(7), Some(200)),
+            requests: vec![
+                request(0.2, Some(7), Some(503)),
+                request(0.5, Some(7), Some(200)),
             ],
             ..CatalogCounts::default()
         };
