@@ -373,6 +373,7 @@ impl Throttle {
     /// given a uniform draw in `[0, 1)`: extra work passes in the proportion the upstream
     /// accepts. Counts nothing: the retry is counted when its attempt ends (its place taken
     /// with [`granted`](Self::granted)).
+    #[inline]
     pub(crate) fn admits_extra(&self, tick: Tick, draw: f64, own: u32) -> bool {
         let (sent, accepted) = self.counts(self.clock.epoch_of(tick));
         let p = extra_refusal(sent, accepted, self.config.retry_multiplier, own);

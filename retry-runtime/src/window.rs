@@ -13,6 +13,7 @@
 //! slot now serves, so it is dropped; it never resets the slot (that would erase every newer
 //! count in it).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -101,11 +102,16 @@ impl Clock {
         tick.nanos / self.slot_nanos
     }
 
-    /// Whether a count made at `counted` is in the window ending at `tick`: its epoch is one
-    /// of the window's [`SLOTS`] newest.
-    pub(crate) fn in_window(&self, counted: Tick, tick: Tick) -> bool {
-        let (counted, now) = (self.epoch_of(counted), self.epoch_of(tick));
-        counted <= now && now - counted < SLOTS as u64
+    /// The times whose counts are in the window ending at `tick` (their epoch is one of the
+    /// window's [`SLOTS`] newest), as nanoseconds since the origin: one division for any number
+    /// of counts to check. (Saturating: a window ending 584 years after its origin misses a
+    /// count made at its very last nanosecond.)
+    pub(crate) fn window_of(&self, tick: Tick) -> Range<u64> {
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(tick.origin, self.origin, "a tick from another origin");
+        let next = (tick.nanos / self.slot_nanos).saturating_add(1);
+        let first = next.saturating_sub(SLOTS as u64);
+        first.saturating_mul(self.slot_nanos)..next.saturating_mul(self.slot_nanos)
     }
 }
 
@@ -325,6 +331,27 @@ mod tests {
         );
         c.clear();
         assert_eq!(c.sum(clock.epoch()), 0);
+    }
+
+    proptest! {
+        /// A time is in the window ending at `tick` exactly when its epoch is one of the
+        /// window's [`SLOTS`] newest, at any slot length.
+        #[test]
+        fn the_windows_span_holds_the_times_of_its_epochs(
+            slot_ms in 1u64..2_000,
+            tick_ms in 0u64..1_000_000,
+            // When the count was made, in thousandths of a window from `tick`.
+            offset in -2_500i64..500,
+        ) {
+            let window_ms = slot_ms * SLOTS as u64;
+            let counted_ms = tick_ms.saturating_add_signed(offset * window_ms as i64 / 1_000);
+            let origin = Instant::now();
+            let clock = Clock::new(Duration::from_millis(window_ms), origin);
+            let at = |ms: u64| Tick::at(origin, origin + Duration::from_millis(ms));
+            let (now, counted) = (clock.epoch_of(at(tick_ms)), clock.epoch_of(at(counted_ms)));
+            let by_epoch = counted <= now && now - counted < SLOTS as u64;
+            prop_assert_eq!(clock.window_of(at(tick_ms)).contains(&at(counted_ms).nanos()), by_epoch);
+        }
     }
 
     #[test]

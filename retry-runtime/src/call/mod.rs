@@ -249,10 +249,7 @@ impl Call<'_> {
     /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
     /// applies as to any retry.
     fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Now) -> Decision {
-        let remaining = self
-            .timing
-            .deadline()
-            .saturating_duration_since(now.instant);
+        let remaining = self.timing.remaining_at(now.instant, now.tick);
         let config = self.upstream.config();
         // Attempts that count: free rotation retries were not.
         let mut attempt = self.counted_attempts();

@@ -18,7 +18,7 @@ use super::rotations::Rotations;
 use super::spans::Spans;
 use super::state::Call;
 use super::timing::Timing;
-use crate::deadline::{deadline_after, min_deadline};
+use crate::deadline::{deadline_in, min_deadline};
 use crate::engine::Safety;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
@@ -102,9 +102,10 @@ impl<'r> Call<'r> {
         let upstream = spec.upstream;
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
+        let min_attempt_budget = config.min_attempt_budget;
         let now = Instant::now();
         // The reserve (a durable call's hand-off) is kept back from whichever deadline binds.
-        let own = deadline_after(now, config.deadline.saturating_sub(spec.reserve));
+        let (own, own_in) = deadline_in(now, config.deadline.saturating_sub(spec.reserve));
         let (scope, deadline) = match Operation::current() {
             Some(op) => {
                 let allowed = op.init_allowance(retries);
@@ -144,7 +145,13 @@ impl<'r> Call<'r> {
             upstream,
             request: Request::new(spec.method, safety, spec.key, spec.replay),
             scope,
-            timing: Timing::new(now, created_tick, deadline),
+            timing: Timing::new(
+                now,
+                created_tick,
+                deadline,
+                (deadline == own).then_some(own_in),
+                min_attempt_budget,
+            ),
             pacing: Pacing::new(spec.partition, spec.held),
             outcome: Outcome::new(),
             backoff: Backoff::default(),

@@ -97,15 +97,13 @@ impl<'r> Call<'r> {
     /// the deadline.
     #[inline]
     pub(super) fn has_time_at(&self, now: Instant) -> bool {
-        self.timing
-            .has_time_at(now, self.upstream.config().min_attempt_budget)
+        self.timing.has_time_at(now)
     }
 
     /// The latest an attempt may start: the minimum attempt budget before the deadline.
     #[inline]
     pub(super) fn latest_start(&self) -> Instant {
-        self.timing
-            .latest_start(self.upstream.config().min_attempt_budget)
+        self.timing.latest_start()
     }
 
     /// When an attempt admitted at `started` is cut: the upstream's attempt timeout later,
@@ -145,10 +143,14 @@ impl<'r> Call<'r> {
                 self.outcome.keep_failed_at(now, tick);
             }
             // Only an accepted answer's time is noted, for the throttle's queueing signal (an
-            // answer shed at the door, a 429 or a pushback, says nothing of a queue), read off
-            // the window's clock: the first attempt's start is already on it.
+            // answer shed at the door, a 429 or a pushback, says nothing of a queue): read off
+            // the window's clock when the attempt's start is already on it (the first's is).
             let took = (waited && matches!(end, AttemptEnd::Accepted)).then(|| {
-                Duration::from_nanos(tick.nanos().saturating_sub(self.started_tick().nanos()))
+                let started = self.timing.last_started();
+                match self.timing.known_tick(started) {
+                    Some(at) => Duration::from_nanos(tick.nanos().saturating_sub(at.nanos())),
+                    None => now.saturating_duration_since(started),
+                }
             });
             return (tick, took);
         }

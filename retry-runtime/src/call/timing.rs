@@ -6,7 +6,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::Attempt;
-use crate::deadline::deadline_after;
 use crate::window::Tick;
 
 /// When the call and its last attempt run.
@@ -14,6 +13,13 @@ use crate::window::Tick;
 pub(super) struct Timing {
     /// When the call must be over.
     deadline: Instant,
+    /// The latest an attempt may start: the upstream's minimum attempt budget before the
+    /// deadline (`None` when that is before any instant the clock can hold: no attempt has
+    /// time). Fixed with the deadline, so an attempt's check is two comparisons.
+    latest_start: Option<Instant>,
+    /// How long after `created` the deadline is, when the call set it itself (not inherited
+    /// from an enclosing scope): what is left of it then follows from the windows' clock.
+    deadline_in: Option<Duration>,
     /// When the call started; its first attempt starts then too (one clock read per call).
     created: Instant,
     /// `created` on the clocks of the upstream's windows: the budget counts the call then, and
@@ -28,10 +34,20 @@ pub(super) struct Timing {
 }
 
 impl Timing {
-    /// A call that started at `now` (`tick` on the windows' clock) and ends by `deadline`.
-    pub(super) const fn new(now: Instant, tick: Tick, deadline: Instant) -> Self {
+    /// A call that started at `now` (`tick` on the windows' clock) and ends by `deadline`
+    /// (`deadline_in` after `now`, when the call set it itself); an attempt needs
+    /// `min_attempt_budget` before the deadline.
+    pub(super) fn new(
+        now: Instant,
+        tick: Tick,
+        deadline: Instant,
+        deadline_in: Option<Duration>,
+        min_attempt_budget: Duration,
+    ) -> Self {
         Timing {
             deadline,
+            deadline_in,
+            latest_start: deadline.checked_sub(min_attempt_budget),
             created: now,
             created_tick: tick,
             started: 0,
@@ -44,6 +60,18 @@ impl Timing {
     #[inline]
     pub(super) fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// What is left before the deadline at `now` (`tick` on the windows' clock): from the
+    /// windows' clock when the call set its deadline itself (no instant is subtracted).
+    #[inline]
+    pub(super) fn remaining_at(&self, now: Instant, tick: Tick) -> Duration {
+        match self.deadline_in {
+            Some(deadline_in) => deadline_in.saturating_sub(Duration::from_nanos(
+                tick.nanos().saturating_sub(self.created_tick.nanos()),
+            )),
+            None => self.deadline.saturating_duration_since(now),
+        }
     }
 
     /// Attempts started so far.
@@ -68,19 +96,18 @@ impl Timing {
         (at == self.created).then_some(self.created_tick)
     }
 
-    /// Whether an attempt starting at `now` has time: `min_attempt_budget` fits before the
-    /// deadline (compared as instants: no duration is computed).
+    /// Whether an attempt starting at `now` has time: the minimum attempt budget fits before
+    /// the deadline (compared as instants: no duration is computed).
     #[inline]
-    pub(super) fn has_time_at(&self, now: Instant, min_attempt_budget: Duration) -> bool {
-        now < self.deadline && deadline_after(now, min_attempt_budget) <= self.deadline
+    pub(super) fn has_time_at(&self, now: Instant) -> bool {
+        now < self.deadline && self.latest_start.is_some_and(|latest| now <= latest)
     }
 
-    /// The latest an attempt may start: `min_attempt_budget` before the deadline.
+    /// The latest an attempt may start: the minimum attempt budget before the deadline (the
+    /// deadline itself when no instant is that early).
     #[inline]
-    pub(super) fn latest_start(&self, min_attempt_budget: Duration) -> Instant {
-        self.deadline
-            .checked_sub(min_attempt_budget)
-            .unwrap_or(self.deadline)
+    pub(super) fn latest_start(&self) -> Instant {
+        self.latest_start.unwrap_or(self.deadline)
     }
 
     /// When an attempt admitted at `started` is cut: `timeout` later, never past the deadline.
@@ -127,7 +154,12 @@ mod tests {
 
     fn timing(deadline_in: Duration) -> (Instant, Timing) {
         let now = Instant::now();
-        (now, Timing::new(now, Tick::at(now, now), now + deadline_in))
+        let min = Duration::from_millis(40);
+        let tick = Tick::at(now, now);
+        (
+            now,
+            Timing::new(now, tick, now + deadline_in, Some(deadline_in), min),
+        )
     }
 
     #[test]
@@ -145,10 +177,59 @@ mod tests {
     #[test]
     fn an_attempt_needs_its_minimum_budget_before_the_deadline() {
         let (now, timing) = timing(Duration::from_millis(100));
+        assert!(
+            timing.has_time_at(now + Duration::from_millis(60)),
+            "40 ms are left"
+        );
+        assert!(!timing.has_time_at(now + Duration::from_millis(61)));
+        assert_eq!(timing.latest_start(), now + Duration::from_millis(60));
+        // No budget asked for: any instant before the deadline, not the deadline itself.
+        let none = Timing::new(
+            now,
+            Tick::at(now, now),
+            now + Duration::from_millis(100),
+            None,
+            Duration::ZERO,
+        );
+        assert!(none.has_time_at(now + Duration::from_millis(99)));
+        assert!(!none.has_time_at(now + Duration::from_millis(100)));
+        // A budget longer than the clock reaches back: no attempt has time.
+        let far = Timing::new(
+            now,
+            Tick::at(now, now),
+            now + Duration::from_millis(100),
+            None,
+            Duration::MAX,
+        );
+        assert!(!far.has_time_at(now));
+        assert_eq!(far.latest_start(), far.deadline());
+    }
+
+    #[test]
+    fn what_is_left_reads_the_same_from_either_clock() {
+        let origin = Instant::now();
+        let now = origin + Duration::from_millis(1_234);
+        let deadline = now + Duration::from_millis(500);
+        let tick_at = |at: Instant| Tick::at(origin, at);
         let min = Duration::from_millis(40);
-        assert!(timing.has_time_at(now + Duration::from_millis(60), min));
-        assert!(!timing.has_time_at(now + Duration::from_millis(61), min));
-        assert_eq!(timing.latest_start(min), now + Duration::from_millis(60));
+        let set = Timing::new(
+            now,
+            tick_at(now),
+            deadline,
+            Some(Duration::from_millis(500)),
+            min,
+        );
+        let inherited = Timing::new(now, tick_at(now), deadline, None, min);
+        for later in [0, 1, 137, 499, 500, 501, 10_000] {
+            let at = now + Duration::from_millis(later);
+            let left = deadline.saturating_duration_since(at);
+            assert_eq!(set.remaining_at(at, tick_at(at)), left, "{later} ms later");
+            assert_eq!(
+                inherited.remaining_at(at, tick_at(at)),
+                left,
+                "{later} ms later"
+            );
+        }
     }
 
     #[test]

@@ -33,10 +33,11 @@ impl Own {
     /// The call's attempts in `throttle`'s window at `tick`.
     #[inline]
     pub(crate) fn in_window(&self, throttle: &Throttle, tick: Tick) -> u32 {
+        let window = throttle.clock.window_of(tick);
         self.counted
             .iter()
             .flatten()
-            .filter(|counted| throttle.clock.in_window(**counted, tick))
+            .filter(|counted| window.contains(&counted.nanos()))
             .count() as u32
     }
 }
