@@ -1,8 +1,14 @@
 //! The backoff between attempts: one timer per call, made at the first retry and reset for the
 //! next ones (and lent to the attempts after it as their timeout), woken at once when shutdown
 //! starts; and the delay slept last, which the next one grows from.
+//!
+//! The timer lives in the future that drives the call, pinned there beside it ([`TimerSlot`]):
+//! a call that retries neither allocates for it nor carries it when it never retries (the slot
+//! stays empty).
 
+use std::future::poll_fn;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
@@ -10,19 +16,32 @@ use tokio::time::{Instant, Sleep};
 use crate::deadline::deadline_after;
 use crate::drain::Drain;
 
+/// Where a call's backoff timer lives: empty until its first retry. The future driving the
+/// call pins one beside it (`std::pin::pin!(TimerSlot::None)`) and lends it to
+/// [`Call::new`](super::Call::new).
+pub type TimerSlot = Option<Sleep>;
+
 /// Shutdown started while waiting.
 pub(super) struct Drained;
 
 /// The call's backoff timer and its last delay.
-#[derive(Debug, Default)]
-pub(super) struct Backoff {
-    /// The timer (boxed: a call that never retries carries no timer in its future).
-    timer: Option<Pin<Box<Sleep>>>,
+#[derive(Debug)]
+pub(super) struct Backoff<'t> {
+    /// The timer, in the slot the driving future pinned.
+    timer: Pin<&'t mut TimerSlot>,
     /// The delay before the last retry.
     previous: Duration,
 }
 
-impl Backoff {
+impl<'t> Backoff<'t> {
+    /// A call's backoff, its timer kept in `timer` (an empty slot).
+    pub(super) fn new(timer: Pin<&'t mut TimerSlot>) -> Self {
+        Backoff {
+            timer,
+            previous: Duration::ZERO,
+        }
+    }
+
     /// Sleeps `delay` from `from`, or less if `drain` starts meanwhile (`Err`).
     pub(super) async fn sleep(
         &mut self,
@@ -31,19 +50,22 @@ impl Backoff {
         delay: Duration,
     ) -> Result<(), Drained> {
         let until = deadline_after(from, delay);
-        let sleep = match &mut self.timer {
-            Some(sleep) => {
-                sleep.as_mut().reset(until);
-                sleep
-            }
-            None => self.timer.insert(Box::pin(tokio::time::sleep_until(until))),
-        };
+        match self.timer.as_mut().as_pin_mut() {
+            Some(sleep) => sleep.reset(until),
+            None => self.timer.set(Some(tokio::time::sleep_until(until))),
+        }
+        // The slot holds the timer now: polling it is polling the timer.
+        let mut timer = self.timer.as_mut();
+        let elapsed = poll_fn(move |cx| match timer.as_mut().as_pin_mut() {
+            Some(sleep) => sleep.poll(cx),
+            None => Poll::Ready(()),
+        });
         // The timer first: a backoff that is over never registers with the drain again, and
         // the flag is read once more after it, so a shutdown that started meanwhile still ends
         // the call before another attempt.
         tokio::select! {
             biased;
-            () = sleep.as_mut() => {}
+            () = elapsed => {}
             () = drain.started() => return Err(Drained),
         }
         match drain.is_draining() {
@@ -55,7 +77,7 @@ impl Backoff {
     /// The timer, lent to an attempt as its timeout (none before the first retry).
     #[inline]
     pub(super) fn lend(&mut self) -> Option<Pin<&mut Sleep>> {
-        self.timer.as_mut().map(Pin::as_mut)
+        self.timer.as_mut().as_pin_mut()
     }
 
     /// The delay before the last retry.
@@ -78,7 +100,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_timer_serves_every_backoff() {
         let drain = Drain::new();
-        let mut backoff = Backoff::default();
+        let timer = std::pin::pin!(TimerSlot::None);
+        let mut backoff = Backoff::new(timer);
         assert!(backoff.lend().is_none());
         let from = Instant::now();
         assert!(
@@ -102,7 +125,8 @@ mod tests {
     async fn shutdown_ends_the_wait() {
         let drain = Drain::new();
         drain.start();
-        let mut backoff = Backoff::default();
+        let timer = std::pin::pin!(TimerSlot::None);
+        let mut backoff = Backoff::new(timer);
         let slept = backoff
             .sleep(&drain, Instant::now(), Duration::from_secs(60))
             .await;

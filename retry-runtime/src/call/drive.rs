@@ -5,6 +5,7 @@
 
 use std::fmt::Display;
 
+use super::backoff::TimerSlot;
 use super::ending::Reconciled;
 use super::start::CallSpec;
 use super::state::Call;
@@ -67,7 +68,8 @@ where
     RF: Future<Output = Reconciled<T>>,
     E: Classify + From<Error> + Display,
 {
-    let mut call = Call::new(spec()?);
+    let timer = std::pin::pin!(TimerSlot::None);
+    let mut call = Call::new(spec()?, timer);
     loop {
         let result = attempts.attempt(&mut call).await;
         let mut step = call.settle(result).await;

@@ -4,7 +4,8 @@
 //! layer, is this loop, one [`turn`](Call::turn) after another:
 //!
 //! ```text
-//! let mut call = Call::new(spec);           // upstream, scope, deadline, budget deposit
+//! let timer = pin!(TimerSlot::None);        // where the backoff timer will live
+//! let mut call = Call::new(spec, timer);    // upstream, scope, deadline, budget deposit
 //! loop {
 //!     match call.turn(body).await {         // next attempt · admit · run · settle · decide ·
 //!                                           // spend and back off
@@ -73,6 +74,7 @@ use pace::NotLetGo;
 use pacing::LetGo;
 use state::Now;
 
+pub use backoff::TimerSlot;
 #[cfg(feature = "tower")]
 pub(crate) use drive::Attempts;
 pub(crate) use drive::{Hedged, Plain, drive, no_reconcile};
@@ -249,7 +251,10 @@ impl Call<'_> {
     /// every other rule (body, draining, deadline, the ambiguity of an unkeyed write, ...)
     /// applies as to any retry.
     fn decide(&mut self, failure: &Failure, free_rotation: bool, now: Now) -> Decision {
-        let remaining = self.timing.remaining_at(now.instant, now.tick);
+        let remaining = self
+            .timing
+            .deadline()
+            .saturating_duration_since(now.instant);
         let config = self.upstream.config();
         // Attempts that count: free rotation retries were not.
         let mut attempt = self.counted_attempts();

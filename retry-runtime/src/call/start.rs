@@ -3,12 +3,13 @@
 //! retry budget.
 
 use std::borrow::Cow;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
+use super::backoff::{Backoff, TimerSlot};
 use super::events;
 use super::outcome::Outcome;
 use super::pacing::Pacing;
@@ -18,7 +19,7 @@ use super::rotations::Rotations;
 use super::spans::Spans;
 use super::state::Call;
 use super::timing::Timing;
-use crate::deadline::{deadline_in, min_deadline};
+use crate::deadline::{deadline_after, min_deadline};
 use crate::engine::Safety;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
@@ -97,15 +98,16 @@ impl<'r> Call<'r> {
     ///
     /// It cannot fail: what can (finding the upstream) is done making the spec. A `Call` is
     /// large, and returned bare it is built in place in the caller's future, not moved there
-    /// out of a `Result`.
-    pub fn new(spec: CallSpec<'r>) -> Self {
+    /// out of a `Result`. Its backoff timer goes in `timer`, an empty [`TimerSlot`] the
+    /// caller's future pins beside it.
+    pub fn new(spec: CallSpec<'r>, timer: Pin<&'r mut TimerSlot>) -> Self {
         let upstream = spec.upstream;
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
         let min_attempt_budget = config.min_attempt_budget;
         let now = Instant::now();
         // The reserve (a durable call's hand-off) is kept back from whichever deadline binds.
-        let (own, own_in) = deadline_in(now, config.deadline.saturating_sub(spec.reserve));
+        let own = deadline_after(now, config.deadline.saturating_sub(spec.reserve));
         let (scope, deadline) = match Operation::current() {
             Some(op) => {
                 let allowed = op.init_allowance(retries);
@@ -145,16 +147,10 @@ impl<'r> Call<'r> {
             upstream,
             request: Request::new(spec.method, safety, spec.key, spec.replay),
             scope,
-            timing: Timing::new(
-                now,
-                created_tick,
-                deadline,
-                (deadline == own).then_some(own_in),
-                min_attempt_budget,
-            ),
+            timing: Timing::new(now, created_tick, deadline, min_attempt_budget),
             pacing: Pacing::new(spec.partition, spec.held),
             outcome: Outcome::new(),
-            backoff: Backoff::default(),
+            backoff: Backoff::new(timer),
             rng: LazyRng::default(),
             spans: Spans::new(span),
             rotations: Rotations::default(),

@@ -50,7 +50,7 @@ pub struct Call<'r> {
     /// The last attempt's end, kept for the decision after it, and why the call stopped.
     pub(super) outcome: Outcome,
     /// The backoff timer and the last delay.
-    pub(super) backoff: Backoff,
+    pub(super) backoff: Backoff<'r>,
     /// Drawn from the registry at the first draw: a call that succeeds needs none.
     pub(super) rng: LazyRng,
     pub(super) spans: Spans,

@@ -17,9 +17,6 @@ pub(super) struct Timing {
     /// deadline (`None` when that is before any instant the clock can hold: no attempt has
     /// time). Fixed with the deadline, so an attempt's check is two comparisons.
     latest_start: Option<Instant>,
-    /// How long after `created` the deadline is, when the call set it itself (not inherited
-    /// from an enclosing scope): what is left of it then follows from the windows' clock.
-    deadline_in: Option<Duration>,
     /// When the call started; its first attempt starts then too (one clock read per call).
     created: Instant,
     /// `created` on the clocks of the upstream's windows: the budget counts the call then, and
@@ -34,19 +31,16 @@ pub(super) struct Timing {
 }
 
 impl Timing {
-    /// A call that started at `now` (`tick` on the windows' clock) and ends by `deadline`
-    /// (`deadline_in` after `now`, when the call set it itself); an attempt needs
-    /// `min_attempt_budget` before the deadline.
+    /// A call that started at `now` (`tick` on the windows' clock) and ends by `deadline`; an
+    /// attempt needs `min_attempt_budget` before the deadline.
     pub(super) fn new(
         now: Instant,
         tick: Tick,
         deadline: Instant,
-        deadline_in: Option<Duration>,
         min_attempt_budget: Duration,
     ) -> Self {
         Timing {
             deadline,
-            deadline_in,
             latest_start: deadline.checked_sub(min_attempt_budget),
             created: now,
             created_tick: tick,
@@ -60,18 +54,6 @@ impl Timing {
     #[inline]
     pub(super) fn deadline(&self) -> Instant {
         self.deadline
-    }
-
-    /// What is left before the deadline at `now` (`tick` on the windows' clock): from the
-    /// windows' clock when the call set its deadline itself (no instant is subtracted).
-    #[inline]
-    pub(super) fn remaining_at(&self, now: Instant, tick: Tick) -> Duration {
-        match self.deadline_in {
-            Some(deadline_in) => deadline_in.saturating_sub(Duration::from_nanos(
-                tick.nanos().saturating_sub(self.created_tick.nanos()),
-            )),
-            None => self.deadline.saturating_duration_since(now),
-        }
     }
 
     /// Attempts started so far.
@@ -156,10 +138,7 @@ mod tests {
         let now = Instant::now();
         let min = Duration::from_millis(40);
         let tick = Tick::at(now, now);
-        (
-            now,
-            Timing::new(now, tick, now + deadline_in, Some(deadline_in), min),
-        )
+        (now, Timing::new(now, tick, now + deadline_in, min))
     }
 
     #[test]
@@ -188,7 +167,6 @@ mod tests {
             now,
             Tick::at(now, now),
             now + Duration::from_millis(100),
-            None,
             Duration::ZERO,
         );
         assert!(none.has_time_at(now + Duration::from_millis(99)));
@@ -198,38 +176,10 @@ mod tests {
             now,
             Tick::at(now, now),
             now + Duration::from_millis(100),
-            None,
             Duration::MAX,
         );
         assert!(!far.has_time_at(now));
         assert_eq!(far.latest_start(), far.deadline());
-    }
-
-    #[test]
-    fn what_is_left_reads_the_same_from_either_clock() {
-        let origin = Instant::now();
-        let now = origin + Duration::from_millis(1_234);
-        let deadline = now + Duration::from_millis(500);
-        let tick_at = |at: Instant| Tick::at(origin, at);
-        let min = Duration::from_millis(40);
-        let set = Timing::new(
-            now,
-            tick_at(now),
-            deadline,
-            Some(Duration::from_millis(500)),
-            min,
-        );
-        let inherited = Timing::new(now, tick_at(now), deadline, None, min);
-        for later in [0, 1, 137, 499, 500, 501, 10_000] {
-            let at = now + Duration::from_millis(later);
-            let left = deadline.saturating_duration_since(at);
-            assert_eq!(set.remaining_at(at, tick_at(at)), left, "{later} ms later");
-            assert_eq!(
-                inherited.remaining_at(at, tick_at(at)),
-                left,
-                "{later} ms later"
-            );
-        }
     }
 
     #[test]
