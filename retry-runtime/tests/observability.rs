@@ -646,7 +646,7 @@ fn the_bucket_helper_makes_attempt_durations_a_prometheus_histogram() {
 #[test]
 fn a_response_without_a_status_warns_unless_the_error_declares_it_permanent() {
     #[derive(Debug, retry_runtime::Classify)]
-    enum AdapterError {
+    enum StatuslessError {
         #[classify(from)]
         Retry(Error),
         #[classify(evidence = "response_received", permanent = "contract")]
@@ -654,27 +654,27 @@ fn a_response_without_a_status_warns_unless_the_error_declares_it_permanent() {
         #[classify(evidence = "response_received")]
         Unstated,
     }
-    impl std::fmt::Display for AdapterError {
+    impl std::fmt::Display for StatuslessError {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             write!(f, "{self:?}")
         }
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let failing = |error: fn() -> AdapterError| async move {
-        let _: Result<(), AdapterError> = Retry::in_registry(&registry(), "up")
+    let failing = |error: fn() -> StatuslessError| async move {
+        let _: Result<(), StatuslessError> = Retry::in_registry(&registry(), "up")
             .method(Method::GET)
             .run(|_| async move { Err(error()) })
             .await;
     };
-    let out = logged(tracing::Level::WARN, failing(|| AdapterError::Rejected));
+    let out = logged(tracing::Level::WARN, failing(|| StatuslessError::Rejected));
     assert_eq!(out, "", "a permanent failure needs no status");
-    let out = logged(tracing::Level::WARN, failing(|| AdapterError::Unstated));
+    let out = logged(tracing::Level::WARN, failing(|| StatuslessError::Unstated));
     assert!(
         out.contains("WARN") && out.contains("neither its status nor a permanent category"),
         "{out}"
     );
     assert!(
-        out.contains("AdapterError"),
+        out.contains("StatuslessError"),
         "the error type is named: {out}"
     );
 }
