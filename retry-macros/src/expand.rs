@@ -18,8 +18,8 @@
 //!     P::inventory::submit! { P::Registration::new("sber", concat!(module_path!(), "::register"), file!(), line!()) }
 //!     let __retry_key = match P::idempotency_key(cmd.key()) { Ok(k) => k, Err(e) => return Err(From::from(e)) };
 //!     static __RETRY_SITE: P::CallSite = P::CallSite::new("sber", P::Method::POST, concat!(module_path!(), "::register"));
-//!     let __retry_timer = pin!(P::TimerSlot::None);   // the backoff timer's place, pinned here
-//!     let mut __retry_call = P::Call::new(match P::CallSpec::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key)) { .. }, __retry_timer);
+//!     let __retry_slot = pin!(P::BackoffSlot::new());   // where the backoffs wait, pinned here
+//!     let mut __retry_call = P::Call::new(match P::CallSpec::at(P::Registry::global(), &__RETRY_SITE, Some(__retry_key)) { .. }, __retry_slot);
 //!     loop {
 //!         let __retry_step = {
 //!             let __retry_self = &mut *self;          // BODY's `self` is renamed
@@ -390,7 +390,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                 #private::Method::#method,
                 ::core::concat!(::core::module_path!(), #function),
             )#durable_site;
-            let __retry_timer = ::core::pin::pin!(#private::TimerSlot::None);
+            let __retry_slot = ::core::pin::pin!(#private::BackoffSlot::new());
             let mut __retry_call = #private::Call::new(
                 match #private::CallSpec::at(#registry, &__RETRY_SITE, #key_value) {
                     ::core::result::Result::Ok(spec) => spec #partition #held,
@@ -398,7 +398,7 @@ pub(crate) fn expand(spec: Spec, item: ItemFn) -> TokenStream {
                         return ::core::result::Result::Err(::core::convert::From::from(error));
                     }
                 },
-                __retry_timer,
+                __retry_slot,
             );
             loop {
                 let __retry_step = #turn;

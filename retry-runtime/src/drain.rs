@@ -48,8 +48,9 @@ pub struct Drain {
 #[derive(Debug, Default)]
 struct Inner {
     flag: AtomicBool,
-    /// Wakes calls waiting out a backoff, so they end at once instead of sending another attempt.
-    started: tokio::sync::Notify,
+    /// Wakes calls waiting out a backoff, so they end at once instead of sending another attempt
+    /// (shared: a call keeps its own watch on it, [`Drain::watch`]).
+    started: Arc<tokio::sync::Notify>,
     /// The process-wide switch this one follows; `None` for the process-wide switch itself.
     parent: Option<Drain>,
     /// The switches that follow this one, woken when it starts: a waiting call then waits on
@@ -135,6 +136,14 @@ impl Drain {
             return;
         }
         started.await
+    }
+
+    /// A watch on this switch that completes once draining starts: like
+    /// [`started`](Self::started) without reading the flag, and owned, so a call keeps one for
+    /// all its backoffs. It receives every start from its making on, polled or not: read the
+    /// flag after making it.
+    pub(crate) fn watch(&self) -> tokio::sync::futures::OwnedNotified {
+        Arc::clone(&self.inner.started).notified_owned()
     }
 
     /// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM, then starts draining. Spawn it at

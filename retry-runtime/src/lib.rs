@@ -236,7 +236,7 @@ pub use ::http::Method;
 #[doc(hidden)]
 pub mod __private {
     //! Items the `#[retry]` expansion refers to. Not a public API.
-    pub use crate::call::{Call, CallSpec, Reconciled, Step, TimerSlot};
+    pub use crate::call::{BackoffSlot, Call, CallSpec, Reconciled, Step};
     pub use crate::key::IntoIdempotencyKey;
     pub use crate::macro_support::{
         AttemptArg, ForwardStop, NoStop, StopVia, attempt_arg, classify_ref, idempotency_key,

@@ -5,7 +5,7 @@
 
 use std::fmt::Display;
 
-use super::backoff::TimerSlot;
+use super::backoff::BackoffSlot;
 use super::ending::Reconciled;
 use super::start::CallSpec;
 use super::state::Call;
@@ -68,8 +68,8 @@ where
     RF: Future<Output = Reconciled<T>>,
     E: Classify + From<Error> + Display,
 {
-    let timer = std::pin::pin!(TimerSlot::None);
-    let mut call = Call::new(spec()?, timer);
+    let slot = std::pin::pin!(BackoffSlot::new());
+    let mut call = Call::new(spec()?, slot);
     loop {
         let result = attempts.attempt(&mut call).await;
         let mut step = call.settle(result).await;

@@ -4,8 +4,8 @@
 //! layer, is this loop, one [`turn`](Call::turn) after another:
 //!
 //! ```text
-//! let timer = pin!(TimerSlot::None);        // where the backoff timer will live
-//! let mut call = Call::new(spec, timer);    // upstream, scope, deadline, budget deposit
+//! let slot = pin!(BackoffSlot::new());      // where the backoffs will wait
+//! let mut call = Call::new(spec, slot);     // upstream, scope, deadline, budget deposit
 //! loop {
 //!     match call.turn(body).await {         // next attempt · admit · run · settle · decide ·
 //!                                           // spend and back off
@@ -74,7 +74,7 @@ use pace::NotLetGo;
 use pacing::LetGo;
 use state::Now;
 
-pub use backoff::TimerSlot;
+pub use backoff::BackoffSlot;
 #[cfg(feature = "tower")]
 pub(crate) use drive::Attempts;
 pub(crate) use drive::{Hedged, Plain, drive, no_reconcile};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::backoff::{Backoff, TimerSlot};
+use super::backoff::{Backoff, BackoffSlot};
 use super::events;
 use super::outcome::Outcome;
 use super::pacing::Pacing;
@@ -98,9 +98,9 @@ impl<'r> Call<'r> {
     ///
     /// It cannot fail: what can (finding the upstream) is done making the spec. A `Call` is
     /// large, and returned bare it is built in place in the caller's future, not moved there
-    /// out of a `Result`. Its backoff timer goes in `timer`, an empty [`TimerSlot`] the
-    /// caller's future pins beside it.
-    pub fn new(spec: CallSpec<'r>, timer: Pin<&'r mut TimerSlot>) -> Self {
+    /// out of a `Result`. Its backoffs wait in `slot`, an empty [`BackoffSlot`] the caller's
+    /// future pins beside it.
+    pub fn new(spec: CallSpec<'r>, slot: Pin<&'r mut BackoffSlot>) -> Self {
         let upstream = spec.upstream;
         let config = upstream.config();
         let retries = config.max_attempts.saturating_sub(1);
@@ -150,7 +150,7 @@ impl<'r> Call<'r> {
             timing: Timing::new(now, created_tick, deadline, min_attempt_budget),
             pacing: Pacing::new(spec.partition, spec.held),
             outcome: Outcome::new(),
-            backoff: Backoff::new(timer),
+            backoff: Backoff::new(slot),
             rng: LazyRng::default(),
             spans: Spans::new(span),
             rotations: Rotations::default(),
