@@ -198,6 +198,20 @@ fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Whether `tick` takes the turn kept in `last` (when the last turn was taken, in nanoseconds
+/// after the origin, plus one; 0 before any): at least `gap` nanoseconds after it, and first
+/// to claim it (callers asking at once: one wins).
+#[inline]
+fn take_turn(last: &AtomicU64, tick: Tick, gap: u64) -> bool {
+    let taken = last.load(Ordering::Relaxed);
+    let now = tick.nanos().saturating_add(1);
+    if taken != 0 && now < taken.saturating_add(gap) {
+        return false;
+    }
+    last.compare_exchange(taken, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+}
+
 /// The per-upstream adaptive throttle; see the [module docs](self).
 pub struct Throttle {
     config: ThrottleConfig,
@@ -352,14 +366,7 @@ impl Throttle {
     /// next attempt after any instant is a whole window away on average.
     #[inline]
     fn floor_turn(&self, tick: Tick) -> bool {
-        let last = self.floor_at.load(Ordering::Relaxed);
-        let now = tick.nanos().saturating_add(1);
-        if last != 0 && now < last.saturating_add(duration_nanos(self.config.window)) {
-            return false;
-        }
-        self.floor_at
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        take_turn(&self.floor_at, tick, duration_nanos(self.config.window))
     }
 
     /// The place of a retry that [`admits_extra`](Self::admits_extra) already let go: counted

@@ -93,19 +93,19 @@ impl<'t> Backoff<'t> {
         if drain.is_draining() {
             return Err(Drained);
         }
+        // Filled above; were it empty, there would be nothing to wait for.
+        let Some(waits) = waits.as_pin_mut() else {
+            return Ok(());
+        };
+        let mut waits = waits.project();
         // The timer first: a backoff that is over is over, whatever the switch says meanwhile;
         // the flag is read once more after it, so a shutdown that started meanwhile still ends
         // the call before another attempt.
         let started = poll_fn(|cx| {
-            // Filled above; were it empty, there would be nothing to wait for.
-            let Some(waits) = waits.as_mut().as_pin_mut() else {
-                return Poll::Ready(false);
-            };
-            let waits = waits.project();
-            if waits.timer.poll(cx).is_ready() {
+            if waits.timer.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(false);
             }
-            waits.shutdown.poll(cx).map(|()| true)
+            waits.shutdown.as_mut().poll(cx).map(|()| true)
         })
         .await;
         match started || drain.is_draining() {

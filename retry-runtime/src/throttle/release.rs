@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::marks::{Asked, WaitingPlace};
-use super::{FAILED_PROBES, Throttle, duration_nanos};
+use super::{FAILED_PROBES, Throttle, duration_nanos, take_turn};
 use crate::window::{SLOTS, Tick};
 
 impl Throttle {
@@ -90,15 +90,9 @@ impl Throttle {
     /// least `window / allowance` after the last call the pace let go (`allowance` >= 1).
     #[inline]
     fn paced_turn(&self, tick: Tick, allowance: f64) -> bool {
-        let gap = duration_nanos(self.config.window) as f64 / allowance;
-        let last = self.paced_at.load(Ordering::Relaxed);
-        let now = tick.nanos().saturating_add(1);
-        if last != 0 && (now as f64) < last as f64 + gap {
-            return false;
-        }
-        self.paced_at
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        // Rounded up: a whole number of nanoseconds at least the gap, as ticks are.
+        let gap = (duration_nanos(self.config.window) as f64 / allowance).ceil() as u64;
+        take_turn(&self.paced_at, tick, gap)
     }
 
     /// Whether held work (a durable replay: nobody waits for its answer) goes at `tick`,
